@@ -1,0 +1,42 @@
+"""KV cache that holds only what each layer produces, and its analytic size.
+
+SVFormer stores K for every layer and V once (per anchor); CLA-k stores one K/V per group; a layer that
+reuses another layer's K or V reads the producer's buffer. Buffers are allocated once for `max_seq`
+positions, so the bytes held are exactly `kv_cache_bytes(config, batch, max_seq)`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .config import ModelConfig
+
+
+def kv_cache_bytes(config: ModelConfig, batch: int = 1, seq: int = 1, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of K/V a decoder holds for `batch` sequences of `seq` tokens."""
+    tensors = sum(int(stores_k) + int(stores_v) for stores_k, stores_v in config.cache_layout())
+    element = torch.empty((), dtype=dtype).element_size()
+    return tensors * batch * seq * config.n_kv_head * config.head_dim * element
+
+
+class KVCache:
+    def __init__(self, config: ModelConfig, batch: int, max_seq: int, device=None, dtype=torch.float32):
+        if max_seq > config.max_seq_len:
+            raise ValueError(f"cache length {max_seq} exceeds max_seq_len={config.max_seq_len}")
+        shape = (batch, config.n_kv_head, max_seq, config.head_dim)
+        layout = config.cache_layout()
+        self.keys = [torch.zeros(shape, device=device, dtype=dtype) if k else None for k, _ in layout]
+        self.values = [torch.zeros(shape, device=device, dtype=dtype) if v else None for _, v in layout]
+        self.max_seq = max_seq
+        self.pos = 0  # positions already written (advanced by the model after a whole forward pass)
+
+    def write(self, buffers: list, layer: int, new: torch.Tensor) -> torch.Tensor:
+        """Store `new` [B, Hkv, T, d] at the current position; return everything cached so far."""
+        end = self.pos + new.shape[2]
+        if end > self.max_seq:
+            raise ValueError(f"KV cache is full: {end} positions > max_seq={self.max_seq}")
+        buffers[layer][:, :, self.pos:end] = new
+        return buffers[layer][:, :, :end]
+
+    def held_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values) if t is not None)

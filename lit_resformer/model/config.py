@@ -1,0 +1,342 @@
+"""ModelConfig: the base Llama-like model plus every variant of DESIGN §3, as data.
+
+A config is validated when it is constructed; every rejected value names the field and what is allowed,
+so a bad grid cell fails before any compute. Layer numbers in configs are 1-based, as in the paper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+# Table 4 of the paper plus CPU presets (>= 6 layers so cross-layer effects can show).
+PRESETS: dict[str, dict[str, int]] = {
+    "2M": dict(n_layer=4, n_head=2, d_model=16, ffn_dim=56),
+    "82M": dict(n_layer=8, n_head=8, d_model=512, ffn_dim=1792),
+    "180M": dict(n_layer=12, n_head=12, d_model=768, ffn_dim=2688),
+    "468M": dict(n_layer=24, n_head=16, d_model=1024, ffn_dim=3584),
+    "tiny": dict(n_layer=6, n_head=4, d_model=128, ffn_dim=352),
+    "mini": dict(n_layer=8, n_head=4, d_model=256, ffn_dim=704),
+}
+PAPER_VOCAB = 50277  # RedPajama-INCITE / GPT-NeoX tokenizer
+PRESET_DEFAULTS = dict(vocab_size=PAPER_VOCAB, max_seq_len=2048)
+CPU_PRESET_DEFAULTS = dict(vocab_size=4096, max_seq_len=512)
+
+Target = Literal["none", "v", "q", "k"]
+Source = Literal["first", "previous", "all"]
+Mapping = Literal["attention", "identity", "cross_attention"]
+Learnable = Literal["none", "scalar", "head", "token"]
+Shared = Literal["k", "v", "kv"]
+FirstShared = Literal["none", "q", "k", "v"]
+AttnImpl = Literal["sdpa", "flash", "explicit"]
+
+
+def _check_choice(name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not allowed; choose one of {list(allowed)}")
+
+
+def _choices(literal) -> tuple:
+    return literal.__args__
+
+
+def _nest(values: dict[str, Any]) -> dict[str, Any]:
+    """{"residual.lam": 2, "share": {"svformer": True}} -> nested dicts, later keys merged into groups."""
+    tree: dict[str, Any] = {}
+    for key, value in values.items():
+        *groups, leaf = key.split(".")
+        node = tree
+        for group in groups:
+            node = node.setdefault(group, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{key}: {group} is not a group of fields")
+        if isinstance(value, dict) and isinstance(node.get(leaf), dict):
+            node[leaf].update(value)
+        else:
+            node[leaf] = dict(value) if isinstance(value, dict) else value
+    return tree
+
+
+@dataclass
+class ResidualConfig:
+    """A history term mixed into one projection of layers n >= 2 (ResFormer when target='v')."""
+
+    target: Target = "none"
+    source: Source = "first"
+    mapping: Mapping = "attention"
+    # a (self) and l (history) of V'_n = a*V_n + l*R_n. "uniform" = Eq. 5's depth weights a = 1/n.
+    self_weight: float | Literal["uniform"] = 0.5
+    lam: float | Literal["uniform"] = 0.5
+    learnable: Learnable = "none"
+    layers: list[int] | None = None  # 1-based; default every layer n >= 2
+
+    @property
+    def enabled(self) -> bool:
+        return self.target != "none"
+
+
+@dataclass
+class DWAConfig:
+    """DenseFormer depth-weighted averaging of all earlier block outputs."""
+
+    enabled: bool = False
+    dilation: int = 1
+    period: int = 1
+
+
+@dataclass
+class ShareConfig:
+    """KV-efficient sharing of projections across layers."""
+
+    svformer: bool = False
+    anchors: list[int] | None = None  # with SVFormer: layers (1-based) that compute a fresh V
+    num_anchors: int | None = None  # with SVFormer: k anchors spaced evenly, layer 1 included
+    every: int = 1  # groups of `every` layers share `what` (CLA when what='kv')
+    what: Shared = "kv"
+    first: FirstShared = "none"  # every layer n >= 2 reuses layer 1's q, k or v
+
+
+@dataclass
+class ModelConfig:
+    """All architecture choices. `size` names a preset whose values fill the fields left as None."""
+
+    size: str | None = None
+    n_layer: int | None = None
+    n_head: int | None = None
+    n_kv_head: int | None = None  # None -> n_head (MHA)
+    d_model: int | None = None
+    ffn_dim: int | None = None
+    vocab_size: int | None = None
+    max_seq_len: int | None = None
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+    residual: ResidualConfig = field(default_factory=ResidualConfig)
+    neutreno_lambda: float = 0.0
+    dwa: DWAConfig = field(default_factory=DWAConfig)
+    share: ShareConfig = field(default_factory=ShareConfig)
+    attn_impl: AttnImpl = "sdpa"
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def preset(cls, size: str, **overrides: Any) -> ModelConfig:
+        """`ModelConfig.preset("tiny", residual={"target": "v"}, **{"share.svformer": True})`."""
+        return cls.from_dict({"size": size, **overrides})
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+        """Nested dicts or dotted keys ("residual.lam": 2) -> a validated config."""
+        return cls(**_nest(values))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **overrides: Any) -> ModelConfig:
+        """A copy with some fields changed (nested dicts or dotted keys)."""
+        merged = self.to_dict()
+        for key, value in _nest(overrides).items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key].update(value)
+            else:
+                merged[key] = value
+        return ModelConfig(**merged)
+
+    def __post_init__(self) -> None:
+        for name, kind in (("residual", ResidualConfig), ("dwa", DWAConfig), ("share", ShareConfig)):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                allowed = [f.name for f in dataclasses.fields(kind)]
+                unknown = sorted(set(value) - set(allowed))
+                if unknown:
+                    raise ValueError(f"unknown field(s) {name}.{unknown[0]}; allowed fields of {name}: {allowed}")
+                setattr(self, name, kind(**value))
+            elif not isinstance(value, kind):
+                raise ValueError(f"{name} must be a mapping of {[f.name for f in dataclasses.fields(kind)]}")
+        if self.size is not None:
+            if self.size not in PRESETS:
+                raise ValueError(f"size={self.size!r} is not a preset; choose one of {list(PRESETS)}")
+            filled = {**PRESETS[self.size]}
+            is_cpu = self.size in ("tiny", "mini")
+            filled.update(CPU_PRESET_DEFAULTS if is_cpu else PRESET_DEFAULTS)
+            for key, value in filled.items():
+                if getattr(self, key) is None:
+                    setattr(self, key, value)
+        if self.n_kv_head is None and self.n_head is not None:
+            self.n_kv_head = self.n_head
+        self._validate()
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        for name in ("n_layer", "n_head", "n_kv_head", "d_model", "ffn_dim", "vocab_size", "max_seq_len"):
+            value = getattr(self, name)
+            if value is None:
+                raise ValueError(f"{name} is not set; give it or a preset size from {list(PRESETS)}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_head={self.n_head}")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"n_head={self.n_head} must be divisible by n_kv_head={self.n_kv_head}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim = d_model/n_head = {self.head_dim} must be even for RoPE")
+        _check_choice("attn_impl", self.attn_impl, _choices(AttnImpl))
+        for name in ("rope_theta", "norm_eps", "init_std"):
+            if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a positive number")
+        self._validate_residual()
+        self._validate_neutreno()
+        self._validate_dwa()
+        self._validate_share()
+
+    def _check_layers(self, name: str, layers: list[int], lowest: int) -> None:
+        if not isinstance(layers, (list, tuple)) or not layers:
+            raise ValueError(f"{name} must be a non-empty list of layer numbers in [{lowest}, {self.n_layer}]")
+        for n in layers:
+            if isinstance(n, bool) or not isinstance(n, int) or not lowest <= n <= self.n_layer:
+                raise ValueError(f"{name} holds {n!r}; layer numbers are 1-based in [{lowest}, {self.n_layer}]")
+        if len(set(layers)) != len(layers):
+            raise ValueError(f"{name}={list(layers)} repeats a layer")
+
+    def _validate_residual(self) -> None:
+        r = self.residual
+        _check_choice("residual.target", r.target, _choices(Target))
+        _check_choice("residual.source", r.source, _choices(Source))
+        _check_choice("residual.mapping", r.mapping, _choices(Mapping))
+        _check_choice("residual.learnable", r.learnable, _choices(Learnable))
+        for name in ("self_weight", "lam"):
+            value = getattr(r, name)
+            if value == "uniform":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"residual.{name}={value!r} must be a number or 'uniform'")
+            if value < 0:
+                raise ValueError(f"residual.{name}={value} must be >= 0 (a negative mixing weight is not a residual)")
+        if (r.self_weight == "uniform") != (r.lam == "uniform"):
+            raise ValueError("residual.self_weight and residual.lam must both be 'uniform' (Eq. 5) or both numbers")
+        if r.layers is not None:
+            self._check_layers("residual.layers", r.layers, 2)
+        if not r.enabled:
+            changed = [f.name for f in dataclasses.fields(r)
+                       if f.name != "target" and getattr(r, f.name) != f.default]
+            if changed:
+                raise ValueError(f"residual.{changed[0]} is set but residual.target is 'none'; "
+                                 f"set residual.target to one of ['v', 'q', 'k']")
+            return
+        if r.mapping != "attention" and r.target != "v":
+            raise ValueError(f"residual.mapping={r.mapping!r} applies to values only; with residual.target="
+                             f"{r.target!r} use residual.mapping='attention'")
+        if r.mapping == "cross_attention":
+            if r.learnable != "none":
+                raise ValueError("residual.learnable must be 'none' with residual.mapping='cross_attention' "
+                                 "(cross-layer attention has no mixing weights)")
+            if r.self_weight != 0.5 or r.lam != 0.5:
+                raise ValueError("residual.self_weight/lam have no meaning with residual.mapping='cross_attention'; "
+                                 "leave them at their defaults")
+        if r.learnable == "token" and (r.self_weight != 0.5 or r.lam != 0.5):
+            raise ValueError("residual.learnable='token' gates with g and 1-g; residual.self_weight/lam must stay 0.5")
+
+    def _validate_neutreno(self) -> None:
+        mu = self.neutreno_lambda
+        if isinstance(mu, bool) or not isinstance(mu, (int, float)) or mu < 0:
+            raise ValueError(f"neutreno_lambda={mu!r} must be a number >= 0 (0 disables NeuTRENO)")
+
+    def _validate_dwa(self) -> None:
+        d = self.dwa
+        if not isinstance(d.enabled, bool):
+            raise ValueError(f"dwa.enabled={d.enabled!r} must be true or false")
+        for name in ("dilation", "period"):
+            value = getattr(d, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"dwa.{name}={value!r} must be an integer >= 1")
+        if not d.enabled and (d.dilation != 1 or d.period != 1):
+            raise ValueError("dwa.dilation/dwa.period are set but dwa.enabled is false")
+
+    def _validate_share(self) -> None:
+        s, r = self.share, self.residual
+        _check_choice("share.what", s.what, _choices(Shared))
+        _check_choice("share.first", s.first, _choices(FirstShared))
+        if not isinstance(s.svformer, bool):
+            raise ValueError(f"share.svformer={s.svformer!r} must be true or false")
+        if isinstance(s.every, bool) or not isinstance(s.every, int) or not 1 <= s.every <= self.n_layer:
+            raise ValueError(f"share.every={s.every!r} must be an integer in [1, n_layer={self.n_layer}]")
+        if (s.anchors is not None or s.num_anchors is not None) and not s.svformer:
+            raise ValueError("share.anchors/share.num_anchors need share.svformer=true")
+        if s.anchors is not None and s.num_anchors is not None:
+            raise ValueError("give either share.anchors or share.num_anchors, not both")
+        if s.anchors is not None:
+            self._check_layers("share.anchors", s.anchors, 1)
+        if s.num_anchors is not None:
+            if isinstance(s.num_anchors, bool) or not isinstance(s.num_anchors, int) \
+                    or not 1 <= s.num_anchors <= self.n_layer:
+                raise ValueError(f"share.num_anchors={s.num_anchors!r} must be an integer in [1, {self.n_layer}]")
+        if s.svformer and s.first == "v":
+            raise ValueError("share.first='v' is SVFormer itself; set only share.svformer=true")
+        shares_v = s.svformer or s.first == "v" or (s.every > 1 and s.what in ("v", "kv"))
+        shares_k = s.first == "k" or (s.every > 1 and s.what in ("k", "kv"))
+        if s.svformer and s.every > 1 and s.what in ("v", "kv"):
+            raise ValueError(f"share.svformer already shares V; share.what={s.what!r} with share.every="
+                             f"{s.every} conflicts (use share.what='k')")
+        if s.first in ("k", "v") and s.every > 1 and s.what in (s.first, "kv"):
+            raise ValueError(f"share.first={s.first!r} and share.every={s.every} (what={s.what!r}) both "
+                             f"decide where layer {s.first.upper()} comes from; keep one")
+        if r.enabled:
+            if r.target == "v" and shares_v:
+                raise ValueError("residual.target='v' cannot combine with shared values (share.svformer, "
+                                 "share.first='v' or share.what in ['v','kv']): those layers have no V_n of "
+                                 "their own")
+            if r.target == "k" and shares_k:
+                raise ValueError("residual.target='k' cannot combine with shared keys (share.first='k' or "
+                                 "share.what in ['k','kv'])")
+            if r.target == "q" and s.first == "q":
+                raise ValueError("residual.target='q' cannot combine with share.first='q'")
+            if r.mapping == "cross_attention" and (shares_v or shares_k):
+                raise ValueError("residual.mapping='cross_attention' cannot combine with K/V sharing "
+                                 "(share.svformer, share.first, share.every)")
+
+    # ------------------------------------------------------------------ derived layout
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_head * self.head_dim
+
+    def residual_layers(self) -> list[int]:
+        """0-based indices of layers that mix a history term (empty when the residual is off)."""
+        if not self.residual.enabled:
+            return []
+        chosen = self.residual.layers or range(2, self.n_layer + 1)
+        return sorted(n - 1 for n in chosen)
+
+    def residual_sources(self, i: int) -> list[int]:
+        """0-based layers whose projections form the history term R of layer i."""
+        src = self.residual.source
+        return [0] if src == "first" else [i - 1] if src == "previous" else list(range(i))
+
+    def value_anchors(self) -> list[int]:
+        """0-based layers that compute their own V under SVFormer (layer 1 always)."""
+        s = self.share
+        if s.anchors is not None:
+            return sorted({0, *(n - 1 for n in s.anchors)})
+        if s.num_anchors is not None:
+            return sorted({round(j * self.n_layer / s.num_anchors) for j in range(s.num_anchors)})
+        return [0]
+
+    def producer(self, i: int, what: str) -> int:
+        """Which layer (0-based) computes the q/k/v that layer i attends with."""
+        s = self.share
+        if i == 0:
+            return 0
+        if s.first == what:
+            return 0
+        if what == "v" and s.svformer:
+            return max(a for a in self.value_anchors() if a <= i)
+        if what in ("k", "v") and s.every > 1 and what in s.what:
+            return i - i % s.every
+        return i
+
+    def cache_layout(self) -> list[tuple[bool, bool]]:
+        """Per layer: (stores K, stores V) in the KV cache."""
+        return [(self.producer(i, "k") == i, self.producer(i, "v") == i) for i in range(self.n_layer)]

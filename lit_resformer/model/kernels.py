@@ -1,0 +1,66 @@
+"""Attention kernels: SDPA (default), flash-attn (CUDA, optional extra), explicit (exposes A_n).
+
+All kernels take q [B, H, T, d], k/v [B, Hkv, S, d] and `offset` = number of cached positions before
+the T queries, and attend causally: query t sees keys s <= offset + t. `key_blocks` > 1 means k/v are
+`key_blocks` position-aligned sequences concatenated along S (cross-layer attention, Eq. 2); the causal
+mask is then repeated for each block. That mask is built in exactly one place: `causal_mask`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+_flash_attn_func = None
+
+
+def flash_available(device: torch.device) -> bool:
+    return device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
+
+
+def causal_mask(t_q: int, t_k: int, offset: int, key_blocks: int, device: torch.device) -> torch.Tensor:
+    """Boolean [t_q, key_blocks * t_k] mask, True where attention is allowed."""
+    rows = torch.arange(t_q, device=device)[:, None] + offset
+    cols = torch.arange(t_k, device=device)[None, :]
+    return (cols <= rows).repeat(1, key_blocks)
+
+
+def attention(q, k, v, *, offset: int, key_blocks: int = 1, impl: str = "sdpa",
+              on_probs: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+    t_q, t_k = q.shape[-2], k.shape[-2] // key_blocks
+    gqa = q.shape[1] != k.shape[1]
+    if impl == "explicit" or on_probs is not None:
+        return _explicit(q, k, v, causal_mask(t_q, t_k, offset, key_blocks, q.device), on_probs)
+    if impl == "flash" and key_blocks == 1 and flash_available(q.device):
+        return _flash(q, k, v)
+    if key_blocks == 1 and offset == 0 and t_q == t_k:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    if key_blocks == 1 and t_q == 1:  # one new token sees the whole cache: no mask needed
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+    mask = causal_mask(t_q, t_k, offset, key_blocks, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+def _explicit(q, k, v, mask, on_probs):
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)  # A_n
+    if on_probs is not None:
+        on_probs(probs)
+    return probs @ v
+
+
+def _flash(q, k, v):
+    global _flash_attn_func
+    if _flash_attn_func is None:
+        from flash_attn import flash_attn_func  # optional extra: imported only on CUDA when installed
+
+        _flash_attn_func = flash_attn_func
+    # flash-attn aligns the causal mask bottom-right, which is exactly the KV-cache offset semantics.
+    out = _flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+    return out.transpose(1, 2)

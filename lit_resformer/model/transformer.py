@@ -1,0 +1,348 @@
+"""The Llama-like decoder and every attention variant of the paper, in one file.
+
+Notation (paper §3): layer n (1-based) projects its normed input into Q_n, K_n, V_n;
+A_n = softmax(Q_n K_n^T / sqrt(d) + causal mask); U_n = A_n V_n is the attention output before W_O.
+In code layers are 0-based (`i = n - 1`). What a layer leaves for later layers during one forward pass
+(raw projections for residuals, full keys/values for sharing and cross-layer attention) lives in a
+`_Stash`, so the decoder stays a plain loop over blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .cache import KVCache
+from .config import ModelConfig
+from .kernels import attention
+
+
+class Trace:
+    """Receives per-layer internals during a forward pass (analysis). Override what you need.
+
+    Passing a trace routes attention through the explicit kernel so A_n is materialised, one layer at
+    a time: a subclass that reduces `probs` on the fly keeps memory bounded for long sequences.
+    """
+
+    want_attention = False
+
+    def on_qkv(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Post-RoPE queries [B,H,T,d] and the full keys/values [B,Hkv,S,d] the layer attends with."""
+
+    def on_attention(self, layer: int, probs: torch.Tensor) -> None:
+        """A_n as [B, H, T, S] (only when `want_attention`)."""
+
+    def on_hidden(self, layer: int, hidden: torch.Tensor) -> None:
+        """Residual stream after block `layer` (layer -1 = embeddings), [B, T, D]."""
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Rotary(nn.Module):
+    """RoPE with the half-split layout that Llama uses (theta 10000)."""
+
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int) -> torch.Tensor:
+        t = x.shape[-2]
+        cos, sin = self.cos[offset:offset + t].to(x.dtype), self.sin[offset:offset + t].to(x.dtype)
+        return x * cos + _rotate_half(x) * sin
+
+
+class TokenGate(nn.Module):
+    """g = sigmoid(W x), one gate per head and token; W starts at zero so g = 1/2 (the ResFormer mix)."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(heads, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(F.linear(x, self.weight)).transpose(1, 2).unsqueeze(-1)  # [B, heads, T, 1]
+
+
+class ResidualMix(nn.Module):
+    """Weights (a, l) of X'_n = a X_n + l R_n for one layer: fixed, per layer, per head or per token."""
+
+    def __init__(self, config: ModelConfig, layer: int, heads: int):
+        super().__init__()
+        r = config.residual
+        n = layer + 1
+        # Eq. 5: with every earlier layer as the source, a = 1/n and l = (n-1)/n average V_1..V_n uniformly.
+        a, l = (1.0 / n, (n - 1) / n) if r.self_weight == "uniform" else (float(r.self_weight), float(r.lam))
+        self.kind = r.learnable
+        if self.kind == "token":
+            self.gate = TokenGate(config.d_model, heads)
+        elif self.kind in ("scalar", "head"):
+            shape = (1, heads, 1, 1) if self.kind == "head" else ()
+            self.mix_self = nn.Parameter(torch.full(shape, a))
+            self.mix_history = nn.Parameter(torch.full(shape, l))
+        else:
+            self.fixed = (a, l)
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        if self.kind == "token":
+            g = self.gate(x)
+            return g, 1.0 - g
+        if self.kind in ("scalar", "head"):
+            return self.mix_self, self.mix_history
+        return self.fixed
+
+
+@dataclass
+class _Stash:
+    """What each layer leaves behind in one forward pass, indexed by 0-based layer."""
+
+    raw: dict[str, list] = field(default_factory=dict)  # q/k/v projections of the new tokens, before mixing
+    q: list = field(default_factory=list)  # post-RoPE queries of the new tokens
+    keys: list = field(default_factory=list)  # full post-RoPE keys attended with (cache included)
+    values: list = field(default_factory=list)  # full values attended with (cache included)
+    new_values: list = field(default_factory=list)  # V'_n of the new tokens (NeuTRENO's term)
+
+    @classmethod
+    def empty(cls, n_layer: int) -> _Stash:
+        blank = lambda: [None] * n_layer  # noqa: E731
+        return cls({"q": blank(), "k": blank(), "v": blank()}, blank(), blank(), blank(), blank())
+
+
+def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    b, t, _ = x.shape
+    return x.view(b, t, heads, -1).transpose(1, 2)  # [B, heads, T, d]
+
+
+def _repeat_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        self.config, self.layer = config, layer
+        d, h, hk = config.d_model, config.n_head, config.n_kv_head
+        self.own = {p: config.producer(layer, p) == layer for p in "qkv"}
+        # Layers that reuse another layer's projection have no weight for it (SVFormer: no W_V, Eq. 10).
+        self.wq = nn.Linear(d, d, bias=False) if self.own["q"] else None
+        self.wk = nn.Linear(d, config.kv_dim, bias=False) if self.own["k"] else None
+        self.wv = nn.Linear(d, config.kv_dim, bias=False) if self.own["v"] else None
+        self.wo = nn.Linear(d, d, bias=False)
+        r = config.residual
+        self.residual_target = r.target if layer in config.residual_layers() else None
+        self.mapping = r.mapping if self.residual_target else "attention"
+        self.sources = config.residual_sources(layer) if self.residual_target else []
+        if self.residual_target and self.mapping != "cross_attention":
+            self.mix = ResidualMix(config, layer, h if r.target == "q" else hk)
+        self.neutreno = config.neutreno_lambda if layer > 0 else 0.0
+
+    def forward(self, x, rope: Rotary, stash: _Stash, cache: KVCache | None, trace: Trace | None):
+        cfg, i = self.config, self.layer
+        offset = cache.pos if cache is not None else 0
+        proj = {"q": (self.wq, cfg.n_head), "k": (self.wk, cfg.n_kv_head), "v": (self.wv, cfg.n_kv_head)}
+        new = {p: _heads(w(x), heads) for p, (w, heads) in proj.items() if self.own[p]}
+        for p, t in new.items():
+            stash.raw[p][i] = t
+
+        history = None
+        identity_weight = None
+        if self.residual_target:
+            t = self.residual_target
+            # R_n: the history term from the source layers' raw projections (first / previous / mean of all).
+            history = torch.stack([stash.raw[t][j] for j in self.sources]).mean(0)
+            if self.mapping != "cross_attention":
+                a, l = self.mix(x)
+                if self.mapping == "attention":
+                    # Eq. 7 (ResFormer, a = l = 1/2), Fig. 8 (a = 1, l = λ), Eq. 5 (uniform), Fig. 9 (q/k):
+                    # V'_n = a V_n + l R_n, mixed before RoPE and before the cache write.
+                    new[t] = a * new[t] + l * history
+                else:
+                    # Eq. 6 (identity mapping): U_n = A_n (a V_n) + l R_n; the l R_n term is added below.
+                    new[t] = a * new[t]
+                    identity_weight = l
+
+        if self.own["q"]:
+            q = rope(new["q"], offset)
+            stash.q[i] = q
+        else:
+            q = stash.q[cfg.producer(i, "q")]
+        if self.own["k"]:
+            k_new = rope(new["k"], offset)
+            stash.keys[i] = cache.write(cache.keys, i, k_new) if cache is not None else k_new
+        if self.own["v"]:
+            stash.new_values[i] = new["v"]
+            stash.values[i] = cache.write(cache.values, i, new["v"]) if cache is not None else new["v"]
+        k, v = stash.keys[cfg.producer(i, "k")], stash.values[cfg.producer(i, "v")]
+
+        blocks = 1
+        if self.mapping == "cross_attention":
+            # Eq. 2: U_n = softmax(Q_n [K_n; K_m]^T / sqrt(d)) [V_n; V_m], causal in every block. Eq. 3 splits
+            # this softmax into two row-weighted blocks; Eq. 4 approximates it by 1/2 A_n (V_n + V_m), ResFormer.
+            k = torch.cat([k, *(stash.keys[m] for m in self.sources)], dim=2)
+            v = torch.cat([v, *(stash.values[m] for m in self.sources)], dim=2)
+            blocks += len(self.sources)
+        if trace is not None:
+            trace.on_qkv(i, q, k, v)
+        on_probs = (lambda p: trace.on_attention(i, p)) if trace is not None and trace.want_attention else None
+        u = attention(q, k, v, offset=offset, key_blocks=blocks, impl=cfg.attn_impl, on_probs=on_probs)
+
+        if identity_weight is not None:
+            u = u + _repeat_heads(identity_weight * history, cfg.n_head)
+        if self.neutreno:
+            # NeuTRENO (Appendix A.3): U_n <- U_n + mu (V_1 - V'_n), in head space, KV heads repeated for GQA.
+            v_used = stash.new_values[cfg.producer(i, "v")]
+            u = u + self.neutreno * _repeat_heads(stash.new_values[0] - v_used, cfg.n_head)
+        b, _, t, _ = u.shape
+        return self.wo(u.transpose(1, 2).reshape(b, t, cfg.d_model))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_model: int, ffn_dim: int):
+        super().__init__()
+        self.w_gate = nn.Linear(d_model, ffn_dim, bias=False)
+        self.w_up = nn.Linear(d_model, ffn_dim, bias=False)
+        self.w_down = nn.Linear(ffn_dim, d_model, bias=False)
+
+    def forward(self, x):
+        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.attn = Attention(config, layer)
+        self.mlp_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.mlp = SwiGLU(config.d_model, config.ffn_dim)
+
+    def forward(self, x, rope, stash, cache, trace):
+        x = x + self.attn(self.attn_norm(x), rope, stash, cache, trace)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class DepthWeightedAverage(nn.Module):
+    """DenseFormer: after block i, X_i <- sum_{j<=i} alpha_ij X_j (X_0 = embeddings), identity at init."""
+
+    def __init__(self, block: int, dilation: int):
+        super().__init__()
+        # Only every `dilation`-th earlier output (counting back from block i) takes part.
+        self.inputs = list(range(block % dilation, block + 1, dilation))
+        alpha = torch.zeros(len(self.inputs))
+        alpha[-1] = 1.0
+        self.alpha = nn.Parameter(alpha)
+
+    def forward(self, outputs: list[torch.Tensor]) -> torch.Tensor:
+        return sum(w * outputs[j] for w, j in zip(self.alpha, self.inputs, strict=True))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.rope = Rotary(config.head_dim, config.max_seq_len, config.rope_theta)
+        d = config.dwa
+        # dwa[b] follows block b (1-based); every `period`-th block gets one.
+        self.dwa = nn.ModuleDict({
+            str(b): DepthWeightedAverage(b, d.dilation)
+            for b in range(1, config.n_layer + 1) if d.enabled and b % d.period == 0
+        })
+        for module in self.modules():  # the blanket init touches Linear/Embedding only: gates and alphas keep theirs
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None, trace: Trace | None = None) -> torch.Tensor:
+        """idx [B, T] -> logits [B, T, vocab]. With a cache, idx are the next tokens after cache.pos."""
+        offset = cache.pos if cache is not None else 0
+        if offset + idx.shape[1] > self.config.max_seq_len:
+            raise ValueError(f"sequence of {offset + idx.shape[1]} tokens exceeds max_seq_len={self.config.max_seq_len}")
+        stash = _Stash.empty(self.config.n_layer)
+        x = self.tok_emb(idx)
+        outputs = [x]  # X_0..X_i, kept only for DenseFormer
+        if trace is not None:
+            trace.on_hidden(-1, x)
+        for b, block in enumerate(self.blocks, start=1):
+            x = block(x, self.rope, stash, cache, trace)
+            if self.dwa:
+                outputs.append(x)
+                if str(b) in self.dwa:
+                    x = outputs[b] = self.dwa[str(b)](outputs)
+            if trace is not None:
+                trace.on_hidden(b - 1, x)
+        if cache is not None:
+            cache.pos += idx.shape[1]
+        return self.lm_head(self.norm(x))
+
+    # ------------------------------------------------------------------ decoding
+    def new_cache(self, batch: int, max_seq: int | None = None) -> KVCache:
+        p = self.lm_head.weight
+        return KVCache(self.config, batch, max_seq or self.config.max_seq_len, device=p.device, dtype=p.dtype)
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+                 eos_id: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Greedy (temperature 0) or sampled continuation through the KV cache; returns prompt + new tokens."""
+        cache = self.new_cache(idx.shape[0], idx.shape[1] + max_new_tokens)
+        logits = self(idx, cache=cache)[:, -1]
+        tokens = [idx]
+        finished = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
+        for step in range(max_new_tokens):
+            if temperature == 0.0:
+                nxt = logits.argmax(dim=-1)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
+            if eos_id is not None:
+                nxt = nxt.masked_fill(finished, eos_id)
+                finished |= nxt == eos_id
+            tokens.append(nxt[:, None])
+            if (eos_id is not None and bool(finished.all())) or step == max_new_tokens - 1:
+                break
+            logits = self(nxt[:, None], cache=cache)[:, -1]
+        return torch.cat(tokens, dim=1)
+
+    # ------------------------------------------------------------------ accounting
+    def mixing_parameters(self) -> list[nn.Parameter]:
+        """Learnable residual weights and DenseFormer alphas: never weight-decayed, logged every step."""
+        return [p for name, p in self.named_parameters() if ".mix." in name or name.startswith("dwa.")]
+
+    def param_groups(self, weight_decay: float, decay_embeddings: bool = False) -> list[dict]:
+        """AdamW groups: decay on weight matrices only (not norms, not mixing weights; embeddings optional)."""
+        mixing = {id(p) for p in self.mixing_parameters()}
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            is_matrix = p.ndim >= 2 and id(p) not in mixing
+            if name.startswith("tok_emb.") and not decay_embeddings:
+                is_matrix = False
+            (decay if is_matrix else no_decay).append(p)
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.tok_emb.weight.numel() if non_embedding else n
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token (fwd + bwd): 6 x matmul params + attention (PaLM appendix B convention)."""
+        matmul = sum(p.numel() for n, p in self.named_parameters() if p.ndim >= 2 and not n.startswith("tok_emb."))
+        key_blocks = sum(1 + len(b.attn.sources) if b.attn.mapping == "cross_attention" else 1 for b in self.blocks)
+        return 6.0 * matmul + 12.0 * key_blocks * self.config.d_model * seq_len
+
+
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
+
