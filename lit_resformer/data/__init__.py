@@ -1,0 +1,40 @@
+"""Data layer: corpora (embedded, local, hub), tokenizers, packing + caches, and the resumable LMDataModule."""
+
+from .datamodule import LMDataModule, PackedSequences
+from .packing import CACHE_ENV, CorpusScan, default_cache_dir, pack_sequences, scan_corpus
+from .sources import (
+    SLIMPAJAMA,
+    SLIMPAJAMA_DOMAIN_FIELD,
+    TABLE2_MIXTURE,
+    Document,
+    embedded_documents,
+    hub_documents,
+    local_documents,
+    stdlib_code_documents,
+    wiki_documents,
+)
+from .tokenizer import EOS_TOKEN, PAPER_TOKENIZER, load_tokenizer, parse_tokenizer_spec, train_bpe
+
+__all__ = [
+    "CACHE_ENV",
+    "EOS_TOKEN",
+    "PAPER_TOKENIZER",
+    "SLIMPAJAMA",
+    "SLIMPAJAMA_DOMAIN_FIELD",
+    "TABLE2_MIXTURE",
+    "CorpusScan",
+    "Document",
+    "LMDataModule",
+    "PackedSequences",
+    "default_cache_dir",
+    "embedded_documents",
+    "hub_documents",
+    "load_tokenizer",
+    "local_documents",
+    "pack_sequences",
+    "parse_tokenizer_spec",
+    "scan_corpus",
+    "stdlib_code_documents",
+    "train_bpe",
+    "wiki_documents",
+]

@@ -1,0 +1,516 @@
+"""`LMDataModule`: corpus -> tokenizer -> packed, cached, memory-mapped sequences -> resumable loaders."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import lightning as L
+import numpy as np
+import torch
+from filelock import FileLock
+from tokenizers import Tokenizer
+from torch.utils.data import DataLoader, Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
+
+from .packing import (
+    SPLITS,
+    CorpusScan,
+    atomic_directory,
+    atomic_file,
+    atomic_write_text,
+    default_cache_dir,
+    digest,
+    read_json,
+    read_token_stream,
+    scan_corpus,
+    stream_name,
+    token_dtype,
+    write_packed,
+    write_token_streams,
+)
+from .sources import (
+    SLIMPAJAMA,
+    SLIMPAJAMA_DOMAIN_FIELD,
+    TABLE2_MIXTURE,
+    Document,
+    MixtureUnit,
+    check_mixture,
+    embedded_documents,
+    hub_documents,
+    local_documents,
+    local_files,
+    utf8_bytes,
+)
+from .tokenizer import (
+    EOS_TOKEN,
+    MIN_BPE_VOCAB_SIZE,
+    eos_id_of,
+    load_tokenizer,
+    parse_tokenizer_spec,
+    tokenizer_fingerprint,
+    train_bpe,
+)
+
+log = logging.getLogger(__name__)
+
+Source = Literal["embedded", "local", "hub"]
+# Used only to size the hub snapshot when the tokenizer (a BPE trained on that snapshot) does not exist yet:
+# byte-level BPEs of a few thousand tokens average about 4 bytes of English text per token.
+BYTES_PER_TOKEN_ESTIMATE = 4
+
+
+class PackedSequences(Dataset):
+    """Rows of a packed .npy file as {"input_ids": row[:-1], "labels": row[1:]} (int64).
+
+    The file is memory-mapped on first access in each process, so DataLoader workers share the page cache
+    instead of receiving a pickled copy of the array.
+    """
+
+    def __init__(self, path: Path, limit: int | None = None):
+        self.path = path
+        rows = len(np.load(path, mmap_mode="r"))
+        self.length = rows if limit is None else min(rows, limit)
+        self._rows: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if self._rows is None:
+            self._rows = np.load(self.path, mmap_mode="r")
+        if not 0 <= index < self.length:
+            raise IndexError(index)
+        row = torch.from_numpy(self._rows[index].astype(np.int64))
+        return {"input_ids": row[:-1], "labels": row[1:]}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_rows": None}
+
+
+class EpochShuffleSampler(StatefulDistributedSampler):
+    """StatefulDistributedSampler whose saved position applies only to the epoch it was saved in.
+
+    A checkpoint taken on the last batch of an epoch holds "all of this epoch yielded". Resuming from it,
+    Lightning finishes that (now empty) epoch without drawing from the sampler, so the plain sampler would carry
+    the pending skip into the next epoch and skip it whole. Remembering the epoch of the position avoids that.
+    """
+
+    _EPOCH = "epoch"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.position_epoch: int | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), self._EPOCH: self.epoch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.position_epoch = state_dict.get(self._EPOCH)
+
+    def __iter__(self) -> Iterator[int]:
+        # Runs at the first draw, after Lightning's set_epoch() for the epoch being iterated.
+        if self.next_yielded is not None and self.position_epoch not in (None, self.epoch):
+            self.next_yielded = None
+        self.position_epoch = None
+        yield from super().__iter__()
+
+
+class LMDataModule(L.LightningDataModule):
+    """Language-model data: a corpus packed into sequences of `seq_len` inputs + next-token labels.
+
+    Args:
+        source: "embedded" (Python stdlib code + Wikipedia leads, offline), "local" (files under `path`) or
+            "hub" (a `datasets` dataset streamed from the hub, SlimPajama by default).
+        path: local source: a .txt/.jsonl/.parquet file or a folder of them.
+        domain_field: field of a .jsonl/.parquet/hub record holding its domain (dotted for nested records);
+            local default: the file name; hub default: "meta.redpajama_set_name".
+        hub_name: dataset name for `datasets.load_dataset` (also a builder such as "json" with hub_data_files).
+        hub_config: dataset configuration name, if the dataset has several.
+        hub_split: split to stream.
+        hub_data_files: data files for builders such as "json"/"parquet".
+        hub_mixture: domain value -> weight; documents are drawn from each domain with these probabilities.
+            None = the paper's Table 2 SlimPajama mixture; {} = the stream's own order, no mixing.
+        hub_mixture_unit: what the mixture weights are shares of: "documents" (drawn at random with these
+            probabilities) or "tokens" (each next document from the domain furthest below its token share;
+            Table 2's shares are token shares, so the SlimPajama recipe uses this).
+        max_hub_tokens: tokens taken from the hub stream (then cached); counted with the tokenizer, or as
+            UTF-8 bytes / 4 when the tokenizer is a BPE still to be trained on that very snapshot.
+        tokenizer: "bpe" (trained on the train split, cached), a path to a tokenizer.json, or a hub name.
+        bpe_vocab_size: vocabulary size of the trained BPE.
+        eos_token: the end-of-document token (appended to every document).
+        seq_len: tokens per training sequence (each sample holds seq_len + 1 tokens).
+        micro_batch_size: sequences per batch on each device.
+        holdout_fraction: share of each domain's documents held out for validation, and the same again for test.
+        val_sequences_per_domain: cap on the validation/test sequences evaluated per domain (None = all).
+        num_workers: DataLoader worker processes.
+        seed: seeds the training order (and the hub mixture sampling).
+        cache_dir: where tokenizers and token caches live; default $LIT_RESFORMER_CACHE or ~/.cache/lit-resformer.
+    """
+
+    def __init__(
+        self,
+        source: Source = "embedded",
+        path: str | None = None,
+        domain_field: str | None = None,
+        hub_name: str = SLIMPAJAMA,
+        hub_config: str | None = None,
+        hub_split: str = "train",
+        hub_data_files: str | list[str] | None = None,
+        hub_mixture: dict[str, float] | None = None,
+        hub_mixture_unit: MixtureUnit = "documents",
+        max_hub_tokens: int = 100_000_000,
+        tokenizer: str = "bpe",
+        bpe_vocab_size: int = 8192,
+        eos_token: str = EOS_TOKEN,
+        seq_len: int = 256,
+        micro_batch_size: int = 8,
+        holdout_fraction: float = 0.02,
+        val_sequences_per_domain: int | None = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+        cache_dir: str | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        # Every check that needs no reading of the corpus happens here, before any compute.
+        if source not in get_args(Source):
+            raise ValueError(
+                f"data.source: unknown source {source!r}; allowed: {', '.join(get_args(Source))}"
+            )
+        for name, value, minimum in [
+            ("seq_len", seq_len, 1),
+            ("micro_batch_size", micro_batch_size, 1),
+            ("max_hub_tokens", max_hub_tokens, 1),
+            ("num_workers", num_workers, 0),
+            ("bpe_vocab_size", bpe_vocab_size, MIN_BPE_VOCAB_SIZE),
+        ]:
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ValueError(f"data.{name}: must be an integer >= {minimum}, got {value!r}")
+        if val_sequences_per_domain is not None and (
+            not isinstance(val_sequences_per_domain, int) or val_sequences_per_domain < 1
+        ):
+            raise ValueError(
+                f"data.val_sequences_per_domain: must be an integer >= 1 or null, got {val_sequences_per_domain!r}"
+            )
+        if not 0 < holdout_fraction < 0.5:
+            raise ValueError(f"data.holdout_fraction: must be in (0, 0.5), got {holdout_fraction!r}")
+        if not eos_token:
+            raise ValueError("data.eos_token: must be a non-empty token string")
+        self.tokenizer_kind, self.tokenizer_value = parse_tokenizer_spec(tokenizer)
+        if source == "local":
+            local_files(path, domain_field)
+        if source == "hub":
+            if not hub_name:
+                raise ValueError("data.hub_name: required when source is 'hub'")
+            check_mixture(self.mixture)
+            if hub_mixture_unit not in get_args(MixtureUnit):
+                raise ValueError(
+                    f"data.hub_mixture_unit: must be one of {get_args(MixtureUnit)}, got {hub_mixture_unit!r}"
+                )
+
+        self.source = source
+        self.seq_len = seq_len
+        self.micro_batch_size = micro_batch_size
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+        self._scan: CorpusScan | None = None
+        self._tokenizer: Tokenizer | None = None
+        self._packed: dict[str, Any] | None = None
+        self._train_loader: StatefulDataLoader | None = None
+        self._train_loader_state: dict[str, Any] | None = None
+
+    # ---------------------------------------------------------------------------------------------------
+    # corpus
+
+    @property
+    def mixture(self) -> dict[str, float]:
+        mixture = self.hparams.hub_mixture
+        return dict(TABLE2_MIXTURE) if mixture is None else dict(mixture)
+
+    def documents(self) -> Iterator[Document]:
+        """The corpus in its fixed order (for the hub: the cached snapshot of the stream)."""
+        if self.source == "embedded":
+            return embedded_documents()
+        if self.source == "local":
+            return local_documents(self.hparams.path, self.hparams.domain_field)
+        return self._snapshot_documents(self._hub_snapshot())
+
+    def corpus_scan(self) -> CorpusScan:
+        if self._scan is None:
+            self._scan = scan_corpus(self.documents(), self.hparams.holdout_fraction)
+        return self._scan
+
+    def _lock(self, key: str) -> FileLock:
+        (self.cache_dir / "locks").mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.cache_dir / "locks" / f"{key}.lock"))
+
+    def _hub_snapshot(self) -> Path:
+        """Take documents from the hub stream until `max_hub_tokens`, once; later runs read the file."""
+        hp = self.hparams
+        data_files = (
+            [hp.hub_data_files] if isinstance(hp.hub_data_files, str) else list(hp.hub_data_files or [])
+        )
+        # Local data files are part of the key by size and mtime so that editing them takes a new snapshot.
+        file_stats = [
+            (f, os.path.getsize(f), os.path.getmtime(f)) if os.path.isfile(f) else f for f in data_files
+        ]
+        counter = None if self.tokenizer_kind == "bpe" else self._load_fixed_tokenizer()
+        if counter is None:
+            counting = f"bytes/{BYTES_PER_TOKEN_ESTIMATE}"
+
+            def count_tokens(text: str) -> int:
+                return math.ceil(utf8_bytes(text) / BYTES_PER_TOKEN_ESTIMATE)
+        else:
+            counting = tokenizer_fingerprint(counter)
+
+            @functools.lru_cache(maxsize=1)  # the mixer and the budget both count the same document in turn
+            def count_tokens(text: str) -> int:
+                return len(counter.encode(text, add_special_tokens=False).ids)
+
+        key = digest(
+            json.dumps([hp.hub_name, hp.hub_config, hp.hub_split, file_stats, self._hub_domain_field]),
+            json.dumps(sorted(self.mixture.items())),
+            hp.hub_mixture_unit,
+            str(hp.seed),
+            str(hp.max_hub_tokens),
+            counting,
+        )
+        path = self.cache_dir / "hub" / f"{key}.jsonl"
+        with self._lock(f"hub-{key}"):
+            if path.is_file():
+                return path
+            log.info("taking %d tokens from %s into %s", hp.max_hub_tokens, hp.hub_name, path)
+            documents = hub_documents(
+                hp.hub_name,
+                config=hp.hub_config,
+                split=hp.hub_split,
+                data_files=hp.hub_data_files,
+                domain_field=self._hub_domain_field,
+                mixture=self.mixture,
+                mixture_unit=hp.hub_mixture_unit,
+                measure=count_tokens,
+                seed=hp.seed,
+            )
+            taken = 0
+            with atomic_file(path) as out:
+                for document in documents:
+                    out.write(
+                        json.dumps({"text": document.text, "domain": document.domain}, ensure_ascii=False)
+                    )
+                    out.write("\n")
+                    taken += count_tokens(document.text) + 1  # + EOS
+                    if taken >= hp.max_hub_tokens:
+                        break
+                else:
+                    log.warning("%s ran out after %d of %d tokens", hp.hub_name, taken, hp.max_hub_tokens)
+        return path
+
+    @property
+    def _hub_domain_field(self) -> str:
+        return self.hparams.domain_field or SLIMPAJAMA_DOMAIN_FIELD
+
+    @staticmethod
+    def _snapshot_documents(path: Path) -> Iterator[Document]:
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                if line.strip():
+                    record = json.loads(line)
+                    yield Document(record["text"], record["domain"])
+
+    # ---------------------------------------------------------------------------------------------------
+    # tokenizer
+
+    def _load_fixed_tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.tokenizer_kind, self.tokenizer_value)
+            eos_id_of(self._tokenizer, self.hparams.eos_token)
+        return self._tokenizer
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer; a "bpe" one is trained on the train split on first use, then read from the cache."""
+        if self._tokenizer is not None:
+            return self._tokenizer
+        if self.tokenizer_kind != "bpe":
+            return self._load_fixed_tokenizer()
+        scan = self.corpus_scan()
+        path = self.cache_dir / "tokenizers" / f"bpe-{scan.key}-v{self.hparams.bpe_vocab_size}.json"
+        with self._lock(path.stem):
+            if not path.is_file():
+                log.info("training a byte-level BPE (vocab %d) -> %s", self.hparams.bpe_vocab_size, path)
+                train_texts = (doc.text for split, doc in scan.assign(self.documents()) if split == "train")
+                trained = train_bpe(train_texts, self.hparams.bpe_vocab_size, self.hparams.eos_token)
+                atomic_write_text(path, trained.to_str())
+        self._tokenizer = Tokenizer.from_file(str(path))
+        return self._tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def eos_id(self) -> int:
+        return eos_id_of(self.tokenizer, self.hparams.eos_token)
+
+    @property
+    def domains(self) -> list[str]:
+        """Validation/test domains, in the order of the loaders of val_dataloader() and test_dataloader()."""
+        return self.corpus_scan().domains
+
+    # ---------------------------------------------------------------------------------------------------
+    # token caches
+
+    def _tokens_dir(self) -> Path:
+        """Flat token streams of every split (every document followed by EOS); built once per corpus+tokenizer."""
+        scan, tokenizer = self.corpus_scan(), self.tokenizer
+        key = f"{scan.key}-{digest(tokenizer_fingerprint(tokenizer), self.hparams.eos_token)}"
+        final = self.cache_dir / "tokens" / key
+        with self._lock(f"tokens-{key}"):
+            if not final.is_dir():
+                log.info("tokenising the corpus -> %s", final)
+                with atomic_directory(final) as building:
+                    lengths = write_token_streams(
+                        scan.assign(self.documents()), tokenizer, self.eos_id, scan.domains, building
+                    )
+                    meta = {
+                        "dtype": token_dtype(tokenizer.get_vocab_size()).name,
+                        "eos_id": self.eos_id,
+                        "vocab_size": tokenizer.get_vocab_size(),
+                        "domains": scan.domains,
+                        "documents": scan.documents,
+                        "lengths": lengths,
+                    }
+                    atomic_write_text(building / "meta.json", json.dumps(meta, indent=1))
+        return final
+
+    def _packed_dir(self) -> Path:
+        """Sequences of seq_len + 1 tokens per split (and per domain for val/test), as .npy files."""
+        tokens_dir = self._tokens_dir()
+        final = self.cache_dir / "packed" / f"{tokens_dir.name}-T{self.seq_len}"
+        with self._lock(f"packed-{final.name}"):
+            if not final.is_dir():
+                meta = read_json(tokens_dir / "meta.json")
+                dtype = np.dtype(meta["dtype"])
+                names = ["train"] + [
+                    stream_name(s, d) for s in SPLITS[1:] for d in range(len(meta["domains"]))
+                ]
+                with atomic_directory(final) as building:
+                    rows = {}
+                    for name in names:
+                        tokens = read_token_stream(tokens_dir, name, meta["lengths"].get(name, 0), dtype)
+                        rows[name] = write_packed(tokens, self.seq_len, building / f"{name}.npy")
+                    packed_meta = {**meta, "seq_len": self.seq_len, "rows": rows}
+                    atomic_write_text(building / "meta.json", json.dumps(packed_meta, indent=1))
+        return final
+
+    def prepare_data(self) -> None:
+        """Build (or find) the tokenizer and token caches; Lightning calls this on one process per node."""
+        self._packed_dir()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._packed is not None:
+            return
+        directory = self._packed_dir()
+        meta = read_json(directory / "meta.json")
+        for split in SPLITS[1:]:
+            for index, domain in enumerate(meta["domains"]):
+                if meta["rows"][stream_name(split, index)] == 0:
+                    raise ValueError(
+                        f"data: domain {domain!r} has too few {split} tokens for one sequence of seq_len+1 = "
+                        f"{self.seq_len + 1} tokens ({meta['lengths'].get(stream_name(split, index), 0)} tokens); "
+                        "raise data.holdout_fraction, lower data.seq_len or add documents to that domain"
+                    )
+        world_size = self.trainer.world_size if self.trainer is not None else 1
+        if meta["rows"]["train"] < self.micro_batch_size * world_size:
+            raise ValueError(
+                f"data: the train split has {meta['rows']['train']} sequences of seq_len+1 = {self.seq_len + 1} "
+                f"tokens, fewer than one batch (data.micro_batch_size {self.micro_batch_size} x {world_size} devices)"
+            )
+        self._packed = {"dir": directory, **meta}
+
+    # ---------------------------------------------------------------------------------------------------
+    # loaders
+
+    def _dataset(self, split: str, domain_index: int | None = None) -> PackedSequences:
+        self.setup()
+        limit = None if split == "train" else self.hparams.val_sequences_per_domain
+        return PackedSequences(self._packed["dir"] / f"{stream_name(split, domain_index)}.npy", limit)
+
+    def train_dataloader(self) -> StatefulDataLoader:
+        """Shuffled packed train sequences; its state_dict() makes resuming continue the same order.
+
+        The order of epoch e is a permutation seeded by (seed, e) and each rank takes its own disjoint share of
+        it (`EpochShuffleSampler`, also with one process). Lightning calls set_epoch() at every epoch start
+        and restores the epoch when resuming, so the order after a resume is exact across epoch boundaries too.
+        (torchdata's own shuffle=True sampler chains one generator through the epochs and does not continue
+        that chain after a resume.) Outside a Trainer, call `loader.sampler.set_epoch(e)` to reshuffle.
+        """
+        dataset = self._dataset("train")
+        trainer = self.trainer
+        world_size, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        sampler = EpochShuffleSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=self.hparams.seed, drop_last=True
+        )
+        loader = StatefulDataLoader(
+            dataset,
+            batch_size=self.micro_batch_size,
+            sampler=sampler,
+            drop_last=True,
+            num_workers=self.hparams.num_workers,
+        )
+        if self._train_loader_state is not None:
+            loader.load_state_dict(self._train_loader_state)
+            self._train_loader_state = None
+        self._train_loader = loader
+        return loader
+
+    def _eval_loaders(self, split: str) -> list[DataLoader]:
+        self.setup()
+        return [
+            DataLoader(
+                self._dataset(split, index),
+                batch_size=self.micro_batch_size,
+                shuffle=False,
+                num_workers=self.hparams.num_workers,
+            )
+            for index in range(len(self._packed["domains"]))
+        ]
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """One loader per domain, in the order of `domains`."""
+        return self._eval_loaders("val")
+
+    def test_dataloader(self) -> list[DataLoader]:
+        """One loader per domain, in the order of `domains` (documents disjoint from train and val)."""
+        return self._eval_loaders("test")
+
+    # ---------------------------------------------------------------------------------------------------
+    # checkpoint state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in every checkpoint: the tokenizer (checkpoints stay usable without the cache) and the position
+        of the train loader."""
+        state: dict[str, Any] = {
+            "tokenizer_json": self.tokenizer.to_str(),
+            "eos_token": self.hparams.eos_token,
+        }
+        if self._train_loader is not None:
+            state["train_loader"] = self._train_loader.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # Lightning's fit loop restores the train loader from its own copy of this state, except when the loader
+        # was created before the checkpoint was read (e.g. trainer.estimated_stepping_batches called in
+        # configure_optimizers, Lightning issue #20550); applying it again here is harmless in the normal case.
+        self._train_loader_state = state_dict.get("train_loader")
+        if self._train_loader is not None and self._train_loader_state is not None:
+            self._train_loader.load_state_dict(self._train_loader_state)
+            self._train_loader_state = None

@@ -1,0 +1,59 @@
+"""Shared fixtures. (Data fixtures: a tiny synthetic two-domain corpus and an LMDataModule factory over it.)"""
+
+import json
+import random
+
+import pytest
+
+_ALPHA_WORDS = "the a river stone bright quiet morning walks over under north song light old".split()
+_BETA_WORDS = "def return if else for in range self value list dict none true false import".split()
+
+
+def _sentences(words: list[str], rng: random.Random, count: int) -> str:
+    return " ".join(
+        " ".join(rng.choice(words) for _ in range(rng.randint(5, 12))) + "." for _ in range(count)
+    )
+
+
+def write_tiny_corpus(folder, documents_per_domain: int = 60, seed: int = 0):
+    """alpha.txt (blank-line separated prose-like documents) and beta.jsonl (code-like records)."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    alpha = [_sentences(_ALPHA_WORDS, rng, rng.randint(2, 5)) for _ in range(documents_per_domain)]
+    (folder / "alpha.txt").write_text("\n\n".join(alpha) + "\n", encoding="utf-8")
+    with (folder / "beta.jsonl").open("w", encoding="utf-8") as out:
+        for _ in range(documents_per_domain):
+            out.write(json.dumps({"text": _sentences(_BETA_WORDS, rng, rng.randint(2, 5))}) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory):
+    return write_tiny_corpus(tmp_path_factory.mktemp("tiny_corpus"))
+
+
+@pytest.fixture(scope="session")
+def data_cache(tmp_path_factory):
+    """One cache for the session, so the tiny corpus's BPE is trained once."""
+    return tmp_path_factory.mktemp("lit_resformer_cache")
+
+
+@pytest.fixture
+def tiny_datamodule(tiny_corpus, data_cache):
+    """Factory: LMDataModule over the tiny corpus with small defaults; keyword arguments override them."""
+    from lit_resformer.data import LMDataModule
+
+    def make(**overrides):
+        args = dict(
+            source="local",
+            path=str(tiny_corpus),
+            bpe_vocab_size=300,
+            seq_len=16,
+            micro_batch_size=4,
+            holdout_fraction=0.05,
+            cache_dir=str(data_cache),
+        )
+        args.update(overrides)
+        return LMDataModule(**args)
+
+    return make
