@@ -52,4 +52,6 @@ def export_hf(ckpt: str | Path, out_dir: str | Path) -> Path:
     if not ckpt.is_file():
         raise FileNotFoundError(f"ckpt={str(ckpt)!r}: no such checkpoint file")
     model, tokenizer = load_checkpoint(ckpt)
+    if tokenizer is None:
+        raise ValueError(f"ckpt={str(ckpt)!r} holds no tokenizer; the HF folder needs one")
     return export_model(model, tokenizer, out_dir)

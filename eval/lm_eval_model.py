@@ -81,6 +81,8 @@ class LitResFormerLM(TemplateLM):
             from lit_resformer import load_checkpoint
 
             model, tokenizer = load_checkpoint(ckpt)
+            if tokenizer is None:
+                raise ValueError(f"ckpt={str(ckpt)!r} holds no tokenizer; lm-eval needs the run's tokenizer")
         if tokenizer is None:
             raise ValueError("tokenizer=None: an in-memory model needs its tokenizers.Tokenizer")
         eot_id = tokenizer.token_to_id(EOS_TOKEN)
@@ -206,10 +208,8 @@ class LitResFormerLM(TemplateLM):
             if max_gen_toks >= self.max_length:
                 raise ValueError(f"max_gen_toks={max_gen_toks} must be < max_seq_len={self.max_length}")
             context_enc = self.tok_encode(context)[-(self.max_length - max_gen_toks):] or [self.prefix_token_id]
-            text = self._generate_one(
-                context_enc, max_gen_toks, stop, temperature=kwargs["temperature"] if kwargs["do_sample"] else 0.0,
-                top_k=kwargs.get("top_k"),
-            )
+            temperature = float(kwargs.get("temperature", 1.0)) if kwargs["do_sample"] else 0.0
+            text = self._generate_one(context_enc, max_gen_toks, stop, temperature, top_k=kwargs.get("top_k"))
             text = postprocess_generated_text(text, stop=stop, think_end_token=None)
             outputs.append(text)
             self.cache_hook.add_partial("generate_until", req.args, text)

@@ -139,7 +139,10 @@ def _load(paths: Sequence[str | Path] | Mapping[str, str | Path]) -> dict[str, d
     loaded = {}
     for name, path in named:
         results = json.loads(Path(path).read_text())
-        loaded[name or run_name(results, Path(path).parent.name)] = results
+        name = name or run_name(results, Path(path).parent.name)
+        if name in loaded:
+            raise ValueError(f"two results are named {name!r} ({path}); pass a mapping run name -> path instead")
+        loaded[name] = results
     return loaded
 
 

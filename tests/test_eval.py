@@ -13,6 +13,7 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import datasets  # noqa: E402
+import lm_eval  # noqa: E402
 import lm_eval.api.registry  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -232,6 +233,11 @@ def test_generate_until_is_greedy_decoding_cut_at_stop_strings(tiny_model, bpe):
     )
     assert free == full
     assert stop and stopped == full.split(stop)[0]
+    (sampled_top1,) = lm.generate_until(  # sampling from the single most likely token is greedy decoding
+        requests("generate_until", [(context, {"until": [], "max_gen_toks": 12, "do_sample": True, "top_k": 1})]),
+        disable_tqdm=True,
+    )
+    assert sampled_top1 == full
     with pytest.raises(ValueError, match="top_p"):
         lm.generate_until(requests("generate_until", [(context, {"until": [], "top_p": 0.9})]), disable_tqdm=True)
 
@@ -407,3 +413,50 @@ def test_registered_model_matches_lm_evals_hf_model_on_the_tiny_task(tmp_path, t
         assert [r[0][0] for r in a["resps"]] == pytest.approx([r[0][0] for r in b["resps"]], abs=1e-4)
     for metric in ("acc,none", "acc_norm,none"):
         assert ours["results"]["lrf_tiny_mc"][metric] == theirs["results"]["lrf_tiny_mc"][metric]
+
+
+# ------------------------------------------------------------------------------------ from a training run
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, tiny_corpus, data_cache):
+    """A vanilla run of two steps through `lit-resformer fit`: its checkpoint is what users evaluate."""
+    from lit_resformer.cli import main
+
+    root = tmp_path_factory.mktemp("eval_run")
+    config = {
+        "seed_everything": 0,
+        "trainer": {"accelerator": "cpu", "devices": 1, "max_steps": 2, "val_check_interval": 2,
+                    "check_val_every_n_epoch": None, "num_sanity_val_steps": 0, "enable_progress_bar": False,
+                    "enable_model_summary": False},
+        "model": {"config": {"n_layer": 2, "n_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64},
+                  "lr": 3e-3, "warmup_steps": 1},
+        "data": {"source": "local", "path": str(tiny_corpus), "bpe_vocab_size": 300, "seq_len": 16,
+                 "micro_batch_size": 4, "holdout_fraction": 0.05, "cache_dir": str(data_cache)},
+    }
+    (root / "experiment.yaml").write_text(json.dumps(config))  # JSON is YAML
+    main(["fit", "--config", str(root / "experiment.yaml"), "--trainer.default_root_dir", str(root / "vanilla")])
+    return root / "vanilla"
+
+
+def test_checkpoint_through_simple_evaluate_run_eval_and_export(trained_run, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from eval.export import export_hf
+    from lit_resformer import load_checkpoint
+
+    ckpt = trained_run / "checkpoints" / "last.ckpt"
+    direct = lm_eval.simple_evaluate(
+        model="lit-resformer", model_args=f"ckpt={ckpt},batch_size=4", tasks=["lrf_tiny_mc"],
+        task_manager=build_task_manager(["lrf_tiny_mc"]),
+    )
+    results = run_eval(ckpt, tasks="lrf_tiny_mc", batch_size=2, out_dir=tmp_path / "eval")
+    assert results["lit_resformer"]["name"] == "vanilla"
+    for a, b in zip(direct["samples"]["lrf_tiny_mc"], results["samples"]["lrf_tiny_mc"], strict=True):
+        assert a["resps"] == b["resps"]
+    assert "| vanilla | acc |" in (tmp_path / "eval" / "zero_shot.md").read_text()
+
+    export_hf(ckpt, tmp_path / "hf")
+    model, tokenizer = load_checkpoint(ckpt)
+    ids = torch.tensor([tokenizer.encode("the river stone").ids])
+    hf_model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hf_model(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
