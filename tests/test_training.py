@@ -1,0 +1,181 @@
+"""Training pipeline: the Lightning CLI end to end, exact resume after SIGKILL, DDP, refusal of bad input."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_resformer import load_checkpoint
+from lit_resformer.cli import main
+from lit_resformer.lit_module import warmup_cosine
+from lit_resformer.run_metrics import read_metrics
+
+HELPERS = Path(__file__).parent / "helpers"
+
+
+def experiment(tmp_path: Path, corpus: Path, cache: Path, **sections) -> Path:
+    """A complete experiment YAML for a very small model on the tiny two-domain corpus."""
+    config = {
+        "seed_everything": 0,
+        "trainer": {"accelerator": "cpu", "devices": 1, "max_steps": 10, "val_check_interval": 5,
+                    "check_val_every_n_epoch": None, "num_sanity_val_steps": 0, "gradient_clip_val": 1.0,
+                    "enable_progress_bar": False, "enable_model_summary": False},
+        "checkpoint": {"every_n_train_steps": 2},
+        "model": {"config": {"n_layer": 2, "n_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64,
+                             "residual": {"target": "v"}},
+                  "lr": 3e-3, "warmup_steps": 3},
+        "data": {"source": "local", "path": str(corpus), "bpe_vocab_size": 300, "seq_len": 16,
+                 "micro_batch_size": 4, "holdout_fraction": 0.05, "cache_dir": str(cache)},
+    }
+    for section, values in sections.items():
+        if isinstance(values, dict) and isinstance(config.get(section), dict):
+            config[section] = {**config[section], **values}
+        else:
+            config[section] = values
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def fit(config: Path, run_dir: Path, *extra: str) -> None:
+    main(["fit", "--config", str(config), "--trainer.default_root_dir", str(run_dir), *extra])
+
+
+def test_warmup_cosine_schedule():
+    kw = dict(peak=6e-4, start=1e-7, warmup=120, total=10_000, final_ratio=0.1)
+    assert warmup_cosine(0, **kw) == pytest.approx(1e-7)
+    assert warmup_cosine(60, **kw) == pytest.approx((1e-7 + 6e-4) / 2)
+    assert warmup_cosine(120, **kw) == pytest.approx(6e-4)
+    assert warmup_cosine(10_000, **kw) == pytest.approx(6e-5)
+    mid = 120 + (10_000 - 120) / 2
+    assert warmup_cosine(mid, **kw) == pytest.approx((6e-4 + 6e-5) / 2)
+    steps = [warmup_cosine(s, **kw) for s in range(120, 10_001, 100)]
+    assert all(a >= b for a, b in zip(steps, steps[1:], strict=False))
+
+
+def test_fit_writes_a_complete_run(tmp_path, tiny_corpus, data_cache):
+    run = tmp_path / "run"
+    fit(experiment(tmp_path, tiny_corpus, data_cache), run)
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    metrics = read_metrics(run)
+    for name in ("train/loss", "train/lr", "train/grad_norm", "train/tokens_seen", "train/device/items_per_sec",
+                 "val/loss", "val/loss/alpha", "val/loss/beta"):
+        assert name in metrics, name
+    assert [s for s, _ in metrics["train/loss"]] == list(range(10))
+    assert metrics["train/tokens_seen"][-1][1] == 10 * 4 * 16
+    assert metrics["val/loss/alpha"][0][0] == 0  # validation before the first step, then every 5 steps
+    assert metrics["val/loss"][-1][1] < metrics["val/loss"][0][1]
+    assert list((run / "tb").rglob("events.out.tfevents.*"))
+    assert (run / "checkpoints" / "last.ckpt").exists()
+    model, tokenizer = load_checkpoint(run / "checkpoints" / "last.ckpt")
+    # vocab_size is linked from the tokenizer, never typed twice
+    assert model.config.vocab_size == tokenizer.get_vocab_size()
+    assert "vocab_size" not in resolved["model"]["config"]  # derived at run time, not a setting
+    assert model.config.residual.target == "v"
+
+
+def test_learnable_mixing_weights_are_logged(tmp_path, tiny_corpus, data_cache):
+    run = tmp_path / "run"
+    cfg = experiment(tmp_path, tiny_corpus, data_cache, trainer={"max_steps": 3},
+                     model={"config": {"n_layer": 2, "n_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64,
+                                       "residual": {"target": "v", "learnable": "scalar"}}, "lr": 3e-3,
+                            "warmup_steps": 1})
+    fit(cfg, run)
+    metrics = read_metrics(run)
+    assert len(metrics["mix/layer2/self"]) == 3 and len(metrics["mix/layer2/history"]) == 3
+    assert metrics["mix/layer2/self"][-1][1] != 0.5  # they train
+
+
+def test_resume_after_sigkill_is_exact(tmp_path, tiny_corpus, data_cache):
+    """SIGKILL after the step-4 checkpoint, resume with --ckpt_path last: same losses, bit for bit."""
+    config = experiment(tmp_path, tiny_corpus, data_cache)
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    fit(config, straight)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(config),
+         "--trainer.default_root_dir", str(crashed),
+         "--trainer.callbacks+=crash.KillAtStep", "--trainer.callbacks.step=5"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert read_metrics(crashed)["train/loss"][-1][0] < 9  # it really died mid-run
+    fit(config, crashed, "--ckpt_path", "last")
+    a, b = read_metrics(straight), read_metrics(crashed)
+    assert a["train/loss"] == b["train/loss"]
+    assert a["val/loss"] == b["val/loss"]
+
+
+def _refused(capsys, config, run, *extra) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        fit(config, run, *extra)
+    assert exit_info.value.code == 2
+    assert not run.exists(), "a refused run must not leave a run directory behind"
+    return capsys.readouterr().err
+
+
+def test_bad_input_is_refused_before_training(tmp_path, tiny_corpus, data_cache, capsys):
+    run = tmp_path / "run"
+    cases = [
+        ({"data": {"path": str(tmp_path / "missing")}}, (), "data.path"),
+        ({"data": {"seq_len": 128}}, (), "data.seq_len=128 exceeds model.config.max_seq_len=64"),
+        ({"global_batch_tokens": 100}, (), "global_batch_tokens=100 is not divisible"),
+        ({"data": {"tokenizer": "no-such-tokenizer"}}, (), "tokenizer"),
+        ({"model": {"config": {"size": "tiny", "residual": {"target": "v"}, "share": {"svformer": True}}}}, (),
+         "share.svformer"),
+    ]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases.append(({"data": {"path": str(empty)}}, (), "data.path"))
+    for sections, extra, message in cases:
+        err = _refused(capsys, experiment(tmp_path, tiny_corpus, data_cache, **sections), run, *extra)
+        assert message in err, (message, err)
+    broken = tmp_path / "broken.ckpt"
+    broken.write_bytes(b"not a checkpoint")
+    err = _refused(capsys, experiment(tmp_path, tiny_corpus, data_cache), run, "--ckpt_path", str(broken))
+    assert "is not a readable checkpoint" in err
+
+
+def test_domain_without_documents_is_refused(tmp_path, tiny_corpus, data_cache, capsys):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for f in tiny_corpus.iterdir():
+        (corpus / f.name).write_bytes(f.read_bytes())
+    (corpus / "gamma.txt").write_text("\n\n")
+    err = _refused(capsys, experiment(tmp_path, corpus, data_cache), tmp_path / "run")
+    assert "gamma" in err
+
+
+def test_existing_run_is_not_overwritten(tmp_path, tiny_corpus, data_cache, capsys):
+    run = tmp_path / "run"
+    config = experiment(tmp_path, tiny_corpus, data_cache, trainer={"max_steps": 2})
+    fit(config, run)
+    with pytest.raises(SystemExit):
+        fit(config, run)
+    assert "already holds a run" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ddp_matches_single_process(tmp_path, tiny_corpus, data_cache):
+    """2 CPU processes (gloo) with micro-batch 2 == 1 process with micro-batch 4: same global batch."""
+    steps = {"max_steps": 20, "val_check_interval": 10}
+    single = experiment(tmp_path, tiny_corpus, data_cache, trainer=steps)
+    fit(single, tmp_path / "single")
+    ddp_dir = tmp_path / "ddp"
+    ddp_dir.mkdir()
+    ddp = experiment(ddp_dir, tiny_corpus, data_cache, data={"micro_batch_size": 2},
+                     trainer={**steps, "devices": 2, "strategy": "ddp"})
+    proc = subprocess.run([sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(ddp),
+                           "--trainer.default_root_dir", str(tmp_path / "ddp_run")],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = read_metrics(tmp_path / "single")["train/loss"], read_metrics(tmp_path / "ddp_run")["train/loss"]
+    assert [s for s, _ in a] == [s for s, _ in b] == list(range(20))
+    assert max(abs(x - y) for (_, x), (_, y) in zip(a, b, strict=True)) < 1e-3
+    assert not math.isclose(a[0][1], a[-1][1])  # it trained
