@@ -1,0 +1,99 @@
+"""python -m ablations run GRID.yaml [options] | report RUNS_DIR/<grid>"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .job import HOOKS, run_hook_in_process
+from .report import write_report
+from .runner import run_grid
+from .spec import GridError
+from .store import RunConflict
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ablations", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="train every run of a grid (idempotent), then write its report")
+    add_run_arguments(run)
+
+    report = sub.add_parser("report", help="write report.md and index.html for RUNS_DIR/<grid>")
+    report.add_argument("grid_dir", type=Path)
+
+    hook = sub.add_parser("hook", help=argparse.SUPPRESS)  # used by the runner: one plug-in on one run
+    hook.add_argument("kind", choices=sorted(HOOKS))
+    hook.add_argument("run_dir", type=Path)
+    return parser
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `run` (also used by `lit-resformer grid`)."""
+    parser.add_argument("grid", type=Path, help="grid YAML, e.g. configs/grids/fig7.yaml")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="runs go to RUNS_DIR/<grid>/<cell>/seed<k>")
+    parser.add_argument("--executor", choices=["local", "slurm"], default="local")
+    parser.add_argument("--dry-run", action="store_true", help="list what would run and what is skipped")
+    parser.add_argument("--seeds", type=int, nargs="+", help="replace the grid's seeds")
+    parser.add_argument("--eval", action="store_true", help="zero-shot eval of every finished run")
+    parser.add_argument("--analyze", action="store_true", help="attention analysis of every finished run")
+    parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    local = parser.add_argument_group("local executor")
+    local.add_argument("--devices", help="comma-separated GPU ids to use (default: all visible GPUs)")
+    local.add_argument("--gpus-per-run", type=int, default=1, help="GPUs per run (also for slurm)")
+    local.add_argument("--cpu-slots", type=int, default=1, help="concurrent runs on a CPU-only machine")
+    slurm = parser.add_argument_group("slurm executor (submitit)")
+    slurm.add_argument("--partition")
+    slurm.add_argument("--time", type=int, default=24 * 60, help="time limit per job in minutes (requeued after)")
+    slurm.add_argument("--cpus-per-task", type=int)
+    slurm.add_argument("--mem-gb", type=float)
+    slurm.add_argument("--account")
+    slurm.add_argument("--qos")
+    slurm.add_argument("--constraint")
+    slurm.add_argument("--max-requeues", type=int, default=5)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    slurm = dict(
+        partition=args.partition, time_min=args.time, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
+        account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues,
+    )
+    try:
+        outcome = run_grid(
+            args.grid,
+            runs_dir=args.runs_dir,
+            executor=args.executor,
+            dry_run=args.dry_run,
+            seeds=args.seeds,
+            evaluate=args.eval,
+            analyze=args.analyze,
+            report=not args.no_report,
+            devices=args.devices.split(",") if args.devices else None,
+            gpus_per_run=args.gpus_per_run,
+            cpu_slots=args.cpu_slots,
+            slurm=slurm,
+        )
+    except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 1 if outcome.failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return run_from_args(args)
+    if args.command == "report":
+        try:
+            print(write_report(args.grid_dir))
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
+    run_hook_in_process(args.kind, args.run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

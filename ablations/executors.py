@@ -1,0 +1,190 @@
+"""Executors run a list of RunJobs and report each outcome as it arrives.
+
+`LocalExecutor` is a pool over this machine's devices: one run per GPU (or per group of
+`gpus_per_run` GPUs, for runs that use a multi-GPU Lightning strategy themselves), or `cpu_slots`
+concurrent runs on a CPU-only machine. `SlurmExecutor` submits one submitit job per run; a job that
+is preempted or reaches its time limit checkpoints (resubmits itself) and the requeued job resumes
+training from `checkpoints/last.ckpt`.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from .job import RunJob, execute
+
+# on_done(job, summary, error): summary is None when the job could not run at all (error says why).
+OnDone = Callable[[RunJob, dict | None, str | None], None]
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may hand out: CUDA_VISIBLE_DEVICES' entries if set, else 0..n-1."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        return [d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, devices: Sequence[str] | None = None, gpus_per_run: int = 1, cpu_slots: int = 1):
+        devices = list(visible_gpus() if devices is None else devices)
+        if gpus_per_run < 1 or cpu_slots < 1:
+            raise ValueError(f"gpus_per_run ({gpus_per_run}) and cpu_slots ({cpu_slots}) must be >= 1")
+        if devices:
+            if len(devices) < gpus_per_run:
+                raise ValueError(f"gpus_per_run={gpus_per_run} but only devices {devices} are available")
+            groups = [devices[i : i + gpus_per_run] for i in range(0, len(devices) - gpus_per_run + 1, gpus_per_run)]
+            self.slots = [{"CUDA_VISIBLE_DEVICES": ",".join(group)} for group in groups]
+        else:
+            # CPU runs: hide GPUs and split the cores between concurrent runs.
+            threads = max(1, (os.cpu_count() or 1) // cpu_slots)
+            slot = {"CUDA_VISIBLE_DEVICES": ""}
+            if cpu_slots > 1 and "OMP_NUM_THREADS" not in os.environ:
+                slot["OMP_NUM_THREADS"] = str(threads)
+            self.slots = [dict(slot) for _ in range(cpu_slots)]
+
+    def describe(self) -> str:
+        if self.slots[0]["CUDA_VISIBLE_DEVICES"]:
+            return f"local pool over GPUs: {[s['CUDA_VISIBLE_DEVICES'] for s in self.slots]} (one run per slot)"
+        return f"local pool on CPU: {len(self.slots)} concurrent run(s)"
+
+    def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
+        free: queue.Queue[dict] = queue.Queue()
+        for slot in self.slots:
+            free.put(slot)
+
+        def work(job: RunJob) -> dict:
+            slot = free.get()  # at most len(slots) workers, so a slot is always free here
+            try:
+                return execute(job, env=slot)
+            finally:
+                free.put(slot)
+
+        with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="run") as pool:
+            futures = {pool.submit(work, job): job for job in jobs}
+            for future in _as_done(futures):
+                job = futures[future]
+                error = future.exception()
+                on_done(job, None if error else future.result(), f"{type(error).__name__}: {error}" if error else None)
+
+
+def _as_done(futures):
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        yield from done
+
+
+class SlurmExecutor:
+    """One submitit job per run. `cluster="local"` runs the same jobs through submitit's local
+    executor (tests, or a workstation without SLURM)."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        folder: str | Path,
+        partition: str | None = None,
+        gpus_per_run: int = 1,
+        cpus_per_task: int | None = None,
+        mem_gb: float | None = None,
+        time_min: int = 24 * 60,
+        account: str | None = None,
+        qos: str | None = None,
+        constraint: str | None = None,
+        max_requeues: int = 5,
+        cluster: str = "slurm",
+        poll_s: float = 10.0,
+    ):
+        self.folder = Path(folder)
+        self.cluster = cluster
+        self.poll_s = poll_s
+        self.max_requeues = max_requeues
+        self.parameters = {
+            "timeout_min": int(time_min),
+            "nodes": 1,
+            "tasks_per_node": 1,
+            "gpus_per_node": int(gpus_per_run),
+        }
+        if cpus_per_task is not None:
+            self.parameters["cpus_per_task"] = int(cpus_per_task)
+        if mem_gb is not None:
+            self.parameters["mem_gb"] = mem_gb
+        slurm_only = {"partition": partition, "account": account, "qos": qos, "constraint": constraint}
+        self.slurm_parameters = {f"slurm_{k}": v for k, v in slurm_only.items() if v is not None}
+        # SIGUSR2 two minutes before the time limit: time to checkpoint (resubmit) the job.
+        self.slurm_parameters["slurm_signal_delay_s"] = 120
+
+    def describe(self) -> str:
+        shown = {**self.parameters, **self.slurm_parameters}
+        return f"submitit ({self.cluster}) one job per run: " + ", ".join(f"{k}={v}" for k, v in shown.items())
+
+    def _executor(self, job_name: str):
+        import submitit
+
+        executor = submitit.AutoExecutor(
+            folder=self.folder / "%j", cluster=self.cluster, slurm_max_num_timeout=self.max_requeues
+        )
+        executor.update_parameters(name=job_name, **self.parameters, **self.slurm_parameters)
+        return executor
+
+    def sbatch_script(self, job: RunJob) -> str:
+        """The sbatch file submitit would write for this job (for --dry-run; works without SLURM)."""
+        import shlex
+        import sys
+
+        from submitit.slurm import slurm
+
+        renames = slurm.SlurmExecutor._equivalence_dict()
+        params = {renames.get(k, k): v for k, v in self.parameters.items()}
+        params.update({k.removeprefix("slurm_"): v for k, v in self.slurm_parameters.items()})
+        if "mem" in params:
+            params["mem"] = slurm._convert_mem(params["mem"])
+        command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(self.folder / '%j'))}"
+        return slurm._make_sbatch_string(command=command, folder=self.folder / "%j", job_name=job.name.replace("/", "."), **params)
+
+    def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
+        submitted = []
+        for job in jobs:
+            executor = self._executor(job.name.replace("/", "."))
+            submitted.append((job, executor.submit(CheckpointableRun(job))))
+        pending = list(submitted)
+        while pending:
+            still = []
+            for job, handle in pending:
+                if not handle.done():
+                    still.append((job, handle))
+                    continue
+                try:
+                    on_done(job, handle.result(), None)
+                except Exception as e:  # the job itself failed (node failure, cancelled, ...)
+                    on_done(job, None, f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+            pending = still
+            if pending:
+                time.sleep(self.poll_s)
+
+
+try:
+    from submitit.helpers import Checkpointable as _Checkpointable
+except ImportError:  # submitit is the optional `slurm` extra; the local executor does not need it
+    _Checkpointable = object
+
+
+class CheckpointableRun(_Checkpointable):
+    """The submitit job of one run. On preemption or timeout submitit calls `checkpoint()`, whose
+    default (submitit's Checkpointable) resubmits this same object; the requeued job finds
+    `checkpoints/last.ckpt` and `execute` resumes with `--ckpt_path last`."""
+
+    def __init__(self, job: RunJob):
+        self.job = job
+
+    def __call__(self) -> dict:
+        return execute(self.job)

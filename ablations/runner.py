@@ -1,0 +1,182 @@
+"""run_grid: expand and validate a grid, then train its runs through an executor, idempotently.
+
+- runs whose summary says done (or diverged: a deterministic outcome) are skipped;
+- runs with a checkpoint resume from it (`--ckpt_path last`); failed and interrupted runs are retried;
+- a failing or diverging run is recorded in its summary.json and the grid goes on;
+- at the end the report is written (ablations.report.write_report).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import yaml
+from tqdm import tqdm
+
+from .executors import LocalExecutor, SlurmExecutor
+from .job import HOOKS, RunJob, default_train_command, hook_function
+from .spec import Grid, GridError, Run, load_grid
+from .store import FINISHED, RunConflict, RunDir, atomic_write_text
+
+
+@dataclass
+class GridOutcome:
+    grid: Grid
+    grid_dir: Path
+    summaries: dict[str, dict] = field(default_factory=dict)  # run name -> summary (None: could not run)
+    errors: dict[str, str] = field(default_factory=dict)  # run name -> why it could not run
+    report: Path | None = None
+
+    @property
+    def failed(self) -> list[str]:
+        bad = [name for name, s in self.summaries.items() if s and s.get("status") not in FINISHED]
+        return sorted(set(bad) | set(self.errors))
+
+
+def make_executor(
+    kind: str,
+    grid_dir: Path,
+    devices: Sequence[str] | None = None,
+    gpus_per_run: int = 1,
+    cpu_slots: int = 1,
+    slurm: dict | None = None,
+):
+    if kind == "local":
+        return LocalExecutor(devices=devices, gpus_per_run=gpus_per_run, cpu_slots=cpu_slots)
+    if kind == "slurm":
+        return SlurmExecutor(folder=grid_dir / ".submitit", gpus_per_run=gpus_per_run, **(slurm or {}))
+    raise GridError(f"unknown executor '{kind}'; choose local or slurm")
+
+
+def plan(grid: Grid, runs: list[Run], grid_dir: Path, hooks: Sequence[str]) -> list[tuple[Run, str, list[str]]]:
+    """For every run: (run, what will happen, pending hooks). Refuses (RunConflict) if any existing
+    run directory holds a different config — checked for all runs before anything starts."""
+    conflicts, planned = [], []
+    for run in runs:
+        run_dir = RunDir(grid_dir.parent / run.relative_dir())
+        try:
+            run_dir.check_config(run.config, run.name)
+        except RunConflict as e:
+            conflicts.append(str(e))
+            continue
+        summary = run_dir.read_summary() or {}
+        status = summary.get("status")
+        if status == "done":
+            action = "skip: done"
+        elif status == "diverged":
+            action = f"skip: diverged at step {summary.get('diverged_step')}"
+        elif run_dir.resumable():
+            action = f"resume from checkpoint (logged up to step {run_dir.last_step()})"
+        elif status in ("failed", "interrupted", "running"):
+            action = f"retry ({status}{': ' + summary['error'] if summary.get('error') else ''})"
+        else:
+            action = "run"
+        trains = not action.startswith("skip")
+        pending_hooks = [
+            kind for kind in hooks if (trains or status == "done") and not (run_dir.path / HOOKS[kind][2]).is_file()
+        ]
+        planned.append((run, action, pending_hooks))
+    if conflicts:
+        raise RunConflict("\n".join(conflicts))
+    return planned
+
+
+def run_grid(
+    grid: str | Path,
+    runs_dir: str | Path = "runs",
+    executor: str = "local",
+    dry_run: bool = False,
+    seeds: Sequence[int] | None = None,
+    evaluate: bool = False,
+    analyze: bool = False,
+    report: bool = True,
+    train_command: Sequence[str] | None = None,
+    devices: Sequence[str] | None = None,
+    gpus_per_run: int = 1,
+    cpu_slots: int = 1,
+    slurm: dict | None = None,
+    progress: bool = True,
+    out: TextIO | None = None,
+) -> GridOutcome:
+    """Train every run of a grid file into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
+
+    `train_command` replaces the training command (default: `lit-resformer fit`, or
+    $LIT_RESFORMER_TRAIN_CMD); it is called with `--config YAML --trainer.default_root_dir RUN_DIR
+    [--ckpt_path last]`. `slurm` holds SlurmExecutor options (partition, cpus_per_task, mem_gb,
+    time_min, account, qos, constraint, max_requeues, cluster).
+    """
+    out = out or sys.stdout
+    spec = load_grid(grid, seeds=seeds)
+    runs = spec.runs()
+    grid_dir = Path(runs_dir) / spec.name
+    hooks = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
+    for kind in hooks:
+        hook_function(kind)  # fail now, not after training, if a plug-in is missing
+    planned = plan(spec, runs, grid_dir, hooks)
+    pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm)
+    command = list(train_command) if train_command is not None else default_train_command()
+    jobs = [
+        RunJob(run.grid, run.cell, run.seed, grid_dir / run.cell / f"seed{run.seed}", command,
+               train=not action.startswith("skip"), hooks=tuple(pending))
+        for run, action, pending in planned
+        if not action.startswith("skip") or pending
+    ]
+
+    print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(runs)} runs -> {grid_dir}", file=out)
+    print(f"executor: {pool.describe()}", file=out)
+    for run, action, pending in planned:
+        extra = f" then {'+'.join(pending)}" if pending else ""
+        print(f"  {run.name:<48} {action}{extra}", file=out)
+    outcome = GridOutcome(spec, grid_dir)
+    if dry_run:
+        if isinstance(pool, SlurmExecutor) and jobs:
+            print(f"\nsbatch script of the first job ({jobs[0].name}); the others differ only in the name:", file=out)
+            print(pool.sbatch_script(jobs[0]), file=out)
+        print(f"dry run: {len(jobs)} of {len(runs)} runs would start", file=out)
+        return outcome
+
+    grid_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(grid_dir / "grid.yaml", yaml.safe_dump(spec.manifest(), sort_keys=False))
+    for run, action, _ in planned:
+        RunDir(grid_dir / run.cell / f"seed{run.seed}").write_config(run.config, run.name)
+
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    bar = tqdm(total=len(jobs), desc=f"grid {spec.name}", unit="run", disable=not progress or not jobs, file=sys.stderr)
+
+    def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
+        with lock:
+            if summary is None:
+                outcome.errors[job.name] = error
+                counts["error"] += 1
+                bar.write(f"{job.name}: could not run: {error}")
+            else:
+                outcome.summaries[job.name] = summary
+                counts[summary.get("status", "?")] += 1
+                if summary.get("status") != "done":
+                    bar.write(f"{job.name}: {summary.get('status')}: {summary.get('error')}")
+            bar.update(1)
+            bar.set_postfix(dict(counts))
+
+    try:
+        pool.run(jobs, on_done)
+    finally:
+        bar.close()
+    for run, action, _ in planned:
+        name = run.name
+        if name not in outcome.summaries and name not in outcome.errors:
+            outcome.summaries[name] = RunDir(grid_dir / run.cell / f"seed{run.seed}").read_summary()
+    if report:
+        from .report import write_report
+
+        outcome.report = write_report(grid_dir)
+        print(f"report: {outcome.report}", file=out)
+    if outcome.failed:
+        print(f"{len(outcome.failed)} run(s) did not finish: {', '.join(outcome.failed)}", file=out)
+    return outcome

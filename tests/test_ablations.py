@@ -1,0 +1,298 @@
+"""Runner, store and executors with a fake training command that honours the `lit-resformer fit`
+contract: `--config YAML --trainer.default_root_dir RUN [--ckpt_path last]`, a new
+`csv/version_N/metrics.csv` per start, `checkpoints/last.ckpt`, and a non-zero exit with
+`diverged: non-finite loss at step N` when the loss blows up."""
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ablations import LocalExecutor, RunConflict, read_metrics, run_grid
+
+FAKE_TRAINER = textwrap.dedent(
+    '''
+    import csv, json, math, os, signal, sys, time
+    from pathlib import Path
+    import yaml
+
+    args = sys.argv[1:]
+    config = yaml.safe_load(open(args[args.index("--config") + 1]))
+    run = Path(args[args.index("--trainer.default_root_dir") + 1])
+    resume = "--ckpt_path" in args
+    cell = run.parent.name
+    with open(run / "calls.jsonl", "a") as f:
+        f.write(json.dumps({"argv": args, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                            "omp": os.environ.get("OMP_NUM_THREADS"), "time": time.time()}) + "\\n")
+    if not resume and (run / "csv").exists():
+        sys.exit("error: run directory already holds a run; resume it with --ckpt_path last")
+
+    device_dir = os.environ.get("FAKE_DEVICE_DIR")
+    if device_dir:  # device-pool test: no device may be held by two runs at once
+        busy = [Path(device_dir) / f"busy-{d}" for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",")]
+        for b in busy:
+            try:
+                os.close(os.open(b, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                sys.exit(f"device {b.name} is already in use by another run")
+        (Path(device_dir) / f"started-{os.getpid()}").touch()
+        deadline = time.time() + 60  # wait until enough runs are running concurrently
+        while len(list(Path(device_dir).glob("started-*"))) < int(os.environ["FAKE_WAIT_FOR"]):
+            if time.time() > deadline:
+                sys.exit("the pool never ran enough runs at the same time")
+            time.sleep(0.05)
+
+    max_steps = config["trainer"]["max_steps"]
+    val_every = config["trainer"]["val_check_interval"]
+    ckpt_every = config["checkpoint"]["every_n_train_steps"]
+    seed = config["seed_everything"]
+    target = config["model"]["config"].get("residual", {}).get("target", "none")
+    offset = {"none": 0.0, "v": -0.05, "q": 0.03, "k": 0.04}[target]
+    ckpt = run / "checkpoints" / "last.ckpt"
+    start = json.loads(ckpt.read_text())["step"] if resume and ckpt.exists() else 0
+    versions = sorted(int(p.name.split("_")[1]) for p in (run / "csv").glob("version_*"))
+    out_dir = run / "csv" / f"version_{versions[-1] + 1 if versions else 0}"
+    out_dir.mkdir(parents=True)
+    columns = ["step", "train/loss", "train/tokens_seen", "train/items_per_sec", "val/loss", "val/loss/code", "val/loss/english"]
+    metrics = open(out_dir / "metrics.csv", "w", newline="")
+    writer = csv.DictWriter(metrics, fieldnames=columns)
+    writer.writeheader()
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+
+    def loss_at(step):
+        return 2.0 + 3.0 * math.exp(-step / 8) + offset + 0.01 * math.sin(seed + step)
+
+    for step in range(start, max_steps):
+        if config["model"]["lr"] >= 1.0 and step == 3:
+            print("Traceback (most recent call last):", file=sys.stderr)
+            print(f"FloatingPointError: diverged: non-finite loss at step {step} (nan)", file=sys.stderr)
+            sys.exit(1)
+        writer.writerow({"step": step, "train/loss": loss_at(step), "train/tokens_seen": (step + 1) * 512,
+                         "train/items_per_sec": 1000.0 + seed})
+        if (step + 1) % val_every == 0:
+            writer.writerow({"step": step, "val/loss": loss_at(step) + 0.1, "val/loss/code": loss_at(step),
+                             "val/loss/english": loss_at(step) + 0.2})
+        metrics.flush()
+        if (step + 1) % ckpt_every == 0 or step + 1 == max_steps:
+            (run / "checkpoints").mkdir(exist_ok=True)
+            tmp = ckpt.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"step": step + 1}))
+            tmp.replace(ckpt)
+            if not resume and os.environ.get("FAKE_KILL_CELL") == cell and step + 1 >= int(os.environ["FAKE_KILL_AFTER"]):
+                os.kill(os.getpid(), signal.SIGKILL)  # the machine dies right after a checkpoint
+            if not resume and os.environ.get("FAKE_BLOCK_CELL") == cell and step + 1 >= 10:
+                time.sleep(120)  # hangs until it is stopped (the SLURM job is preempted)
+        time.sleep(float(os.environ.get("FAKE_STEP_SLEEP", "0")))
+    if device_dir:
+        for b in busy:
+            b.unlink()
+    print(f"fit done at step {max_steps}")
+    '''
+)
+
+BASE = {
+    "seed_everything": 0,
+    "global_batch_tokens": None,
+    "trainer": {"max_steps": 20, "val_check_interval": 5, "precision": "32-true"},
+    "checkpoint": {"every_n_train_steps": 5},
+    "model": {"config": {"size": "tiny"}, "lr": 6.0e-4},
+    "data": {"seq_len": 64, "micro_batch_size": 2},
+}
+
+
+@pytest.fixture
+def fake(tmp_path):
+    script = tmp_path / "fake_trainer.py"
+    script.write_text(FAKE_TRAINER)
+    return [sys.executable, str(script), "fit"]
+
+
+def write_grid(tmp_path: Path, grid: dict, base: dict = BASE, name: str = "grid.yaml") -> Path:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"name": "g", "base": "base.yaml", **grid}, sort_keys=False))
+    return path
+
+
+THREE_CELLS = {
+    "baseline": "vanilla",
+    "seeds": [0],
+    "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}, "boom": {"model.lr": 1000.0}},
+}
+
+
+def calls(run_dir: Path) -> list[dict]:
+    path = run_dir / "calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path, fake, monkeypatch):
+    grid = write_grid(tmp_path, THREE_CELLS)
+    runs = tmp_path / "runs"
+    g = runs / "g"
+
+    monkeypatch.setenv("FAKE_KILL_CELL", "resformer")
+    monkeypatch.setenv("FAKE_KILL_AFTER", "10")
+    first = run_grid(grid, runs_dir=runs, train_command=fake, progress=False)
+    assert summary(g / "vanilla/seed0")["status"] == "done"
+    killed = summary(g / "resformer/seed0")
+    assert killed["status"] == "failed" and killed["error"].startswith("killed by SIGKILL")
+    diverged = summary(g / "boom/seed0")
+    assert diverged["status"] == "diverged" and diverged["diverged_step"] == 3
+    assert first.failed == ["g/resformer/seed0"]
+    # The resolved config went into the run before it started, and the report exists already.
+    assert yaml.safe_load((g / "vanilla/seed0/experiment.yaml").read_text())["seed_everything"] == 0
+    assert "diverged at step 3" in (g / "report.md").read_text()
+
+    monkeypatch.delenv("FAKE_KILL_CELL")
+    second = run_grid(grid, runs_dir=runs, train_command=fake, progress=False)
+    assert second.failed == []
+    assert len(calls(g / "vanilla/seed0")) == 1  # finished: not retrained
+    assert len(calls(g / "boom/seed0")) == 1  # diverged is a result, not retried
+    resumed = calls(g / "resformer/seed0")
+    assert len(resumed) == 2
+    assert "--ckpt_path" not in resumed[0]["argv"]
+    assert resumed[1]["argv"][-2:] == ["--ckpt_path", "last"]
+    final = summary(g / "resformer/seed0")
+    assert final["status"] == "done" and final["attempts"] == 2 and final["resumed"]
+    assert final["steps"] == 19
+
+    # The interrupted-and-resumed run ends exactly like an uninterrupted one.
+    clean = run_grid(grid, runs_dir=tmp_path / "clean", train_command=fake, progress=False)
+    assert clean.failed == []
+    clean_dir = tmp_path / "clean/g/resformer/seed0"
+    assert read_metrics(g / "resformer/seed0").equals(read_metrics(clean_dir))
+    for key in ("final_train_loss", "best_train_loss", "final_val_loss", "final_val_loss_by_domain", "steps"):
+        assert final[key] == summary(clean_dir)[key]
+    assert final["final_val_loss_by_domain"].keys() == {"code", "english"}
+    assert final["params"] > 0 and final["kv_cache_bytes_per_token"] > 0
+    assert final["tokens_per_sec"] == 1000.0
+
+    # A third run has nothing to do.
+    out = tmp_path / "dry.txt"
+    with open(out, "w") as f:
+        run_grid(grid, runs_dir=runs, train_command=fake, dry_run=True, out=f)
+    listing = out.read_text()
+    assert "0 of 3 runs would start" in listing
+    assert "skip: diverged at step 3" in listing
+
+
+def test_changed_config_is_refused_naming_the_run(tmp_path, fake):
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
+    runs = tmp_path / "runs"
+    run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False)
+    changed = {**BASE, "trainer": {**BASE["trainer"], "max_steps": 30}}
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=changed)
+    with pytest.raises(RunConflict, match=r"g/vanilla/seed0 .*trainer.max_steps: 20 -> 30"):
+        run_grid(grid, runs_dir=runs, train_command=fake, progress=False)
+    assert len(calls(runs / "g/vanilla/seed0")) == 1
+
+
+def test_dry_run_lists_runs_and_writes_nothing(tmp_path, fake):
+    grid = write_grid(tmp_path, {**THREE_CELLS, "seeds": [0, 1]})
+    out = tmp_path / "dry.txt"
+    with open(out, "w") as f:
+        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, dry_run=True, out=f)
+    listing = out.read_text()
+    assert "3 cells x 2 seeds = 6 runs" in listing
+    assert listing.count(" run\n") == 6
+    assert "g/boom/seed1" in listing
+    assert not (tmp_path / "runs").exists()
+
+
+def test_local_pool_gives_concurrent_runs_distinct_devices(tmp_path, fake, monkeypatch):
+    device_dir = tmp_path / "devices"
+    device_dir.mkdir()
+    monkeypatch.setenv("FAKE_DEVICE_DIR", str(device_dir))
+    monkeypatch.setenv("FAKE_WAIT_FOR", "3")  # each run waits until three runs hold devices at once
+    monkeypatch.setenv("FAKE_STEP_SLEEP", "0.01")
+    grid = write_grid(tmp_path, {"baseline": "lr=0.001", "matrix": {"model.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3]}})
+    outcome = run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, devices=["0", "1", "2"],
+                       progress=False, report=False)
+    assert outcome.failed == [], {k: s.get("error") for k, s in outcome.summaries.items()}
+    used = [calls(p)[0]["cuda"] for p in (tmp_path / "runs/g").glob("*/seed0")]
+    assert len(used) == 6 and set(used) == {"0", "1", "2"}
+    assert not list(device_dir.glob("busy-*"))
+
+
+def test_local_pool_slots():
+    assert [s["CUDA_VISIBLE_DEVICES"] for s in LocalExecutor(devices=["4", "5", "6", "7", "8"], gpus_per_run=2).slots] == ["4,5", "6,7"]
+    cpu = LocalExecutor(devices=[], cpu_slots=2).slots
+    assert len(cpu) == 2 and all(s["CUDA_VISIBLE_DEVICES"] == "" for s in cpu)
+    with pytest.raises(ValueError, match="gpus_per_run=4"):
+        LocalExecutor(devices=["0", "1"], gpus_per_run=4)
+
+
+def test_slurm_executor_job_is_requeued_on_preemption_and_resumes(tmp_path, fake, monkeypatch):
+    """Through submitit's local executor: SIGUSR2 (what SLURM sends before preemption or the time
+    limit) makes the job checkpoint itself and requeue; the requeued job resumes training from
+    last.ckpt and the run completes."""
+    monkeypatch.setenv("FAKE_BLOCK_CELL", "vanilla")  # hangs after its step-10 checkpoint until stopped
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
+    run_dir = tmp_path / "runs/g/vanilla/seed0"
+    outcome = []
+    runner = threading.Thread(target=lambda: outcome.append(run_grid(
+        grid, runs_dir=tmp_path / "runs", train_command=fake, executor="slurm", gpus_per_run=0,
+        slurm={"cluster": "local", "poll_s": 0.2, "time_min": 10}, progress=False, report=False)))
+    runner.start()
+    ckpt = run_dir / "checkpoints/last.ckpt"
+    deadline = time.time() + 120
+    while not (ckpt.exists() and json.loads(ckpt.read_text())["step"] >= 10):
+        assert time.time() < deadline, "the job never reached its checkpoint"
+        time.sleep(0.1)
+    os.kill(summary(run_dir)["pid"], signal.SIGUSR2)  # the submitit job process, not the trainer
+    runner.join(120)
+    assert not runner.is_alive()
+    assert outcome[0].failed == []
+    result = summary(run_dir)
+    assert result["status"] == "done" and result["attempts"] == 2 and result["resumed"]
+    assert [c["argv"][-2:] == ["--ckpt_path", "last"] for c in calls(run_dir)] == [False, True]
+    assert list((tmp_path / "runs/g/.submitit").iterdir())  # submitit's job folders
+
+
+def test_slurm_dry_run_prints_sbatch_parameters(tmp_path, fake):
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
+    out = tmp_path / "dry.txt"
+    with open(out, "w") as f:
+        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, executor="slurm", dry_run=True,
+                 slurm={"partition": "gpu", "time_min": 600, "cpus_per_task": 8, "mem_gb": 64}, out=f)
+    text = out.read_text()
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=600", "#SBATCH --cpus-per-task=8", "#SBATCH --mem=64GB",
+                 "#SBATCH --gpus-per-node=1", "#SBATCH --signal=USR2@120", "#SBATCH --job-name=g.vanilla.seed0"):
+        assert line in text, line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_eval_hook_missing_is_a_clear_error_before_training(tmp_path, fake, monkeypatch):
+    import ablations.job
+
+    monkeypatch.setitem(ablations.job.HOOKS, "eval", ("eval", "no_such_hook", "eval/results.json"))
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
+    with pytest.raises(RuntimeError, match=r"--eval needs eval.no_such_hook\(run_dir\)"):
+        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, evaluate=True)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_run_and_report(tmp_path, fake, monkeypatch):
+    from ablations.__main__ import main
+
+    monkeypatch.setenv("LIT_RESFORMER_TRAIN_CMD", " ".join(fake))
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})
+    assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert (tmp_path / "runs/g/index.html").is_file()
+    (tmp_path / "runs/g/index.html").unlink()
+    assert main(["report", str(tmp_path / "runs/g")]) == 0
+    assert (tmp_path / "runs/g/index.html").is_file()
+    bad = write_grid(tmp_path, {"baseline": "nope", "cells": {"vanilla": {}}}, name="bad.yaml")
+    assert main(["run", str(bad), "--runs-dir", str(tmp_path / "runs")]) == 2

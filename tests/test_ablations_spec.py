@@ -1,0 +1,155 @@
+"""Grid spec: expansion into runs, override merging, and refusal of malformed grids before any run."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ablations import GridError, load_grid, run_grid
+
+BASE = {
+    "seed_everything": 0,
+    "trainer": {"max_steps": 20, "val_check_interval": 10, "precision": "32-true"},
+    "model": {"config": {"size": "tiny"}, "lr": 6.0e-4},
+    "data": {"seq_len": 64, "micro_batch_size": 2},
+}
+
+
+def write_grid(tmp_path: Path, grid: dict, name: str = "grid.yaml") -> Path:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({"base": "base.yaml", **grid}, sort_keys=False))
+    return path
+
+
+def test_cells_and_seeds_expand_to_runs_with_merged_overrides(tmp_path):
+    path = write_grid(tmp_path, {
+        "name": "g",
+        "baseline": "vanilla",
+        "seeds": [0, 3],
+        "overrides": {"trainer.max_steps": 12},
+        "cells": {
+            "vanilla": {},
+            "resformer": {"model.config.residual.target": "v"},
+            # nested form means the same as dotted keys; it overrides the grid-level value
+            "long": {"trainer": {"max_steps": 40}, "model.config.residual.target": "v"},
+        },
+    })
+    grid = load_grid(path)
+    runs = grid.runs()
+    assert [r.name for r in runs] == [
+        "g/vanilla/seed0", "g/vanilla/seed3", "g/resformer/seed0", "g/resformer/seed3", "g/long/seed0", "g/long/seed3",
+    ]
+    by_name = {r.name: r.config for r in runs}
+    assert by_name["g/vanilla/seed3"]["seed_everything"] == 3
+    assert by_name["g/vanilla/seed0"]["trainer"] == {"max_steps": 12, "val_check_interval": 10, "precision": "32-true"}
+    resformer = by_name["g/resformer/seed0"]
+    assert resformer["model"]["config"] == {"size": "tiny", "residual": {"target": "v"}}
+    assert resformer["model"]["lr"] == pytest.approx(6e-4)
+    assert by_name["g/long/seed0"]["trainer"]["max_steps"] == 40
+    assert by_name["g/long/seed0"]["model"]["config"]["residual"] == {"target": "v"}
+    assert grid.cells[1].baseline == "vanilla"
+
+
+def test_matrix_alone_and_crossed_with_cells(tmp_path):
+    path = write_grid(tmp_path, {
+        "baseline": "target=none,lr=0.001",
+        "matrix": {"model.config.residual.target": ["none", "v"], "model.lr": [1e-3, 3e-3]},
+    })
+    grid = load_grid(path, seeds=[5])
+    assert grid.name == "grid"
+    assert [c.name for c in grid.cells] == [
+        "target=none,lr=0.001", "target=none,lr=0.003", "target=v,lr=0.001", "target=v,lr=0.003",
+    ]
+    assert [r.name for r in grid.runs()][-1] == "grid/target=v,lr=0.003/seed5"
+    assert grid.configs["target=v,lr=0.003"]["model"]["lr"] == pytest.approx(3e-3)
+
+    # cells x matrix: a `cells` baseline is compared at the same matrix point (Fig. 14 layout)
+    path = write_grid(tmp_path, {
+        "baseline": "vanilla",
+        "cells": {"vanilla": {}, "svformer": {"model.config.share.svformer": True}},
+        "matrix": {"data.seq_len": [32, 128]},
+    }, name="fig14.yaml")
+    grid = load_grid(path)
+    cells = {c.name: c for c in grid.cells}
+    assert list(cells) == ["vanilla,seq_len=32", "vanilla,seq_len=128", "svformer,seq_len=32", "svformer,seq_len=128"]
+    assert cells["svformer,seq_len=128"].baseline == "vanilla,seq_len=128"
+    assert cells["svformer,seq_len=128"].coords == {"data.seq_len": 128}
+    assert grid.configs["svformer,seq_len=128"]["data"]["seq_len"] == 128
+    assert grid.configs["svformer,seq_len=128"]["model"]["config"]["share"] == {"svformer": True}
+
+
+MALFORMED = {
+    "unknown model field": (
+        {"baseline": "a", "cells": {"a": {}, "b": {"model.config.residual.tgt": "v"}}},
+        ["cell 'b'", "model.config.residual.tgt", "ResidualConfig has no field 'tgt'"],
+    ),
+    "unknown trainer key": (
+        {"baseline": "a", "cells": {"a": {}, "b": {"trainer.max_stepz": 3}}},
+        ["cell 'b'", "trainer.max_stepz"],
+    ),
+    "unknown data key": (
+        {"baseline": "a", "cells": {"a": {}, "b": {"data.seqlen": 3}}},
+        ["unknown override key 'data.seqlen'"],
+    ),
+    "unknown section": (
+        {"baseline": "a", "cells": {"a": {}, "b": {"optimizer.lr": 3}}},
+        ["unknown override key 'optimizer.lr'"],
+    ),
+    "wrong type against the base": (
+        {"baseline": "a", "cells": {"a": {}, "b": {"trainer.max_steps": "many"}}},
+        ["trainer.max_steps", "expects a number", "'many'"],
+    ),
+    "wrong type against the dataclass": (
+        {"baseline": "a", "cells": {"a": {}, "b": {"model.config.residual.lam": "big"}}},
+        ["model.config.residual.lam", "'big'"],
+    ),
+    "value outside a Literal": (
+        {"baseline": "a", "cells": {"a": {}, "b": {"model.config.residual.target": "w"}}},
+        ["model.config.residual.target", "one of ['none', 'v', 'q', 'k']"],
+    ),
+    "combination the model rejects": (
+        {"baseline": "a", "cells": {"a": {}, "b": {"model.config.residual.target": "v", "model.config.share.svformer": True}}},
+        ["cell 'b'", "invalid model config", "residual.target='v'"],
+    ),
+    "empty matrix": ({"baseline": "a", "cells": {"a": {}}, "matrix": {}}, ["matrix is empty"]),
+    "empty matrix values": ({"baseline": "x=1", "matrix": {"trainer.max_steps": []}}, ["matrix key 'trainer.max_steps'"]),
+    "duplicate cell names": (
+        {"baseline": "lr=0.1", "matrix": {"model.lr": [0.1, "0.1"]}},
+        ["duplicate cell name 'lr=0.1'"],
+    ),
+    "missing baseline": ({"cells": {"a": {}}}, ["missing field 'baseline'"]),
+    "unknown baseline": ({"baseline": "vanila", "cells": {"vanilla": {}}}, ["baseline 'vanila' is not a cell", "vanilla"]),
+    "unknown top-level field": ({"baseline": "a", "cells": {"a": {}}, "sedes": [1]}, ["unknown field(s) ['sedes']"]),
+    "no cells": ({"baseline": "a"}, ["needs 'cells' and/or 'matrix'"]),
+    "bad seeds": ({"baseline": "a", "cells": {"a": {}}, "seeds": ["one"]}, ["seeds must be a non-empty list of integers"]),
+    "unsafe cell name": ({"baseline": "a", "cells": {"a": {}, "b/c": {}}}, ["'b/c'", "names a directory"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_grid_is_refused_before_any_run(tmp_path, case):
+    grid, expected = MALFORMED[case]
+    path = write_grid(tmp_path, grid)
+    runs_dir = tmp_path / "runs"
+    with pytest.raises(GridError) as error:
+        run_grid(path, runs_dir=runs_dir, train_command=["false"], progress=False)
+    for fragment in expected:
+        assert fragment in str(error.value), (fragment, str(error.value))
+    assert not runs_dir.exists()
+
+
+def test_duplicate_yaml_cell_key_is_refused(tmp_path):
+    # Plain YAML would silently keep the last of two equal keys; the grid loader refuses them.
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
+    path = tmp_path / "dup.yaml"
+    path.write_text("base: base.yaml\nbaseline: a\ncells:\n  a: {}\n  a: {model.lr: 0.1}\n")
+    with pytest.raises(GridError, match="duplicate key a"):
+        load_grid(path)
+
+
+def test_missing_base_is_named(tmp_path):
+    path = tmp_path / "g.yaml"
+    path.write_text("base: nowhere.yaml\nbaseline: a\ncells: {a: {}}\n")
+    with pytest.raises(GridError, match="base experiment 'nowhere.yaml' not found"):
+        load_grid(path)

@@ -1,0 +1,177 @@
+"""The grid report, from synthetic run directories (metrics CSVs and summaries written here)."""
+
+import base64
+import csv
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+import yaml
+
+from ablations import load_grid, write_report
+from ablations.stats import critical_point, paired_difference
+
+BASE = {
+    "seed_everything": 0,
+    "trainer": {"max_steps": 100},
+    "model": {"config": {"size": "tiny"}, "lr": 1e-3},
+    "data": {"seq_len": 64},
+}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_grid_dir(tmp_path: Path, grid: dict) -> Path:
+    """The grid.yaml manifest the runner writes, from a real grid file."""
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({"name": "g", "base": "base.yaml", **grid}, sort_keys=False))
+    grid_dir = tmp_path / "runs/g"
+    grid_dir.mkdir(parents=True)
+    (grid_dir / "grid.yaml").write_text(yaml.safe_dump(load_grid(path).manifest(), sort_keys=False))
+    return grid_dir
+
+
+def write_run(grid_dir: Path, cell: str, seed: int, train: dict[int, float], val: dict[int, dict[str, float]] | None = None,
+              status: str = "done", **summary) -> Path:
+    """csv/version_0/metrics.csv in Lightning's layout (train and val on separate rows) + summary.json."""
+    run = grid_dir / cell / f"seed{seed}"
+    (run / "csv/version_0").mkdir(parents=True)
+    val = val or {}
+    domains = sorted({d for v in val.values() for d in v})
+    columns = ["step", "train/loss", "train/items_per_sec", "val/loss", *(f"val/loss/{d}" for d in domains)]
+    with open(run / "csv/version_0/metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for step, loss in train.items():
+            writer.writerow({"step": step, "train/loss": loss, "train/items_per_sec": 1000.0})
+            if step in val:
+                writer.writerow({"step": step, "val/loss": np.mean(list(val[step].values())),
+                                 **{f"val/loss/{d}": v for d, v in val[step].items()}})
+    (run / "summary.json").write_text(json.dumps({"grid": "g", "cell": cell, "seed": seed, "status": status,
+                                                  "params": 1000, "kv_cache_bytes_per_token": 512,
+                                                  "tokens_per_sec": 1000.0, **summary}))
+    return run
+
+
+def embedded_images(index: Path) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([^"]+)"', index.read_text())]
+
+
+def test_report_tables_plots_and_confidence_interval(tmp_path):
+    grid_dir = make_grid_dir(tmp_path, {
+        "baseline": "vanilla", "seeds": [0, 1, 2],
+        "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}, "bad": {"model.lr": 10.0}},
+    })
+    steps = range(200)
+    # Final validation losses chosen so the paired differences are known: -0.03, -0.05, -0.01.
+    vanilla_val = {0: 3.00, 1: 3.10, 2: 2.90}
+    resformer_val = {0: 2.97, 1: 3.05, 2: 2.89}
+    for seed in (0, 1, 2):
+        base_curve = {s: 2 + 4 * math.exp(-s / 40) + 0.01 * seed for s in steps}
+        write_run(grid_dir, "vanilla", seed, base_curve,
+                  {99: {"code": 3.5, "english": 3.6}, 199: {"code": vanilla_val[seed] - 0.1, "english": vanilla_val[seed] + 0.1}})
+        write_run(grid_dir, "resformer", seed, {s: v - 0.05 for s, v in base_curve.items()},
+                  {99: {"code": 3.4, "english": 3.5}, 199: {"code": resformer_val[seed] - 0.1, "english": resformer_val[seed] + 0.1}},
+                  params=1024, kv_cache_bytes_per_token=512)
+    write_run(grid_dir, "bad", 0, {0: 5.0, 1: 6.0}, status="diverged", diverged_step=2)
+    write_run(grid_dir, "bad", 1, {0: 5.0}, status="failed", error="RuntimeError: out of memory\nmore")
+
+    index = write_report(grid_dir)
+    report = (grid_dir / "report.md").read_text()
+
+    # every plot is a PNG file next to the report, referenced by report.md and embedded in index.html
+    pngs = sorted((grid_dir / "plots").glob("*.png"))
+    names = {p.stem for p in pngs}
+    assert {"train_loss", "relative_train_loss_w10", "relative_train_loss_w100", "val_loss_by_domain", "val_loss"} <= names
+    for png in pngs:
+        assert png.read_bytes().startswith(PNG_MAGIC)
+        assert f"](plots/{png.name})" in report
+    images = embedded_images(index)
+    assert len(images) == len(pngs) and all(i.startswith(PNG_MAGIC) for i in images)
+    assert "<img" in index.read_text() and "plots/" not in index.read_text()  # self-contained
+
+    # Δ val with a 95% t interval over n = 3 paired seeds, checked against scipy
+    diffs = np.array([resformer_val[s] - vanilla_val[s] for s in (0, 1, 2)])
+    low, high = scipy.stats.t.interval(0.95, df=2, loc=diffs.mean(), scale=scipy.stats.sem(diffs))
+    assert f"{diffs.mean():+.4f} [{low:+.4f}, {high:+.4f}] (n=3)" in report
+    difference = paired_difference(resformer_val, vanilla_val)
+    assert (difference.low, difference.high, difference.n) == (pytest.approx(low), pytest.approx(high), 3)
+    # mean ± std of the final validation loss (sample std over seeds)
+    assert f"{np.mean(list(vanilla_val.values())):.4f} ± {np.std(list(vanilla_val.values()), ddof=1):.4f}" in report
+
+    # Table 5 form: domains, their unweighted average, and the run's overall loss
+    table5 = report[report.index("## Validation loss by domain"):]
+    assert "| cell | code | english | avg | overall |" in table5
+    assert f"| resformer | {np.mean(list(resformer_val.values())) - 0.1:.4f} |" in table5
+    # cost table and run status
+    assert "| resformer | 1,024 | 512 | 1.000 | 1,000 |" in report
+    assert "| bad/seed0 | diverged |" in report and "diverged at step 2" in report
+    assert "| bad/seed1 | failed |" in report and "RuntimeError: out of memory |" in report
+    # optional sections only when their files exist
+    assert "Zero-shot" not in report and "Attention concentration" not in report
+
+
+def test_critical_point_of_fig14_grid(tmp_path):
+    grid_dir = make_grid_dir(tmp_path, {
+        "baseline": "vanilla", "seeds": [0],
+        "cells": {"vanilla": {}, "svformer": {"model.config.share.svformer": True}},
+        "matrix": {"data.seq_len": [64, 256]},
+        "report": {"critical_point_window": 1},
+    })
+    crossings = {64: 60, 256: 150}
+    for seq_len, crossing in crossings.items():
+        vanilla = {s: 3 + 2 * math.exp(-s / 50) for s in range(200)}
+        # SVFormer ahead early, briefly behind (steps 30-39), ahead again, then overtaken for good
+        def relative(s, crossing=crossing):
+            if s >= crossing:
+                return 0.03
+            return 0.02 if 30 <= s < 40 else -0.05
+        write_run(grid_dir, f"vanilla,seq_len={seq_len}", 0, vanilla)
+        write_run(grid_dir, f"svformer,seq_len={seq_len}", 0, {s: v + relative(s) for s, v in vanilla.items()})
+    write_report(grid_dir)
+    report = (grid_dir / "report.md").read_text()
+    assert "| svformer,seq_len=64 | vanilla,seq_len=64 | 60 |" in report
+    assert "| svformer,seq_len=256 | vanilla,seq_len=256 | 150 |" in report
+    assert (grid_dir / "plots/critical_point.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_critical_point_definition():
+    steps = [0, 10, 20, 30, 40]
+    assert critical_point(pd.Series([-1, 1, -1, 1, 1], index=steps)) == 30
+    assert critical_point(pd.Series([1, 1, 1, 1, 1], index=steps)) == 0  # behind from the start
+    assert critical_point(pd.Series([1, 1, 1, 1, -1], index=steps)) is None  # ahead at the end
+    assert critical_point(pd.Series([-1, 1, 0, 1, 1], index=steps)) == 30  # a tie is not "above"
+
+
+def test_zero_shot_and_analysis_sections_appear_when_results_exist(tmp_path):
+    grid_dir = make_grid_dir(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})
+    for cell, shift in (("vanilla", 0.0), ("resformer", 0.02)):
+        run = write_run(grid_dir, cell, 0, {s: 3.0 - shift for s in range(20)}, {19: {"all": 3.0 - shift}})
+        (run / "eval").mkdir()
+        (run / "eval/results.json").write_text(json.dumps({"results": {
+            "piqa": {"alias": "piqa", "acc,none": 0.6 + shift, "acc_stderr,none": 0.01, "acc_norm,none": 0.61 + shift},
+            "arc_easy": {"acc,none": 0.4 + shift, "acc_norm,none": 0.38 + shift},
+        }}))
+        (run / "analysis").mkdir()
+        (run / "analysis/analysis.json").write_text(json.dumps({"entropy_by_layer": [0.9, 0.7 + shift, 0.5 + shift]}))
+    index = write_report(grid_dir)
+    report = (grid_dir / "report.md").read_text()
+    zero_shot = report[report.index("## Zero-shot accuracy"):]
+    assert "| cell | arc_easy | piqa | avg |" in zero_shot
+    assert "| resformer | 0.420 | 0.620 | 0.520 |" in zero_shot  # acc
+    assert "| resformer | 0.400 | 0.630 | 0.515 |" in zero_shot  # acc_norm
+    assert "| vanilla | 0.900 | 0.700 | 0.500 |" in report[report.index("## Attention concentration"):]
+    assert (grid_dir / "plots/entropy_by_layer.png").is_file()
+    assert len(embedded_images(index)) == len(list((grid_dir / "plots").glob("*.png")))
+
+
+def test_report_refuses_a_directory_without_grid(tmp_path):
+    (tmp_path / "runs/g").mkdir(parents=True)
+    (tmp_path / "runs/g/grid.yaml").write_text("name: g\n")
+    with pytest.raises(FileNotFoundError, match=r"no grid.yaml.*\['g'\]"):
+        write_report(tmp_path / "runs")
