@@ -193,7 +193,9 @@ def test_hub_snapshot_counts_tokens_with_a_fixed_tokenizer(slimpajama_standin, o
     from lit_resformer.data import train_bpe
 
     tokenizer_path = tmp_path / "tokenizer.json"
-    train_bpe([r["text"] for r in _records(slimpajama_standin)[:500]], vocab_size=300).save(str(tokenizer_path))
+    train_bpe([r["text"] for r in _records(slimpajama_standin)[:500]], vocab_size=300).save(
+        str(tokenizer_path)
+    )
     datamodule = LMDataModule(
         source="hub",
         hub_name="json",

@@ -144,6 +144,8 @@ class LMDataModule(L.LightningDataModule):
             Table 2's shares are token shares, so the SlimPajama recipe uses this).
         max_hub_tokens: tokens taken from the hub stream (then cached); counted with the tokenizer, or as
             UTF-8 bytes / 4 when the tokenizer is a BPE still to be trained on that very snapshot.
+        hub_seed: seeds the random draws of a "documents" mixture; kept apart from `seed` so that runs with
+            different seeds train on the same snapshot.
         tokenizer: "bpe" (trained on the train split, cached), a path to a tokenizer.json, or a hub name.
         bpe_vocab_size: vocabulary size of the trained BPE.
         eos_token: the end-of-document token (appended to every document).
@@ -152,7 +154,7 @@ class LMDataModule(L.LightningDataModule):
         holdout_fraction: share of each domain's documents held out for validation, and the same again for test.
         val_sequences_per_domain: cap on the validation/test sequences evaluated per domain (None = all).
         num_workers: DataLoader worker processes.
-        seed: seeds the training order (and the hub mixture sampling).
+        seed: seeds the training order (the shuffle of every epoch).
         cache_dir: where tokenizers and token caches live; default $LIT_RESFORMER_CACHE or ~/.cache/lit-resformer.
     """
 
@@ -168,6 +170,7 @@ class LMDataModule(L.LightningDataModule):
         hub_mixture: dict[str, float] | None = None,
         hub_mixture_unit: MixtureUnit = "documents",
         max_hub_tokens: int = 100_000_000,
+        hub_seed: int = 0,
         tokenizer: str = "bpe",
         bpe_vocab_size: int = 8192,
         eos_token: str = EOS_TOKEN,
@@ -279,7 +282,7 @@ class LMDataModule(L.LightningDataModule):
             json.dumps([hp.hub_name, hp.hub_config, hp.hub_split, file_stats, self._hub_domain_field]),
             json.dumps(sorted(self.mixture.items())),
             hp.hub_mixture_unit,
-            str(hp.seed),
+            str(hp.hub_seed),
             str(hp.max_hub_tokens),
             counting,
         )
@@ -297,7 +300,7 @@ class LMDataModule(L.LightningDataModule):
                 mixture=self.mixture,
                 mixture_unit=hp.hub_mixture_unit,
                 measure=count_tokens,
-                seed=hp.seed,
+                seed=hp.hub_seed,
             )
             taken = 0
             with atomic_file(path) as out:
