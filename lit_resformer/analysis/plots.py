@@ -1,0 +1,167 @@
+"""PNG plots of analysis results (matplotlib, Agg backend). Several models are overlaid, as in Fig. 1 (right).
+
+The by-layer plots take plain curves {label: [value per layer]}, so the grid report draws its per-cell means
+with the same functions that draw one report's models.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
+
+# The paper's description of ResFormer's first token (Fig. 2, 19, 21), drawn as reference lines on the ratio plots.
+PAPER_RESFORMER_BOUNDS = {"importance": (10.0, "ResFormer (paper): < 10x"),
+                          "value_norm": (0.5, "ResFormer (paper): > 0.5x"),
+                          "hidden_norm": (3.0, "ResFormer (paper): < 3x")}
+
+Curves = dict[str, list[float]]
+
+
+def first_token_ratio(result: dict[str, Any], kind: str) -> list[float]:
+    """kind in importance | value_norm | hidden_norm: first token / mean of the other tokens, per layer."""
+    return [f / o if o else math.nan for f, o in zip(result[f"{kind}_first"], result[f"{kind}_others"], strict=True)]
+
+
+def first_token_ratios(result: dict[str, Any]) -> Curves:
+    """{kind: ratio per layer} for the kinds this result has (value norms need the q/k/v hook)."""
+    return {kind: first_token_ratio(result, kind) for kind in PAPER_RESFORMER_BOUNDS if f"{kind}_first" in result}
+
+
+def _layer_axis(ax, log_y: bool = False) -> None:
+    """Integer layer ticks; a log y axis labelled with plain numbers (minor ticks too when it spans < 1.5 decades).
+    Call after everything is drawn, so the y range is known."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if log_y:
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda value, _: f"{value:g}")
+        low, high = ax.get_ylim()
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain if math.log10(high / low) < 1.5 else NullFormatter())
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _draw_by_layer(ax, curves: Curves, title: str, ylabel: str, style: str = "-") -> None:
+    for label, values in curves.items():
+        values = [math.nan if v is None else v for v in values]
+        ax.plot(range(1, len(values) + 1), values, style, marker="o", label=label)
+    ax.set(title=title, xlabel="layer", ylabel=ylabel)
+    _layer_axis(ax)
+
+
+def plot_by_layer(curves: Curves, path: Path, title: str, ylabel: str, reference: tuple[float, str] | None = None,
+                  log_y: bool = False) -> Path:
+    """One line per label over layers 1..L, with an optional horizontal reference line (value, label)."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    _draw_by_layer(ax, curves, title, ylabel)
+    if reference is not None:
+        ax.axhline(reference[0], color="grey", linestyle=":", label=reference[1])
+    _layer_axis(ax, log_y)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_first_token_ratios(ratios: dict[str, Curves], path: Path) -> Path:
+    """ratios: {label: {kind: ratio per layer}}; one panel per kind, with the paper's ResFormer bound."""
+    kinds = [k for k in PAPER_RESFORMER_BOUNDS if any(k in r for r in ratios.values())]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.3 * len(kinds), 3.6), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        _draw_by_layer(ax, {label: r[kind] for label, r in ratios.items() if kind in r},
+                       f"first token / others: {kind.replace('_', ' ')}", "ratio")
+        bound, label = PAPER_RESFORMER_BOUNDS[kind]
+        ax.axhline(bound, color="grey", linestyle=":", label=label)
+        _layer_axis(ax, log_y=True)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _depth_colours(count: int):
+    return plt.cm.viridis([i / max(1, count - 1) for i in range(count)])
+
+
+def plot_norms_by_position(models: dict[str, dict], path: Path) -> Path:
+    """Value and hidden norms by token position, every layer one line (colour = depth), first token ringed."""
+    kinds = [k for k in ("value", "hidden") if any(f"{k}_norm_by_position" in r for r in models.values())]
+    fig, axes = plt.subplots(len(models), len(kinds), figsize=(5 * len(kinds), 3 * len(models)), squeeze=False)
+    for row, (name, result) in zip(axes, models.items(), strict=True):
+        for ax, kind in zip(row, kinds, strict=True):
+            layers = result.get(f"{kind}_norm_by_position", [])
+            for n, (norms, colour) in enumerate(zip(layers, _depth_colours(len(layers)), strict=True), start=1):
+                ax.plot(range(len(norms)), norms, color=colour, linewidth=0.8, label=f"layer {n}")
+                ax.scatter([0], [norms[0]], color=colour, edgecolor="red", s=30, zorder=3)
+            ax.set(title=f"{name}: {kind} norm (first token ringed)", xlabel="position", ylabel="L2 norm")
+            ax.set_yscale("log")
+            ax.legend(fontsize=6, ncol=2)
+    return _save(fig, path)
+
+
+def plot_value_spectrum(models: dict[str, dict], path: Path) -> Path:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, result in models.items():
+        if "value_spectrum" in result:
+            spectrum = result["value_spectrum"]
+            left.plot(range(1, len(spectrum) + 1), spectrum, label=f"{name} (layer {result['value_spectrum_layer']})")
+    left.set(title="Value covariance spectrum (Eq. 12)", xlabel="eigenvalue rank", ylabel="eigenvalue")
+    left.set_yscale("log")
+    left.legend(fontsize=7)
+    _draw_by_layer(right, {n: r["top_eigenvalue"] for n, r in models.items() if "top_eigenvalue" in r},
+                   "Largest value eigenvalue (Fig. 12)", "eigenvalue")
+    _layer_axis(right, log_y=True)
+    right.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_fig4(models: dict[str, dict], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for key, style, label in (("fig4_cos_eq4", "-", "Eq. 4"), ("fig4_cos_eq6", "--", "Eq. 6")):
+        _draw_by_layer(ax, {f"{n}: {label}": r[key] for n, r in models.items() if key in r},
+                       "cos to cross-layer attention (Eq. 2), Fig. 4", "cosine similarity", style)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_top_i(models: dict[str, dict], path: Path) -> Path:
+    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.6), squeeze=False)
+    for ax, (name, result) in zip(axes[0], models.items(), strict=True):
+        layers = result["top_i_importance"]
+        for n, (shares, colour) in enumerate(zip(layers, _depth_colours(len(layers)), strict=True), start=1):
+            ax.plot(range(1, len(shares) + 1), shares, marker=".", color=colour, label=f"layer {n}")
+        ax.set(title=f"{name}: top-i importance (Fig. 21)", xlabel="i (most important tokens)",
+               ylabel="share of importance", ylim=(0, 1.02))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=6, ncol=2)
+    return _save(fig, path)
+
+
+def write_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Every plot of one `analysis.json` report into out_dir; returns the PNG paths."""
+    models = report["models"]
+    first = next(iter(models.values()))
+    paths = [
+        plot_by_layer({n: r["entropy"] for n, r in models.items()}, out_dir / "entropy_by_layer.png",
+                      "Entropy of token importance (Eq. 11)", "entropy (nats)",
+                      reference=(first["entropy_uniform_causal"], "uniform causal attention")),
+        plot_by_layer({n: r["similarity"] for n, r in models.items()}, out_dir / "similarity_by_layer.png",
+                      "Hidden-state similarity (Eq. 13)", "mean pairwise cosine"),
+        plot_first_token_ratios({n: first_token_ratios(r) for n, r in models.items()},
+                                out_dir / "first_token_ratios.png"),
+        plot_norms_by_position(models, out_dir / "norms_by_position.png"),
+        plot_top_i(models, out_dir / "top_i_importance.png"),
+    ]
+    if any("value_spectrum" in r for r in models.values()):
+        paths.append(plot_value_spectrum(models, out_dir / "value_spectrum.png"))
+    if any("fig4_cos_eq4" in r for r in models.values()):
+        paths.append(plot_fig4(models, out_dir / "fig4_cosine.png"))
+    return paths

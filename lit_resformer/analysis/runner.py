@@ -1,0 +1,290 @@
+"""Run the analysis over models and sequences; write `analysis.json` and the PNG plots.
+
+Entry points:
+    analyze(models, batches, out_dir)                  models: {name: Transformer | HF causal LM}, batches [N, T]
+    analyze_checkpoints(ckpt_paths, num_seqs, seq_len, out_dir)   what `lit-resformer analyze` calls
+    sample_validation_batches(datamodule_hparams, n, seq_len)     N validation sequences of a run's data
+    load_hf_causal_lm(folder)                          a local Hugging Face causal LM with eager attention
+
+`analysis.json` schema (layer lists have one entry per layer; index i is layer i+1, 1-based as in the paper):
+    {
+      "schema_version": 1,
+      "num_seqs": N, "seq_len": T, "top_i": K,
+      "plots": [str],                          # PNG file names written next to analysis.json
+      "models": {
+        "<name>": {
+          "kind": "lit-resformer" | "hf",
+          "source": str,                       # checkpoint path, HF folder, or "in-memory"
+          "config": dict,                      # ModelConfig.to_dict() or the HF config
+          "n_layer": L, "num_seqs": N, "seq_len": T,
+          "entropy": [L],                      # Eq. 11, mean over sequences of -sum_j a_j log a_j
+          "entropy_uniform_causal": float,     # the same entropy under uniform causal attention (reference)
+          "importance_by_position": [L][T],    # a_j, mean over sequences
+          "importance_first": [L],             # a_0
+          "importance_others": [L],            # mean of a_1..a_{T-1}
+          "top_i_importance": [L][K],          # share of importance held by the i most important tokens, i=1..K
+          "similarity": [L],                   # Eq. 13, mean pairwise cosine of a layer's output hidden states
+          "hidden_norm_by_position": [L][T], "hidden_norm_first": [L], "hidden_norm_others": [L],
+          # only for lit-resformer models (they need the q/k/v hook):
+          "value_norm_by_position": [L][T], "value_norm_first": [L], "value_norm_others": [L],
+          "top_eigenvalue": [L],               # largest eigenvalue of the value covariance (Eq. 12)
+          "value_spectrum_layer": int,         # 1-based layer whose full spectrum follows
+          "value_spectrum": [Hkv*d],           # eigenvalues, descending
+          "fig4_cos_eq4": [L],                 # cos(Eq. 2 output, Eq. 4 output), null for layer 1
+          "fig4_cos_eq6": [L]                  # cos(Eq. 2 output, Eq. 6 output), null for layer 1
+        }
+      }
+    }
+
+What "values" means: the values layer n attends with (V'_n after any residual mixing; V_1 for SVFormer's
+sharing layers; the own block for cross-layer attention). Hidden states are the residual stream after each
+block. Fig. 4 uses layer n's own Q_n, K_n, V_n and layer 1's K_1, V_1, so it is the paper's check when the
+model is vanilla. For Hugging Face models only attention and hidden states are available, and
+`output_hidden_states` gives the last layer after the final norm (Llama and most decoders do so).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_resformer.model import Transformer
+
+from .plots import write_plots
+from .trace import DEFAULT_ATTENTION_BUDGET, AnalysisTrace
+
+SCHEMA_VERSION = 1
+DEFAULT_TOP_I = 16
+
+
+# ------------------------------------------------------------------ one model
+def _check_batches(batches: torch.Tensor, vocab_size: int, max_seq_len: int | None, name: str) -> None:
+    if not isinstance(batches, torch.Tensor) or batches.dim() != 2 or batches.dtype.is_floating_point:
+        raise ValueError("batches must be an integer tensor of token ids shaped [num_seqs, seq_len]")
+    if batches.shape[0] < 1 or batches.shape[1] < 2:
+        raise ValueError(f"batches has shape {list(batches.shape)}; need >= 1 sequence of >= 2 tokens")
+    if max_seq_len is not None and batches.shape[1] > max_seq_len:
+        raise ValueError(f"seq_len={batches.shape[1]} exceeds {name}'s max_seq_len={max_seq_len}")
+    if int(batches.min()) < 0 or int(batches.max()) >= vocab_size:
+        raise ValueError(f"token ids must be in [0, {vocab_size}) for {name}; got [{int(batches.min())}, "
+                         f"{int(batches.max())}]")
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def analyze_model(model: Transformer, batches: torch.Tensor, *, batch_size: int = 4, top_i: int = DEFAULT_TOP_I,
+                  spectrum_layer: int | None = None,
+                  attention_budget: int = DEFAULT_ATTENTION_BUDGET) -> dict[str, Any]:
+    """Every metric for one lit-resformer model over the sequences `batches` [N, T] (see the schema)."""
+    cfg = model.config
+    _check_batches(batches, cfg.vocab_size, cfg.max_seq_len, "the model")
+    _check_options(batches, batch_size, top_i, spectrum_layer, cfg.n_layer)
+    trace = AnalysisTrace(top_i, attention_budget)
+    was_training = model.training
+    model.eval()
+    try:
+        for chunk in batches.split(batch_size):
+            model(chunk.to(_device(model)), trace=trace)
+            trace.end_sequence_batch()
+    finally:
+        model.train(was_training)
+    return {"kind": "lit-resformer", "config": cfg.to_dict(), **trace.summary(spectrum_layer)}
+
+
+@torch.no_grad()
+def analyze_hf_model(model, batches: torch.Tensor, *, batch_size: int = 1, top_i: int = DEFAULT_TOP_I) -> dict:
+    """Attention and hidden-state metrics of a Hugging Face causal LM (eager attention, which returns A_n).
+
+    Hugging Face returns every layer's attention at once, so memory grows with layers x T^2 per sequence:
+    keep batch_size small for long sequences.
+    """
+    if model.config._attn_implementation != "eager":
+        raise ValueError(f"the Hugging Face model uses attn_implementation={model.config._attn_implementation!r}; "
+                         "load it with attn_implementation='eager' (load_hf_causal_lm does) to get attention maps")
+    _check_batches(batches, model.config.vocab_size, getattr(model.config, "max_position_embeddings", None),
+                   "the Hugging Face model")
+    _check_options(batches, batch_size, top_i, None, model.config.num_hidden_layers)
+    trace = AnalysisTrace(top_i, fig4=False)
+    was_training = model.training
+    model.eval()
+    try:
+        for chunk in batches.split(batch_size):
+            out = model(chunk.to(_device(model)), output_attentions=True, output_hidden_states=True)
+            for layer, probs in enumerate(out.attentions):
+                trace.add_attention_rows(layer, probs.float())
+                trace.close_attention(layer)
+                trace.on_hidden(layer, out.hidden_states[layer + 1].float())
+    finally:
+        model.train(was_training)
+    return {"kind": "hf", "config": model.config.to_dict(), **trace.summary()}
+
+
+def _check_options(batches, batch_size: int, top_i: int, spectrum_layer: int | None, n_layer: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+    if isinstance(top_i, bool) or not isinstance(top_i, int) or not 1 <= top_i <= batches.shape[1]:
+        raise ValueError(f"top_i={top_i!r} must be an integer in [1, seq_len={batches.shape[1]}]")
+    if spectrum_layer is not None and not 1 <= spectrum_layer <= n_layer:
+        raise ValueError(f"spectrum_layer={spectrum_layer!r} must be a layer number in [1, {n_layer}]")
+
+
+# ------------------------------------------------------------------ several models -> JSON + plots
+def analyze(models: dict[str, torch.nn.Module], batches: torch.Tensor, out_dir: str | Path, *,
+            batch_size: int = 4, top_i: int = DEFAULT_TOP_I, spectrum_layer: int | None = None,
+            sources: dict[str, str] | None = None) -> dict[str, Any]:
+    """Analyse every model on the same sequences; write `out_dir/analysis.json` and the PNGs; return the JSON.
+
+    models: {name: lit-resformer `Transformer` or Hugging Face causal LM}; batches: token ids [N, T].
+    """
+    if not isinstance(models, dict) or not models:
+        raise ValueError("models must be a non-empty dict {name: model}")
+    top_i = min(top_i, batches.shape[1]) if isinstance(batches, torch.Tensor) and batches.dim() == 2 else top_i
+    results: dict[str, Any] = {}
+    for name, model in models.items():  # validate every model before analysing any
+        if not isinstance(model, Transformer) and not _is_hf_causal_lm(model):
+            raise ValueError(f"models[{name!r}] is a {type(model).__name__}; expected a lit-resformer Transformer "
+                             "or a Hugging Face causal LM")
+    for name, model in models.items():
+        if isinstance(model, Transformer):
+            result = analyze_model(model, batches, batch_size=batch_size, top_i=top_i, spectrum_layer=spectrum_layer)
+        else:
+            result = analyze_hf_model(model, batches, batch_size=batch_size, top_i=top_i)
+        results[name] = {"source": (sources or {}).get(name, "in-memory"), **result}
+    report = {"schema_version": SCHEMA_VERSION, "num_seqs": batches.shape[0], "seq_len": batches.shape[1],
+              "top_i": top_i, "models": results}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report["plots"] = [p.name for p in write_plots(report, out)]
+    (out / "analysis.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _is_hf_causal_lm(model) -> bool:
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:
+        return False
+    return isinstance(model, PreTrainedModel)
+
+
+# ------------------------------------------------------------------ checkpoints and data
+def load_hf_causal_lm(folder: str | Path):
+    """A causal LM saved with `save_pretrained` in a local folder, with eager attention (exposes A_n)."""
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{folder} is not a Hugging Face model folder (no config.json)")
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", local_files_only=True).eval()
+
+
+def sample_validation_batches(datamodule_hparams: dict[str, Any], n: int, seq_len: int | None = None,
+                              seed: int = 0, expected_tokenizer_json: str | None = None) -> torch.Tensor:
+    """`n` validation sequences [n, seq_len] of a run's data (an `LMDataModule` rebuilt from its hyperparameters,
+    as saved in the checkpoint), drawn evenly over the domains with a seeded generator.
+
+    expected_tokenizer_json: the model's tokenizer (`Tokenizer.to_str()`); the rebuilt data must use the same one.
+    """
+    from lit_resformer.data import LMDataModule
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"num_seqs={n!r} must be a positive integer")
+    # Lightning adds private entries (e.g. "_instantiator" from LightningCLI) that are not constructor arguments.
+    hparams = {k: v for k, v in datamodule_hparams.items() if not k.startswith("_")}
+    if seq_len is not None:
+        hparams["seq_len"] = seq_len
+    hparams["val_sequences_per_domain"] = None  # sample from the whole validation split
+    datamodule = LMDataModule(**hparams)
+    datamodule.prepare_data()
+    if expected_tokenizer_json is not None and datamodule.tokenizer.to_str() != expected_tokenizer_json:
+        raise ValueError("the rebuilt validation data uses another tokenizer than the model (was the data cache "
+                         "rebuilt with a different tokenizer?); its token ids would not match the model's")
+    datasets = [loader.dataset for loader in datamodule.val_dataloader()]
+    available = sum(len(d) for d in datasets)
+    if available < n:
+        raise ValueError(f"num_seqs={n} but the validation split has only {available} sequences of "
+                         f"seq_len={datamodule.seq_len}")
+    generator = torch.Generator().manual_seed(seed)
+    orders = [torch.randperm(len(d), generator=generator).tolist() for d in datasets]
+    rows: list[torch.Tensor] = []
+    turn = 0
+    while len(rows) < n:  # round robin over domains, each in its own shuffled order
+        index, order = turn % len(datasets), orders[turn % len(datasets)]
+        if order:
+            rows.append(datasets[index][order.pop()]["input_ids"])
+        turn += 1
+    return torch.stack(rows)
+
+
+def _datamodule_hparams(path: Path) -> dict[str, Any]:
+    """The data module's hyperparameters that Lightning saved in the checkpoint."""
+    hparams = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("datamodule_hyper_parameters")
+    if hparams is None:
+        raise ValueError(f"{path} holds no datamodule hyperparameters; cannot sample its validation data")
+    return dict(hparams)
+
+
+def _run_name(path: Path, taken: set[str]) -> str:
+    """<run dir>/checkpoints/last.ckpt -> <run dir name>; made unique with the checkpoint's stem."""
+    name = path.parent.parent.name if path.parent.name == "checkpoints" else path.stem
+    return f"{name}/{path.stem}" if name in taken else name
+
+
+def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int | None = None,
+                        out_dir: str | Path | None = None, *, batch_size: int = 4, top_i: int = DEFAULT_TOP_I,
+                        seed: int = 0) -> dict[str, Any]:
+    """Load lit-resformer checkpoints (and Hugging Face model folders), sample `num_seqs` validation sequences of
+    the first checkpoint's data, and analyse every model on them (`analyze`).
+
+    out_dir defaults to <run dir>/analysis for a single checkpoint (where the grid report looks for it).
+    All models must share the first checkpoint's tokenizer, so they see the same tokens.
+    """
+    from lit_resformer import load_checkpoint
+
+    paths = [Path(p) for p in ckpt_paths]
+    if not paths:
+        raise ValueError("give at least one checkpoint (--ckpt PATH)")
+    for p in paths:
+        if not p.exists():
+            raise ValueError(f"checkpoint {p} does not exist")
+    checkpoints = [p for p in paths if p.is_file()]
+    if not checkpoints:
+        raise ValueError("at least one lit-resformer checkpoint is needed: its validation data supplies the sequences")
+    if out_dir is None:
+        if len(paths) > 1:
+            raise ValueError("out_dir (--out) is required when analysing several checkpoints")
+        run_dir = paths[0].parent.parent if paths[0].parent.name == "checkpoints" else paths[0].parent
+        out_dir = run_dir / "analysis"
+
+    models: dict[str, torch.nn.Module] = {}
+    sources: dict[str, str] = {}
+    reference_tokenizer: str | None = None
+    data_hparams = None
+    for path in paths:
+        name = _run_name(path, set(models))
+        if path.is_dir():
+            from tokenizers import Tokenizer
+
+            models[name] = load_hf_causal_lm(path)
+            tokenizer_file = path / "tokenizer.json"
+            tokenizer = Tokenizer.from_file(str(tokenizer_file)).to_str() if tokenizer_file.is_file() else None
+        else:
+            models[name], loaded_tokenizer = load_checkpoint(str(path))
+            tokenizer = loaded_tokenizer.to_str() if loaded_tokenizer is not None else None
+            if data_hparams is None:
+                data_hparams = _datamodule_hparams(path)
+        sources[name] = str(path)
+        if tokenizer is None:
+            raise ValueError(f"{path} has no tokenizer (tokenizer.json); cannot check it reads the same token ids")
+        reference_tokenizer = reference_tokenizer or tokenizer
+        if tokenizer != reference_tokenizer:
+            raise ValueError(f"{path} does not use the same tokenizer as {paths[0]}; models compared on the same "
+                             "sequences must share one tokenizer")
+    batches = sample_validation_batches(data_hparams, num_seqs, seq_len, seed, reference_tokenizer)
+    return analyze(models, batches, out_dir, batch_size=batch_size, top_i=top_i, sources=sources)

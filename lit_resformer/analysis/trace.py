@@ -1,0 +1,170 @@
+"""`AnalysisTrace`: reduces a model's per-layer internals to the analysis metrics during the forward pass.
+
+Memory stays bounded for long sequences: the model keeps its fast SDPA path, and `on_qkv` recomputes the
+layer's attention probabilities from the layer's own post-RoPE q and full k/v with the model's explicit
+kernel, a chunk of query rows at a time (a chunk holds at most `attention_budget` probabilities). Each chunk
+is reduced to column sums at once, so at most one chunk of one layer's attention matrix exists at any time;
+what the trace keeps across layers is O(layers x T) numbers (plus a Hkv*d square covariance per layer).
+
+Layers are 0-based here as in the model code; the runner reports them 1-based as in the paper.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from lit_resformer.model import Trace
+from lit_resformer.model.kernels import attention
+
+from . import metrics
+
+DEFAULT_ATTENTION_BUDGET = 1 << 24  # probabilities per chunk (64 MiB in fp32)
+
+
+class AnalysisTrace(Trace):
+    """Accumulates, per layer and over every sequence passed through the model:
+    token importance (Eq. 11) and its entropy and top-i shares, hidden-state similarity (Eq. 13), value and
+    hidden norms by position, the value covariance (Eq. 12) and the Fig. 4 cosines.
+
+    `fig4` needs V_1/K_1 of the first layer: they are held for the duration of one forward pass.
+    """
+
+    def __init__(self, top_i: int, attention_budget: int = DEFAULT_ATTENTION_BUDGET, fig4: bool = True):
+        if attention_budget < 1:
+            raise ValueError(f"attention_budget={attention_budget} must be a positive number of probabilities")
+        self.top_i = top_i
+        self.attention_budget = attention_budget
+        self.fig4 = fig4
+        self.num_seqs = 0  # sequences whose attention has been reduced (counted at layer 0)
+        self.largest_attention_block = 0  # numel of the biggest probability tensor seen (for the memory check)
+        # Per-layer sums over sequences (divide by num_seqs, or by the token count for fig4).
+        self.importance_sum: dict[int, torch.Tensor] = {}
+        self.entropy_sum: dict[int, float] = defaultdict(float)
+        self.top_i_sum: dict[int, torch.Tensor] = {}
+        self.similarity_sum: dict[int, float] = defaultdict(float)
+        self.hidden_norm_sum: dict[int, torch.Tensor] = {}
+        self.value_norm_sum: dict[int, torch.Tensor] = {}
+        self.value_spectra: dict[int, metrics.CovarianceSpectrum] = {}
+        self.fig4_cos_sum: dict[int, dict[str, float]] = {}
+        self.fig4_tokens: dict[int, int] = defaultdict(int)
+        # Within one forward pass only.
+        self._column_mass: torch.Tensor | None = None
+        self._first_kv: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ model hooks
+    def on_qkv(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        b, h, t, _ = q.shape
+        s = k.shape[2]
+        if s % t:
+            raise ValueError("AnalysisTrace analyses whole sequences; run the model without a KV cache")
+        key_blocks = s // t
+        own_k, own_v = k[:, :, :t], v[:, :, :t]  # cross-layer attention appends other layers' blocks after these
+        self._add_values(layer, own_v)
+        if layer == 0 and self.fig4:
+            self._first_kv = (own_k, own_v)
+
+        rows = max(1, self.attention_budget // (b * h * s))
+        for first_row in range(0, t, rows):
+            q_rows = q[:, :, first_row:first_row + rows]
+            attention(q_rows, k, v, offset=first_row, key_blocks=key_blocks, impl="explicit",
+                      on_probs=lambda probs: self.add_attention_rows(layer, probs, key_blocks))
+            if self.fig4 and layer > 0:
+                self._add_fig4(layer, q_rows, own_k, own_v, first_row)
+        self.close_attention(layer)
+
+    def on_hidden(self, layer: int, hidden: torch.Tensor) -> None:
+        if layer < 0:  # the embeddings: not a layer's output
+            return
+        self.similarity_sum[layer] += metrics.mean_pairwise_cosine(hidden).sum().item()
+        _add(self.hidden_norm_sum, layer, metrics.norms_by_position(hidden).sum(0).cpu())
+
+    # ------------------------------------------------------------------ attention reduction
+    def add_attention_rows(self, layer: int, probs: torch.Tensor, key_blocks: int = 1) -> None:
+        """Reduce a block of attention rows [B, H, rows, S] of `layer` to per-token column mass."""
+        self.largest_attention_block = max(self.largest_attention_block, probs.numel())
+        mass = metrics.attention_column_mass(probs, key_blocks)
+        self._column_mass = mass if self._column_mass is None else self._column_mass + mass
+
+    def close_attention(self, layer: int) -> None:
+        """All rows of `layer` have been added: turn the column mass into importance statistics."""
+        importance = metrics.normalise(self._column_mass).cpu()  # [B, T]
+        self._column_mass = None
+        if layer == 0:
+            self.num_seqs += importance.shape[0]
+        _add(self.importance_sum, layer, importance.sum(0))
+        self.entropy_sum[layer] += metrics.importance_entropy(importance).sum().item()
+        _add(self.top_i_sum, layer, metrics.top_i_share(importance, self.top_i).sum(0))
+
+    # ------------------------------------------------------------------ values and Fig. 4
+    def _add_values(self, layer: int, values: torch.Tensor) -> None:
+        _add(self.value_norm_sum, layer, metrics.norms_by_position(values).sum(0).cpu())
+        if layer not in self.value_spectra:
+            self.value_spectra[layer] = metrics.CovarianceSpectrum(values.shape[1] * values.shape[3])
+        self.value_spectra[layer].add(metrics.heads_as_features(values))
+
+    def _add_fig4(self, layer: int, q_rows, k_n, v_n, first_row: int) -> None:
+        k_1, v_1 = self._first_kv
+        out = metrics.cross_layer_outputs(q_rows, k_n, v_n, k_1, v_1, offset=first_row)
+        sums = self.fig4_cos_sum.setdefault(layer, {"eq4": 0.0, "eq6": 0.0})
+        for name in sums:
+            sums[name] += metrics.token_cosine(out["eq2"], out[name]).sum().item()
+        self.fig4_tokens[layer] += q_rows.shape[0] * q_rows.shape[2]
+
+    def end_sequence_batch(self) -> None:
+        """Forget what was held for one forward pass (the first layer's K/V)."""
+        self._first_kv = None
+
+    # ------------------------------------------------------------------ results
+    def summary(self, spectrum_layer: int | None = None) -> dict:
+        """Per-layer means as JSON-ready lists (index i = layer i+1); see `runner` for the schema.
+
+        `spectrum_layer` (1-based, default the middle layer) picks the layer whose full value spectrum is kept.
+        Value and Fig. 4 entries exist only when the q/k/v hook ran (not for Hugging Face models).
+        """
+        if self.num_seqs == 0:
+            raise ValueError("no sequences were analysed")
+        n, layers = self.num_seqs, sorted(self.importance_sum)
+        importance = [self.importance_sum[i] / n for i in layers]
+        out = {
+            "n_layer": len(layers),
+            "num_seqs": n,
+            "seq_len": importance[0].shape[0],
+            "entropy": [self.entropy_sum[i] / n for i in layers],
+            "entropy_uniform_causal": metrics.entropy_of_uniform_causal(importance[0].shape[0]),
+            "importance_by_position": [a.tolist() for a in importance],
+            "importance_first": [a[0].item() for a in importance],
+            "importance_others": [a[1:].mean().item() for a in importance],
+            "top_i_importance": [(self.top_i_sum[i] / n).tolist() for i in layers],
+            "similarity": [self.similarity_sum[i] / n for i in layers],
+        }
+        out.update(_norm_entries("hidden", [self.hidden_norm_sum[i] / n for i in layers]))
+        if self.value_spectra:
+            out.update(_norm_entries("value", [self.value_norm_sum[i] / n for i in layers]))
+            spectra = {i: self.value_spectra[i].eigenvalues() for i in layers}
+            chosen = len(layers) // 2 + 1 if spectrum_layer is None else spectrum_layer
+            if not 1 <= chosen <= len(layers):
+                raise ValueError(f"spectrum_layer={spectrum_layer} must be a layer number in [1, {len(layers)}]")
+            out["top_eigenvalue"] = [spectra[i][0].item() for i in layers]
+            out["value_spectrum_layer"] = chosen
+            out["value_spectrum"] = spectra[chosen - 1].tolist()
+        if self.fig4:
+            for name in ("eq4", "eq6"):
+                out[f"fig4_cos_{name}"] = [
+                    self.fig4_cos_sum[i][name] / self.fig4_tokens[i] if i in self.fig4_cos_sum else None
+                    for i in layers
+                ]
+        return out
+
+
+def _norm_entries(kind: str, by_position: list[torch.Tensor]) -> dict:
+    return {
+        f"{kind}_norm_by_position": [x.tolist() for x in by_position],
+        f"{kind}_norm_first": [x[0].item() for x in by_position],
+        f"{kind}_norm_others": [x[1:].mean().item() for x in by_position],
+    }
+
+
+def _add(store: dict[int, torch.Tensor], layer: int, value: torch.Tensor) -> None:
+    store[layer] = value if layer not in store else store[layer] + value

@@ -1,0 +1,88 @@
+"""The grid report's analysis section and the learnable mixing-weight plot."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_resformer.analysis import analysis_section, analyze_model, plot_mixing_weights
+from lit_resformer.analysis.report import mixing_series
+from lit_resformer.model import ModelConfig, Transformer
+
+SMALL = dict(n_layer=3, n_head=2, d_model=16, ffn_dim=32, vocab_size=50, max_seq_len=32)
+
+
+def write_analysis(run_dir: Path, seed: int, **overrides) -> dict:
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig.from_dict({**SMALL, **overrides}))
+    x = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(seed))
+    result = analyze_model(model, x, top_i=4)
+    (run_dir / "analysis").mkdir(parents=True)
+    (run_dir / "analysis" / "analysis.json").write_text(json.dumps({"models": {run_dir.name: result}}))
+    return result
+
+
+def write_metrics(run_dir: Path, rows: list[dict]) -> None:
+    path = run_dir / "csv" / "version_0" / "metrics.csv"
+    path.parent.mkdir(parents=True)
+    columns = sorted({key for row in rows for key in row})
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _mixing_rows(steps: int) -> list[dict]:
+    rows = []
+    for step in range(steps):
+        rows.append({"step": step, "train/loss": 5.0 - step * 0.1})
+        rows.append({"step": step, **{f"mix/layer{n}/{kind}": 0.5 + step * 0.01 * n * (1 if kind == "self" else -1)
+                                      for n in (2, 3) for kind in ("self", "history")}})
+    return rows
+
+
+def test_section_overlays_cells_with_means_over_runs(tmp_path):
+    grid = tmp_path / "grid"
+    vanilla = [grid / "vanilla" / f"seed{s}" for s in (0, 1)]
+    resformer = [grid / "resformer" / "seed0"]
+    results = [write_analysis(run, seed) for seed, run in enumerate(vanilla)]
+    write_analysis(resformer[0], 0, residual={"target": "v", "learnable": "scalar"})
+    write_metrics(resformer[0], _mixing_rows(5))
+    missing = [grid / "svformer" / "seed0"]
+    missing[0].mkdir(parents=True)
+
+    markdown, pngs = analysis_section({"vanilla": vanilla, "resformer": resformer, "svformer": missing},
+                                      out_dir=grid / "report", link_base=grid)
+    mean_entropy = sum((a + b) / 2 for a, b in zip(results[0]["entropy"], results[1]["entropy"], strict=True)) / 3
+    assert f"| vanilla | 2 | {mean_entropy:.3g} |" in markdown
+    assert "| resformer | 1 |" in markdown and "svformer" not in markdown
+    assert "![entropy by layer](report/analysis_entropy_by_layer.png)" in markdown
+    assert "### Learnable mixing weights" in markdown and "](report/mixing_resformer.png)" in markdown
+    assert {p.name for p in pngs} == {"analysis_entropy_by_layer.png", "analysis_first_token_ratios.png",
+                                      "mixing_resformer.png"}
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+def test_section_is_empty_without_results(tmp_path):
+    run = tmp_path / "cell" / "seed0"
+    run.mkdir(parents=True)
+    assert analysis_section({"cell": [run]}) == ("", [])
+    assert analysis_section({}) == ("", [])
+
+
+def test_mixing_weights_read_by_layer_and_kind(tmp_path):
+    run = tmp_path / "run"
+    write_metrics(run, _mixing_rows(4) + [{"step": 3, "dwa/block2/self": 0.9}])
+    series = mixing_series(run)
+    assert set(series) == {"self", "history", "dwa self"}
+    assert sorted(series["self"]) == [2, 3]
+    assert series["history"][3] == [(s, pytest.approx(0.5 - s * 0.03)) for s in range(4)]
+    png = plot_mixing_weights(run, tmp_path / "mix.png", title="resformer")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    plain = tmp_path / "plain"
+    write_metrics(plain, [{"step": 0, "train/loss": 4.0}])
+    assert plot_mixing_weights(plain, tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
