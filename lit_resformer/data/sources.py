@@ -173,39 +173,49 @@ def local_documents(path: str | os.PathLike, domain_field: str | None = None) ->
     (a dotted name such as "meta.source" reaches into nested records).
     """
     for file in local_files(path, domain_field):
-        suffix = file.suffix.lower()
-        if suffix == ".txt":
-            for chunk in _BLANK_LINES.split(file.read_text(encoding="utf-8", errors="replace")):
-                if chunk.strip():
-                    yield Document(chunk.strip(), file.stem)
-        elif suffix == ".jsonl":
-            with file.open(encoding="utf-8") as lines:
-                for line_number, line in enumerate(lines, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        raise ValueError(
-                            f"data.path: {file} line {line_number}: invalid JSON ({error})"
-                        ) from None
-                    document = _record_document(record, file, f"line {line_number}", domain_field)
-                    if document is not None:
-                        yield document
-        else:
-            import pyarrow.parquet as pq
+        count = 0
+        for document in _file_documents(file, domain_field):
+            count += 1
+            yield document
+        if count == 0:
+            raise ValueError(f"data.path: {file} holds no documents, so its domain {file.stem!r} would be empty; "
+                             "remove the file or add text to it")
 
-            parquet = pq.ParquetFile(file)
-            if "text" not in parquet.schema_arrow.names:
-                raise ValueError(
-                    f"data.path: {file} has no column 'text' (columns: {parquet.schema_arrow.names})"
-                )
-            for batch_number, batch in enumerate(parquet.iter_batches(batch_size=1024)):
-                for row_number, record in enumerate(batch.to_pylist()):
-                    where = f"row {batch_number * 1024 + row_number}"
-                    document = _record_document(record, file, where, domain_field)
-                    if document is not None:
-                        yield document
+
+def _file_documents(file: Path, domain_field: str | None) -> Iterator[Document]:
+    suffix = file.suffix.lower()
+    if suffix == ".txt":
+        for chunk in _BLANK_LINES.split(file.read_text(encoding="utf-8", errors="replace")):
+            if chunk.strip():
+                yield Document(chunk.strip(), file.stem)
+    elif suffix == ".jsonl":
+        with file.open(encoding="utf-8") as lines:
+            for line_number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(
+                        f"data.path: {file} line {line_number}: invalid JSON ({error})"
+                    ) from None
+                document = _record_document(record, file, f"line {line_number}", domain_field)
+                if document is not None:
+                    yield document
+    else:
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(file)
+        if "text" not in parquet.schema_arrow.names:
+            raise ValueError(
+                f"data.path: {file} has no column 'text' (columns: {parquet.schema_arrow.names})"
+            )
+        for batch_number, batch in enumerate(parquet.iter_batches(batch_size=1024)):
+            for row_number, record in enumerate(batch.to_pylist()):
+                where = f"row {batch_number * 1024 + row_number}"
+                document = _record_document(record, file, where, domain_field)
+                if document is not None:
+                    yield document
 
 
 # ---------------------------------------------------------------------------------------------------------
