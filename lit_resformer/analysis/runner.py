@@ -60,31 +60,55 @@ SCHEMA_VERSION = 1
 DEFAULT_TOP_I = 16
 
 
-# ------------------------------------------------------------------ one model
-def _check_batches(batches: torch.Tensor, vocab_size: int, max_seq_len: int | None, name: str) -> None:
+# ------------------------------------------------------------------ input checks (before any compute)
+def _check_inputs(model, batches, batch_size: int, top_i: int | None, spectrum_layer: int | None) -> int:
+    """Validate everything about one analysis; returns top_i (None -> min(16, seq_len))."""
     if not isinstance(batches, torch.Tensor) or batches.dim() != 2 or batches.dtype.is_floating_point:
         raise ValueError("batches must be an integer tensor of token ids shaped [num_seqs, seq_len]")
-    if batches.shape[0] < 1 or batches.shape[1] < 2:
+    num_seqs, seq_len = batches.shape
+    if num_seqs < 1 or seq_len < 2:
         raise ValueError(f"batches has shape {list(batches.shape)}; need >= 1 sequence of >= 2 tokens")
-    if max_seq_len is not None and batches.shape[1] > max_seq_len:
-        raise ValueError(f"seq_len={batches.shape[1]} exceeds {name}'s max_seq_len={max_seq_len}")
-    if int(batches.min()) < 0 or int(batches.max()) >= vocab_size:
-        raise ValueError(f"token ids must be in [0, {vocab_size}) for {name}; got [{int(batches.min())}, "
+    if isinstance(model, Transformer):
+        cfg = model.config
+        kind, vocab, max_len, n_layer = "the model", cfg.vocab_size, cfg.max_seq_len, cfg.n_layer
+    elif _is_hf_causal_lm(model):
+        if model.config._attn_implementation != "eager":
+            raise ValueError(f"the Hugging Face model uses attn_implementation="
+                             f"{model.config._attn_implementation!r}; load it with attn_implementation='eager' "
+                             "(load_hf_causal_lm does) to get attention maps")
+        kind, vocab, n_layer = "the Hugging Face model", model.config.vocab_size, model.config.num_hidden_layers
+        max_len = getattr(model.config, "max_position_embeddings", None)
+    else:
+        raise ValueError(f"got a {type(model).__name__}; expected a lit-resformer Transformer or a Hugging Face "
+                         "causal LM")
+    if max_len is not None and seq_len > max_len:
+        raise ValueError(f"seq_len={seq_len} exceeds {kind}'s max_seq_len={max_len}")
+    if int(batches.min()) < 0 or int(batches.max()) >= vocab:
+        raise ValueError(f"token ids must be in [0, {vocab}) for {kind}; got [{int(batches.min())}, "
                          f"{int(batches.max())}]")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
+    top_i = min(DEFAULT_TOP_I, seq_len) if top_i is None else top_i
+    if isinstance(top_i, bool) or not isinstance(top_i, int) or not 1 <= top_i <= seq_len:
+        raise ValueError(f"top_i={top_i!r} must be an integer in [1, seq_len={seq_len}]")
+    if spectrum_layer is not None and not 1 <= spectrum_layer <= n_layer:
+        raise ValueError(f"spectrum_layer={spectrum_layer!r} must be a layer number in [1, {n_layer}]")
+    return top_i
 
 
 def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+# ------------------------------------------------------------------ one model
 @torch.no_grad()
-def analyze_model(model: Transformer, batches: torch.Tensor, *, batch_size: int = 4, top_i: int = DEFAULT_TOP_I,
+def analyze_model(model: Transformer, batches: torch.Tensor, *, batch_size: int = 4, top_i: int | None = None,
                   spectrum_layer: int | None = None,
                   attention_budget: int = DEFAULT_ATTENTION_BUDGET) -> dict[str, Any]:
     """Every metric for one lit-resformer model over the sequences `batches` [N, T] (see the schema)."""
-    cfg = model.config
-    _check_batches(batches, cfg.vocab_size, cfg.max_seq_len, "the model")
-    _check_options(batches, batch_size, top_i, spectrum_layer, cfg.n_layer)
+    if not isinstance(model, Transformer):
+        raise ValueError(f"analyze_model takes a lit-resformer Transformer, got a {type(model).__name__}")
+    top_i = _check_inputs(model, batches, batch_size, top_i, spectrum_layer)
     trace = AnalysisTrace(top_i, attention_budget)
     was_training = model.training
     model.eval()
@@ -94,22 +118,19 @@ def analyze_model(model: Transformer, batches: torch.Tensor, *, batch_size: int 
             trace.end_sequence_batch()
     finally:
         model.train(was_training)
-    return {"kind": "lit-resformer", "config": cfg.to_dict(), **trace.summary(spectrum_layer)}
+    return {"kind": "lit-resformer", "config": model.config.to_dict(), **trace.summary(spectrum_layer)}
 
 
 @torch.no_grad()
-def analyze_hf_model(model, batches: torch.Tensor, *, batch_size: int = 1, top_i: int = DEFAULT_TOP_I) -> dict:
+def analyze_hf_model(model, batches: torch.Tensor, *, batch_size: int = 1, top_i: int | None = None) -> dict:
     """Attention and hidden-state metrics of a Hugging Face causal LM (eager attention, which returns A_n).
 
     Hugging Face returns every layer's attention at once, so memory grows with layers x T^2 per sequence:
     keep batch_size small for long sequences.
     """
-    if model.config._attn_implementation != "eager":
-        raise ValueError(f"the Hugging Face model uses attn_implementation={model.config._attn_implementation!r}; "
-                         "load it with attn_implementation='eager' (load_hf_causal_lm does) to get attention maps")
-    _check_batches(batches, model.config.vocab_size, getattr(model.config, "max_position_embeddings", None),
-                   "the Hugging Face model")
-    _check_options(batches, batch_size, top_i, None, model.config.num_hidden_layers)
+    if isinstance(model, Transformer) or not _is_hf_causal_lm(model):
+        raise ValueError(f"analyze_hf_model takes a Hugging Face causal LM, got a {type(model).__name__}")
+    top_i = _check_inputs(model, batches, batch_size, top_i, None)
     trace = AnalysisTrace(top_i, fig4=False)
     was_training = model.training
     model.eval()
@@ -125,39 +146,34 @@ def analyze_hf_model(model, batches: torch.Tensor, *, batch_size: int = 1, top_i
     return {"kind": "hf", "config": model.config.to_dict(), **trace.summary()}
 
 
-def _check_options(batches, batch_size: int, top_i: int, spectrum_layer: int | None, n_layer: int) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be a positive integer")
-    if isinstance(top_i, bool) or not isinstance(top_i, int) or not 1 <= top_i <= batches.shape[1]:
-        raise ValueError(f"top_i={top_i!r} must be an integer in [1, seq_len={batches.shape[1]}]")
-    if spectrum_layer is not None and not 1 <= spectrum_layer <= n_layer:
-        raise ValueError(f"spectrum_layer={spectrum_layer!r} must be a layer number in [1, {n_layer}]")
-
-
 # ------------------------------------------------------------------ several models -> JSON + plots
 def analyze(models: dict[str, torch.nn.Module], batches: torch.Tensor, out_dir: str | Path, *,
-            batch_size: int = 4, top_i: int = DEFAULT_TOP_I, spectrum_layer: int | None = None,
+            batch_size: int = 4, top_i: int | None = None, spectrum_layer: int | None = None,
             sources: dict[str, str] | None = None) -> dict[str, Any]:
     """Analyse every model on the same sequences; write `out_dir/analysis.json` and the PNGs; return the JSON.
 
-    models: {name: lit-resformer `Transformer` or Hugging Face causal LM}; batches: token ids [N, T].
+    models: {name: lit-resformer `Transformer` or Hugging Face causal LM}; batches: token ids [N, T];
+    top_i: length of the top-i importance curves (default min(16, T)); spectrum_layer: 1-based layer whose full
+    value spectrum is stored (default the middle layer); sources: {name: where the model came from}.
     """
     if not isinstance(models, dict) or not models:
         raise ValueError("models must be a non-empty dict {name: model}")
-    top_i = min(top_i, batches.shape[1]) if isinstance(batches, torch.Tensor) and batches.dim() == 2 else top_i
+    for name, model in models.items():  # every model is checked before any is analysed
+        try:
+            resolved_top_i = _check_inputs(model, batches, batch_size, top_i,
+                                           spectrum_layer if isinstance(model, Transformer) else None)
+        except ValueError as error:
+            raise ValueError(f"models[{name!r}]: {error}") from None
     results: dict[str, Any] = {}
-    for name, model in models.items():  # validate every model before analysing any
-        if not isinstance(model, Transformer) and not _is_hf_causal_lm(model):
-            raise ValueError(f"models[{name!r}] is a {type(model).__name__}; expected a lit-resformer Transformer "
-                             "or a Hugging Face causal LM")
     for name, model in models.items():
         if isinstance(model, Transformer):
-            result = analyze_model(model, batches, batch_size=batch_size, top_i=top_i, spectrum_layer=spectrum_layer)
+            result = analyze_model(model, batches, batch_size=batch_size, top_i=resolved_top_i,
+                                   spectrum_layer=spectrum_layer)
         else:
-            result = analyze_hf_model(model, batches, batch_size=batch_size, top_i=top_i)
+            result = analyze_hf_model(model, batches, batch_size=batch_size, top_i=resolved_top_i)
         results[name] = {"source": (sources or {}).get(name, "in-memory"), **result}
     report = {"schema_version": SCHEMA_VERSION, "num_seqs": batches.shape[0], "seq_len": batches.shape[1],
-              "top_i": top_i, "models": results}
+              "top_i": resolved_top_i, "models": results}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report["plots"] = [p.name for p in write_plots(report, out)]
@@ -237,7 +253,7 @@ def _run_name(path: Path, taken: set[str]) -> str:
 
 
 def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int | None = None,
-                        out_dir: str | Path | None = None, *, batch_size: int = 4, top_i: int = DEFAULT_TOP_I,
+                        out_dir: str | Path | None = None, *, batch_size: int = 4, top_i: int | None = None,
                         seed: int = 0) -> dict[str, Any]:
     """Load lit-resformer checkpoints (and Hugging Face model folders), sample `num_seqs` validation sequences of
     the first checkpoint's data, and analyse every model on them (`analyze`).
