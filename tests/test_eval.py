@@ -4,28 +4,24 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 import zipfile
 
-# Offline before datasets / huggingface_hub are imported (tests must never reach the hub).
-os.environ["HF_DATASETS_OFFLINE"] = "1"
-os.environ["HF_HUB_OFFLINE"] = "1"
+import datasets
+import huggingface_hub
+import lm_eval
+import lm_eval.api.registry
+import pytest
+import torch
+from lm_eval.api.instance import Instance
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-import datasets  # noqa: E402
-import lm_eval  # noqa: E402
-import lm_eval.api.registry  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from lm_eval.api.instance import Instance  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-
-from eval.lm_eval_model import LitResFormerLM  # noqa: E402
-from eval.prepare_data import OLMO_DATASETS, prepare_data  # noqa: E402
-from eval.report import csv_table, markdown_table, zero_shot_table  # noqa: E402
-from eval.run import run_eval  # noqa: E402
-from eval.tasks import PAPER_TASKS, TASK_SETS, build_task_manager, resolve_tasks  # noqa: E402
-from lit_resformer.model import ModelConfig, Transformer  # noqa: E402
+from eval.lm_eval_model import LitResFormerLM
+from eval.prepare_data import OLMO_DATASETS, prepare_data
+from eval.report import csv_table, markdown_table, zero_shot_table
+from eval.run import run_eval
+from eval.tasks import PAPER_TASKS, TASK_SETS, build_task_manager, resolve_tasks
+from lit_resformer.model import ModelConfig, Transformer
 
 EOS = "<|endoftext|>"
 LN2 = math.log(2.0)
@@ -119,15 +115,23 @@ LOGLIKELIHOOD_ARGS = [
 ] + [(CORPUS[i % 5][: 10 + 3 * i], CORPUS[(i + 1) % 5][:5 + i]) for i in range(30)]
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to open a network connection fails the test."""
+def go_offline(monkeypatch):
+    """HF offline mode (env and the libraries' already-read flags), and any connection attempt fails."""
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(name, "1")
+        monkeypatch.setattr(datasets.config, name, True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
 
     def refuse(*args, **kwargs):
         raise AssertionError(f"network access attempted: {args[1:] or kwargs}")
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    go_offline(monkeypatch)
 
 
 # ------------------------------------------------------------------------------------ the registered model

