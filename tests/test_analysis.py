@@ -284,3 +284,18 @@ def test_analyze_run_dir_on_a_trained_checkpoint(tmp_path, tiny_corpus, data_cac
     markdown, pngs = analysis_section({"resformer": [run]}, out_dir=tmp_path / "report")
     assert "| resformer | 1 |" in markdown and "mixing_resformer.png" in markdown  # logged mix/layer2/{self,history}
     assert len(pngs) == 3
+
+
+@pytest.mark.slow
+def test_hf_folder_alone_reads_the_embedded_corpus_with_its_own_tokenizer(tmp_path, tiny_datamodule, data_cache,
+                                                                          monkeypatch):
+    """Tokenizes the embedded corpus (a few MB) with the folder's tokenizer: tens of seconds."""
+    monkeypatch.setenv("LIT_RESFORMER_CACHE", str(data_cache))
+    _, datamodule = _data_hparams(tiny_datamodule)
+    folder = tmp_path / "hf"
+    to_hf_llama(build(vocab_size=datamodule.vocab_size, n_layer=2)).save_pretrained(folder)
+    datamodule.tokenizer.save(str(folder / "tokenizer.json"))
+    report = analyze_checkpoints([folder], num_seqs=3, seq_len=16, out_dir=tmp_path / "out")
+    result = report["models"]["hf"]
+    assert result["kind"] == "hf" and result["source"] == str(folder) and result["num_seqs"] == 3
+    assert len(result["entropy"]) == 2 and "value_norm_first" not in result

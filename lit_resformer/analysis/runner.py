@@ -258,8 +258,10 @@ def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int 
     """Load lit-resformer checkpoints (and Hugging Face model folders), sample `num_seqs` validation sequences of
     the first checkpoint's data, and analyse every model on them (`analyze`).
 
-    out_dir defaults to <run dir>/analysis for a single checkpoint (where the grid report looks for it).
-    All models must share the first checkpoint's tokenizer, so they see the same tokens.
+    With Hugging Face folders only, the sequences come from the embedded corpus's validation split, tokenized
+    with the first folder's tokenizer.json (its EOS token must be `<|endoftext|>`, as in GPT-NeoX tokenizers).
+    All models must share one tokenizer, so they see the same tokens. out_dir defaults to <run dir>/analysis for
+    a single checkpoint (where the grid report looks for it).
     """
     from lit_resformer import load_checkpoint
 
@@ -269,9 +271,6 @@ def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int 
     for p in paths:
         if not p.exists():
             raise ValueError(f"checkpoint {p} does not exist")
-    checkpoints = [p for p in paths if p.is_file()]
-    if not checkpoints:
-        raise ValueError("at least one lit-resformer checkpoint is needed: its validation data supplies the sequences")
     if out_dir is None:
         if len(paths) > 1:
             raise ValueError("out_dir (--out) is required when analysing several checkpoints")
@@ -302,5 +301,7 @@ def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int 
         if tokenizer != reference_tokenizer:
             raise ValueError(f"{path} does not use the same tokenizer as {paths[0]}; models compared on the same "
                              "sequences must share one tokenizer")
+    if data_hparams is None:  # Hugging Face folders only: validation text of the embedded corpus, their tokenizer
+        data_hparams = {"source": "embedded", "tokenizer": str(paths[0] / "tokenizer.json")}
     batches = sample_validation_batches(data_hparams, num_seqs, seq_len, seed, reference_tokenizer)
     return analyze(models, batches, out_dir, batch_size=batch_size, top_i=top_i, sources=sources)
