@@ -1,0 +1,1 @@
+"""Throughput, memory and KV-cache benchmarks of DESIGN §9; run them with `python -m benchmarks`."""

@@ -1,0 +1,79 @@
+"""`python -m benchmarks [names...] [--quick]`: run benchmarks, write their JSON and markdown sections."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from .harness import (
+    BENCHMARKS,
+    MARKDOWN,
+    RESULTS_DIR,
+    Settings,
+    machine_meta,
+    pick_device,
+    retain_freed_memory,
+    threads,
+    update_markdown,
+    write_json,
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("names", nargs="*", metavar="name", help=f"benchmarks to run (default: all of {list(BENCHMARKS)})")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and 2 rounds: checks the plumbing, measures nothing")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch.set_num_threads (default: all cores)")
+    parser.add_argument("--reps", type=int, default=None, help="counted rounds (default 10, quick 2)")
+    parser.add_argument("--warmup", type=int, default=None, help="uncounted warm-up rounds (default 2, quick 1)")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--retain-freed-memory", action="store_true",
+                        help="glibc mallopt: keep freed memory in the process (fewer page faults, less noise)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--markdown", type=Path, default=MARKDOWN)
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark {unknown[0]!r}; allowed: {list(BENCHMARKS)}")
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
+    for name in ("reps", "warmup"):
+        value = getattr(args, name)
+        if value is not None and value < (1 if name == "reps" else 0):
+            parser.error(f"--{name} must be >= {1 if name == 'reps' else 0}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.retain_freed_memory:
+        retain_freed_memory()
+    settings = Settings(
+        quick=args.quick,
+        reps=args.reps if args.reps is not None else (2 if args.quick else 10),
+        warmup=args.warmup if args.warmup is not None else (1 if args.quick else 2),
+        device=pick_device(args.device),
+        retain_freed_memory=args.retain_freed_memory,
+    )
+    with threads(args.threads):
+        for name in args.names or BENCHMARKS:
+            module = importlib.import_module(f"benchmarks.{name}")
+            torch.manual_seed(0)
+            meta = machine_meta(settings)  # before the run: the load average says how busy the machine was going in
+            result = module.run(settings)
+            json_path = write_json(result, meta, args.results_dir)
+            update_markdown(result, meta, args.markdown)
+            print(f"{name}: {json_path}", file=sys.stderr)
+            for metric in result.metrics:
+                mark = "" if metric.met is None else ("  [target met]" if metric.met else "  [target MISSED]")
+                print(f"  {metric.metric} = {metric.value:.4g} {metric.unit}{mark}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""KV-cache bytes per token, greedy decode tokens/s at long context, and the batch a memory budget holds.
+
+An 8-layer model (preset `mini`, max_seq_len raised to the longest context) in five cache layouts: vanilla,
+SVFormer, CLA2, GQA (n_kv_head = n_head/2) and GQA + SVFormer. Per context, every variant prefills the same
+random prompt, then the variants decode greedily one token at a time, interleaved (each round = one new
+token per variant). The largest batch under a fixed byte budget is found by allocating real `KVCache`s and
+summing the storage they hold, not from the formula. Targets (issue 6): SVFormer KV bytes exactly
+(L+1)/(2L) of vanilla's, decode tokens/s at 8192 context >= vanilla's, largest batch at 8192 >= 1.7x.
+"""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+import torch
+
+from lit_resformer.model import KVCache, ModelConfig, Transformer, kv_cache_bytes
+
+from .harness import (
+    Metric,
+    Result,
+    Settings,
+    interleaved,
+    markdown_table,
+    median,
+    paired_ratios,
+    spread,
+    target_mark,
+)
+
+NAME = "decode"
+CONTEXTS = (512, 2048, 8192)
+NEW_TOKENS = 32  # counted decode steps per context (the interleaved rounds)
+BUDGET_BYTES = 1 << 30  # 1 GiB of fp32 cache for the batch-fit measurement
+QUICK = dict(d_model=32, ffn_dim=64, vocab_size=128)
+QUICK_CONTEXTS, QUICK_NEW_TOKENS, QUICK_BUDGET = (16, 64), 3, 1 << 20
+BATCH_TARGET, SPEED_TARGET = 1.7, 1.0
+
+
+def variants(n_head: int) -> dict[str, tuple[str, dict]]:
+    half = n_head // 2
+    return {
+        "vanilla": ("vanilla", {}),
+        "svformer": ("SVFormer", {"share": {"svformer": True}}),
+        "cla2": ("CLA2 (KV shared every 2 layers)", {"share": {"every": 2, "what": "kv"}}),
+        "gqa": (f"GQA n_kv_head={half}", {"n_kv_head": half}),
+        "gqa_svformer": (f"GQA n_kv_head={half} + SVFormer", {"n_kv_head": half, "share": {"svformer": True}}),
+    }
+
+
+def allocated_bytes(cache: KVCache) -> int:
+    """Bytes of the distinct storages behind the cache's tensors (what was really allocated)."""
+    storages = {}
+    for tensor in (*cache.keys, *cache.values):
+        if tensor is not None:
+            storage = tensor.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def largest_batch(config: ModelConfig, seq: int, budget: int, device: torch.device) -> int:
+    """Largest batch whose allocated cache of `seq` positions stays within `budget` bytes (doubling, then bisecting)."""
+
+    def fits(batch: int) -> bool:
+        cache = KVCache(config, batch, seq, device=device)
+        held = allocated_bytes(cache)
+        if held != cache.held_bytes():
+            raise RuntimeError(f"KVCache.held_bytes()={cache.held_bytes()} but its storages hold {held} bytes")
+        del cache
+        return held <= budget
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while fits(high):
+        low, high = high, high * 2
+    while high - low > 1:  # fits(low) and not fits(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def run(settings: Settings) -> Result:
+    contexts, new_tokens, budget = (QUICK_CONTEXTS, QUICK_NEW_TOKENS, QUICK_BUDGET) if settings.quick \
+        else (CONTEXTS, NEW_TOKENS, BUDGET_BYTES)
+    warmup = settings.warmup
+    longest = max(contexts)
+    base = ModelConfig.preset("mini", max_seq_len=longest + warmup + new_tokens, **(QUICK if settings.quick else {}))
+    table = variants(base.n_head)
+    configs = {slug: base.replace(**overrides) for slug, (_, overrides) in table.items()}
+    models = {}
+    for slug, config in configs.items():
+        torch.manual_seed(0)
+        models[slug] = Transformer(config).to(settings.device).eval()
+
+    metrics: list[Metric] = []
+    # ---- bytes per token, measured on allocated caches (checked against the analytic formula)
+    bytes_rows, per_token = [], {}
+    for slug, config in configs.items():
+        cache = models[slug].new_cache(1, longest)
+        per_token[slug] = allocated_bytes(cache) / longest
+        analytic = kv_cache_bytes(config, 1, 1)
+        if per_token[slug] != analytic:
+            raise RuntimeError(f"{slug}: allocated {per_token[slug]} bytes/token, kv_cache_bytes says {analytic}")
+        metrics.append(Metric(f"{NAME}.{slug}.kv_bytes_per_token", per_token[slug], "bytes/token"))
+    layers = base.n_layer
+    svformer_share = Fraction(int(per_token["svformer"]), int(per_token["vanilla"]))
+    expected = Fraction(layers + 1, 2 * layers)
+    fraction = Metric(f"{NAME}.svformer.kv_fraction", float(svformer_share), "x vanilla KV bytes", float(expected),
+                      "lower")
+    metrics.append(fraction)
+    for slug, (label, _) in table.items():
+        bytes_rows.append([label, f"{per_token[slug]:,.0f}", f"{per_token[slug] / per_token['vanilla']:.4g}"])
+
+    # ---- prefill, then interleaved greedy decode
+    speed_rows = []
+    for context in contexts:
+        prompt = torch.randint(0, base.vocab_size, (1, context), generator=torch.Generator().manual_seed(context))
+        prompt = prompt.to(settings.device)
+        steps, prefill_s = {}, {}
+        for slug, model in models.items():
+            cache = model.new_cache(1, context + warmup + new_tokens)
+            with torch.no_grad(), settings.autocast():
+                settings.sync()
+                start = time.perf_counter()
+                logits = model(prompt, cache=cache)[:, -1]
+                settings.sync()
+            prefill_s[slug] = time.perf_counter() - start
+            steps[slug] = _decoder(model, cache, logits.argmax(-1, keepdim=True), settings)
+        times = interleaved(steps, settings, reps=new_tokens, warmup=warmup)
+        del steps  # frees this context's caches before the next, longer one
+        for slug, (label, _) in table.items():
+            tps = Metric(f"{NAME}.{slug}.ctx{context}.tokens_per_s", 1.0 / median(times[slug]), "tokens/s",
+                         better="higher")
+            speedups = paired_ratios(times["vanilla"], times[slug])
+            target = SPEED_TARGET if slug == "svformer" and context == max(contexts) else None
+            ratio = Metric(f"{NAME}.{slug}.ctx{context}.speed_vs_vanilla", median(speedups), "x vanilla tokens/s",
+                           target, "higher")
+            metrics += [tps, ratio]
+            speed_rows.append([context, label, context / prefill_s[slug], tps.value, ratio.value, spread(speedups),
+                               target_mark(ratio)])
+
+    # ---- the largest batch a fixed budget holds at the longest context, by allocating
+    fit_rows, batches = [], {}
+    for slug in table:
+        batches[slug] = largest_batch(configs[slug], longest, budget, settings.device)
+        metrics.append(Metric(f"{NAME}.{slug}.max_batch_ctx{longest}", batches[slug], "sequences", better="higher"))
+    batch_ratio = Metric(f"{NAME}.svformer.max_batch_ratio", batches["svformer"] / max(batches["vanilla"], 1),
+                         "x vanilla batch", BATCH_TARGET, "higher")
+    metrics.append(batch_ratio)
+    for slug, (label, _) in table.items():
+        fit_rows.append([label, batches[slug], f"{batches[slug] / max(batches['vanilla'], 1):.3g}",
+                         target_mark(batch_ratio) if slug == "svformer" else ""])
+
+    fraction_mark = "exactly" if svformer_share == expected else f"NOT ({svformer_share} vs {expected})"
+    markdown = "\n\n".join([
+        f"Preset `mini` ({layers} layers, {base.n_head} heads, d={base.d_model}, vocab {base.vocab_size}), "
+        f"max_seq_len {base.max_seq_len}, fp32 cache, batch 1.",
+        "**KV cache per token** (bytes of the allocated cache / positions; equal to `kv_cache_bytes`). "
+        f"SVFormer holds {fraction_mark} (L+1)/(2L) = {expected} of vanilla's "
+        f"({target_mark(fraction)}).",
+        markdown_table(["variant", "bytes/token", "x vanilla"], bytes_rows),
+        f"**Greedy decode**: prefill of the context (one pass, timed once), then {new_tokens} new tokens per variant "
+        f"after {warmup} warm-up tokens, interleaved; tokens/s = 1 / median step time.",
+        markdown_table(["context", "variant", "prefill tok/s", "decode tok/s", "x vanilla", "spread (IQR)", "target"],
+                       speed_rows),
+        f"**Largest batch within {budget / 2**20:g} MiB of cache at context {longest}**, found by allocating "
+        "`KVCache`s (doubling, then bisecting) and summing their storages.",
+        markdown_table(["variant", "max batch", "x vanilla", "target"], fit_rows),
+    ])
+    return Result(NAME, metrics, markdown, {"preset": "mini", "contexts": list(contexts), "new_tokens": new_tokens,
+                                            "budget_bytes": budget})
+
+
+def _decoder(model: Transformer, cache: KVCache, first: torch.Tensor, settings: Settings):
+    """A closure decoding one greedy token per call through `cache`."""
+    state = {"token": first}
+
+    @torch.no_grad()
+    def step() -> None:
+        with settings.autocast():
+            logits = model(state["token"], cache=cache)[:, -1]
+        state["token"] = logits.argmax(-1, keepdim=True)
+
+    return step

@@ -1,0 +1,93 @@
+"""Step time (fwd + bwd) of every variant of the fig7 / fig9 / fig10 / fig13 grids relative to vanilla.
+
+All variants are built up front with the same seed and timed interleaved on the same batch, so the ratio of
+each to vanilla is taken over neighbouring measurements (see harness). Targets (issue 6): ResFormer
+<= 1.02x and SVFormer <= 1.00x vanilla; cross-layer attention is reported, not targeted.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lit_resformer.model import ModelConfig, Transformer, kv_cache_bytes
+
+from .harness import (
+    Metric,
+    Result,
+    Settings,
+    interleaved,
+    markdown_table,
+    median,
+    paired_ratios,
+    random_batch,
+    spread,
+    target_mark,
+    training_step,
+)
+
+NAME = "variant_overhead"
+BATCH, SEQ_LEN = 16, 256
+QUICK = dict(d_model=32, ffn_dim=64, vocab_size=128, max_seq_len=32)
+QUICK_BATCH, QUICK_SEQ_LEN = 2, 16
+TARGETS = {"resformer": 1.02, "svformer": 1.00}
+RESFORMER = {"residual": {"target": "v"}}
+
+
+def variants(n_head: int) -> dict[str, tuple[str, str, dict]]:
+    """slug -> (figure, label, config overrides). GQA cells are sized from the preset's head count."""
+    half, single = n_head // 2, 1
+    return {
+        "vanilla": ("all", "vanilla", {}),
+        "resformer": ("fig7", "ResFormer (V residual, Eq. 7)", RESFORMER),
+        "denseformer": ("fig7", "DenseFormer (DWA)", {"dwa": {"enabled": True}}),
+        "neutreno": ("fig7", "NeuTRENO mu=0.4", {"neutreno_lambda": 0.4}),
+        "resformer_neutreno": ("fig7", "ResFormer + NeuTRENO mu=0.2", {**RESFORMER, "neutreno_lambda": 0.2}),
+        "residual_q": ("fig9", "residual on Q", {"residual": {"target": "q"}}),
+        "residual_k": ("fig9", "residual on K", {"residual": {"target": "k"}}),
+        "identity": ("fig10", "identity mapping (Eq. 6)", {"residual": {"target": "v", "mapping": "identity"}}),
+        "cross_attention": ("fig10", "cross-layer attention (Eq. 2)",
+                            {"residual": {"target": "v", "mapping": "cross_attention"}}),
+        "learnable_scalar": ("fig10", "ResFormer, learnable scalar", {"residual": {"target": "v", "learnable": "scalar"}}),
+        "learnable_head": ("fig10", "ResFormer, learnable per head", {"residual": {"target": "v", "learnable": "head"}}),
+        "learnable_token": ("fig10", "ResFormer, learnable token gate",
+                            {"residual": {"target": "v", "learnable": "token"}}),
+        "svformer": ("fig13", "SVFormer", {"share": {"svformer": True}}),
+        "gqa_half": ("fig13", f"GQA n_kv_head={half}", {"n_kv_head": half}),
+        "mqa": ("fig13", f"GQA n_kv_head={single} (MQA)", {"n_kv_head": single}),
+        "cla2": ("fig13", "CLA2 (share KV every 2 layers)", {"share": {"every": 2, "what": "kv"}}),
+        "cla2_mqa": ("fig13", f"CLA2 + GQA n_kv_head={single}", {"n_kv_head": single, "share": {"every": 2, "what": "kv"}}),
+        "svformer_gqa_half": ("fig13", f"SVFormer + GQA n_kv_head={half}", {"n_kv_head": half, "share": {"svformer": True}}),
+        "svformer_mqa": ("fig13", f"SVFormer + GQA n_kv_head={single}", {"n_kv_head": single, "share": {"svformer": True}}),
+    }
+
+
+def run(settings: Settings) -> Result:
+    base = ModelConfig.preset("tiny", **(QUICK if settings.quick else {}))
+    batch, seq_len = (QUICK_BATCH, QUICK_SEQ_LEN) if settings.quick else (BATCH, SEQ_LEN)
+    tokens = random_batch(base.vocab_size, batch, seq_len, settings.device)
+    table = variants(base.n_head)
+    configs, steps = {}, {}
+    for slug, (_, _, overrides) in table.items():
+        configs[slug] = base.replace(**overrides)
+        torch.manual_seed(0)
+        model = Transformer(configs[slug]).to(settings.device).train()
+        steps[slug] = training_step(model, tokens, settings)
+    times = interleaved(steps, settings)
+
+    vanilla_kv = kv_cache_bytes(base)
+    metrics, rows = [], []
+    for slug, (figure, label, _) in table.items():
+        ratios = paired_ratios(times[slug], times["vanilla"])
+        step_ms = Metric(f"{NAME}.{slug}.step_ms", 1e3 * median(times[slug]), "ms")
+        ratio = Metric(f"{NAME}.{slug}.ratio", median(ratios), "x vanilla step time", TARGETS.get(slug), "lower")
+        metrics += [step_ms, ratio]
+        kv_fraction = kv_cache_bytes(configs[slug]) / vanilla_kv
+        rows.append([figure, label, step_ms.value, ratio.value, spread(ratios), f"{kv_fraction:.3g}",
+                     target_mark(ratio)])
+    markdown = (
+        f"`ModelConfig.preset(\"tiny\")` ({base.n_layer} layers, {base.n_head} heads, d={base.d_model}, "
+        f"vocab {base.vocab_size}), fwd + bwd of batch {batch} x {seq_len} tokens, fp32.\n\n"
+        + markdown_table(["grid", "variant", "step ms", "x vanilla", "spread (IQR)", "KV cache x vanilla", "target"],
+                         rows)
+    )
+    return Result(NAME, metrics, markdown, {"preset": "tiny", "batch": batch, "seq_len": seq_len})

@@ -1,0 +1,126 @@
+"""Benchmarks plumbing: every benchmark runs at tiny sizes and writes contract-shaped JSON and markdown.
+
+Nothing here is timed: values are checked for shape and for the facts that do not depend on the clock
+(KV-cache bytes, the batch a budget holds by allocation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks.__main__ import main
+from benchmarks.harness import BENCHMARKS, Metric, Result, Settings, interleaved, update_markdown
+
+METRIC_KEYS = {"metric", "value", "unit", "target", "better"}
+META_KEYS = {"machine", "cpu_model", "torch", "threads", "date", "device"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """All benchmarks once with --quick, one round, no warm-up (about 15 s on 2 cores)."""
+    out = tmp_path_factory.mktemp("bench")
+    markdown = out / "BENCHMARKS.md"
+    code = main(["--quick", "--reps", "1", "--warmup", "0", "--threads", "1",
+                 "--results-dir", str(out), "--markdown", str(markdown)])
+    assert code == 0
+    return out, markdown
+
+
+def read_results(out, name):
+    entries = json.loads((out / f"{name}.json").read_text())
+    metrics = [e for e in entries if "meta" not in e]
+    metas = [e["meta"] for e in entries if "meta" in e]
+    return {m["metric"]: m for m in metrics}, metas
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_json_has_the_contract_shape(quick_run, name):
+    out, _ = quick_run
+    metrics, metas = read_results(out, name)
+    assert metrics, f"{name} wrote no metric"
+    for key, m in metrics.items():
+        assert set(m) == METRIC_KEYS
+        assert key.startswith(f"{name}.")
+        assert isinstance(m["value"], float) and math.isfinite(m["value"])
+        assert isinstance(m["unit"], str) and m["unit"]
+        assert m["target"] is None or isinstance(m["target"], float)
+        assert m["better"] in ("lower", "higher")
+    assert len(metas) == 1
+    assert META_KEYS <= set(metas[0])
+    assert metas[0]["threads"] == 1 and metas[0]["quick"] is True
+
+
+def test_markdown_has_one_table_section_per_benchmark_in_order(quick_run):
+    _, markdown = quick_run
+    text = markdown.read_text()
+    assert text.startswith("# Benchmarks")
+    positions = [text.index(f"## {name}\n") for name in BENCHMARKS]
+    assert positions == sorted(positions)
+    for name, start in zip(BENCHMARKS, positions, strict=True):
+        section = text[start:text.index(f"<!-- /benchmark:{name} -->")]
+        assert "|---|" in section and "QUICK" in section
+
+
+def test_targets_are_where_the_issue_puts_them(quick_run):
+    out, _ = quick_run
+    targets = {}
+    for name in BENCHMARKS:
+        metrics, _ = read_results(out, name)
+        targets.update({k: m["target"] for k, m in metrics.items() if m["target"] is not None})
+    assert targets == {
+        "variant_overhead.resformer.ratio": 1.02,
+        "variant_overhead.svformer.ratio": 1.0,
+        "hf_throughput.tiny.ratio": 1.2,
+        "hf_throughput.mini.ratio": 1.2,
+        "loop_overhead.ratio": 0.97,
+        "decode.svformer.kv_fraction": 9 / 16,
+        "decode.svformer.ctx64.speed_vs_vanilla": 1.0,
+        "decode.svformer.max_batch_ratio": 1.7,
+        "data_loader.ratio": 20.0,
+    }
+
+
+def test_decode_measures_cache_bytes_and_batch_by_allocating(quick_run):
+    out, _ = quick_run
+    metrics, _ = read_results(out, "decode")
+    value = {k: m["value"] for k, m in metrics.items()}
+    # mini: 8 layers; SVFormer keeps K in every layer and V once -> 9 of 16 tensors.
+    assert value["decode.svformer.kv_fraction"] == 9 / 16
+    assert value["decode.gqa.kv_bytes_per_token"] == value["decode.vanilla.kv_bytes_per_token"] / 2
+    # 1 MiB budget at 64 positions: vanilla holds 8 sequences (128 KiB each), SVFormer 14 (72 KiB each).
+    assert value["decode.vanilla.max_batch_ctx64"] == 8
+    assert value["decode.svformer.max_batch_ctx64"] == 14
+    assert value["decode.svformer.max_batch_ratio"] == 14 / 8
+
+
+def test_update_markdown_rewrites_one_section_and_keeps_the_others(tmp_path):
+    path = tmp_path / "B.md"
+    meta = {"date": "2026-01-01T00:00:00", "cpu_model": "cpu", "cpu_count": 2, "device": "cpu", "dtype": "fp32",
+            "torch": "x", "threads": 1, "reps": 10, "warmup": 2, "load_average_1m": 0.0, "quick": False,
+            "retain_freed_memory": False}
+    update_markdown(Result("decode", [], "decode table v1"), meta, path)
+    update_markdown(Result("variant_overhead", [], "variant table"), meta, path)
+    update_markdown(Result("decode", [], "decode table v2"), meta, path)
+    text = path.read_text()
+    assert "variant table" in text and "decode table v2" in text and "decode table v1" not in text
+    assert text.index("## variant_overhead") < text.index("## decode")
+    assert text.count("## decode") == 1
+
+
+def test_interleaved_rotates_the_order_and_skips_warmup():
+    calls = []
+    contenders = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times = interleaved(contenders, Settings(reps=2, warmup=1))
+    assert calls == list("abc" "bca" "cab")
+    assert {k: len(v) for k, v in times.items()} == {"a": 2, "b": 2, "c": 2}
+
+
+def test_bad_input_is_rejected_with_the_allowed_values(capsys):
+    with pytest.raises(SystemExit):
+        main(["no_such_benchmark"])
+    assert "variant_overhead" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="better"):
+        Metric("x.y", 1.0, "ms", better="bigger")
