@@ -33,7 +33,7 @@ from lit_resformer.model.kernels import attention
 SMALL = dict(n_layer=4, n_head=4, d_model=32, ffn_dim=64, vocab_size=97, max_seq_len=64)
 PER_LAYER_KEYS = ["entropy", "importance_first", "importance_others", "similarity", "hidden_norm_first",
                   "hidden_norm_others", "value_norm_first", "value_norm_others", "top_eigenvalue", "fig4_cos_eq4",
-                  "fig4_cos_eq6"]
+                  "fig4_cos_eq6", "raw_value_norm_first", "raw_value_norm_others", "raw_value_top_eigenvalue"]
 BY_POSITION_KEYS = ["importance_by_position", "hidden_norm_by_position", "value_norm_by_position"]
 
 
@@ -170,6 +170,33 @@ def test_analyze_two_models_writes_schema_and_plots(tmp_path):
                      "norms_by_position.png", "top_i_importance.png", "value_spectrum.png", "fig4_cosine.png"}
     assert set(on_disk["plots"]) == expected_pngs
     assert all(_png(tmp_path / name) for name in expected_pngs)
+
+
+def test_raw_values_are_the_layers_own_projection():
+    x = tokens(batch=2, length=12)
+    vanilla = analyze_model(build(), x)
+    assert vanilla["raw_value_norm_first"] == pytest.approx(vanilla["value_norm_first"], rel=1e-6)
+    assert vanilla["raw_value_top_eigenvalue"] == pytest.approx(vanilla["top_eigenvalue"], rel=1e-6)
+
+    model = build(residual={"target": "v"})
+    resformer = analyze_model(model, x)
+    assert resformer["raw_value_top_eigenvalue"][0] == pytest.approx(resformer["top_eigenvalue"][0], rel=1e-6)
+    assert resformer["raw_value_norm_others"][1:] != pytest.approx(resformer["value_norm_others"][1:], rel=1e-3)
+    hidden = {}
+
+    class Hidden(Trace):
+        def on_hidden(self, layer, h):
+            hidden[layer] = h
+
+    with torch.no_grad():
+        model(x, trace=Hidden())
+        block = model.blocks[2]
+        own = block.attn.wv(block.attn_norm(hidden[1]))  # V_3 = W_V x, before mixing with V_1
+    assert resformer["raw_value_norm_first"][2] == pytest.approx(own[:, 0].norm(dim=-1).mean().item(), rel=1e-5)
+
+    svformer = analyze_model(build(share={"svformer": True}), x)
+    assert svformer["raw_value_top_eigenvalue"][0] is not None
+    assert svformer["raw_value_top_eigenvalue"][1:] == [None] * 3  # layers without W_V
 
 
 def test_batching_does_not_change_results():

@@ -16,6 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
+from . import metrics as M  # noqa: E402
+
 # The paper's description of ResFormer's first token (Fig. 2, 19, 21), drawn as reference lines on the ratio plots.
 PAPER_RESFORMER_BOUNDS = {"importance": (10.0, "ResFormer (paper): < 10x"),
                           "value_norm": (0.5, "ResFormer (paper): > 0.5x"),
@@ -34,16 +36,21 @@ def first_token_ratios(result: dict[str, Any]) -> Curves:
     return {kind: first_token_ratio(result, kind) for kind in PAPER_RESFORMER_BOUNDS if f"{kind}_first" in result}
 
 
-def _layer_axis(ax, log_y: bool = False) -> None:
-    """Integer layer ticks; a log y axis labelled with plain numbers (minor ticks too when it spans < 1.5 decades).
+def _log_y(ax) -> None:
+    """A log y axis labelled with plain numbers (minor ticks too when it spans < 1.5 decades).
     Call after everything is drawn, so the y range is known."""
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    low, high = ax.get_ylim()
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain if math.log10(high / low) < 1.5 else NullFormatter())
+
+
+def _layer_axis(ax, log_y: bool = False) -> None:
+    """Integer layer ticks, optionally a log y axis."""
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if log_y:
-        ax.set_yscale("log")
-        plain = FuncFormatter(lambda value, _: f"{value:g}")
-        low, high = ax.get_ylim()
-        ax.yaxis.set_major_formatter(plain)
-        ax.yaxis.set_minor_formatter(plain if math.log10(high / low) < 1.5 else NullFormatter())
+        _log_y(ax)
 
 
 def _save(fig, path: Path) -> Path:
@@ -73,8 +80,10 @@ def plot_by_layer(curves: Curves, path: Path, title: str, ylabel: str, reference
     return _save(fig, path)
 
 
-def plot_first_token_ratios(ratios: dict[str, Curves], path: Path) -> Path:
-    """ratios: {label: {kind: ratio per layer}}; one panel per kind, with the paper's ResFormer bound."""
+def plot_first_token_ratios(ratios: dict[str, Curves], path: Path, seq_len: int) -> Path:
+    """ratios: {label: {kind: ratio per layer}}; one panel per kind, with the paper's ResFormer bound.
+    Causal masking alone favours early tokens, so the importance panel also shows uniform causal attention's
+    ratio over `seq_len` tokens."""
     kinds = [k for k in PAPER_RESFORMER_BOUNDS if any(k in r for r in ratios.values())]
     fig, axes = plt.subplots(1, len(kinds), figsize=(4.3 * len(kinds), 3.6), squeeze=False)
     for ax, kind in zip(axes[0], kinds, strict=True):
@@ -82,6 +91,9 @@ def plot_first_token_ratios(ratios: dict[str, Curves], path: Path) -> Path:
                        f"first token / others: {kind.replace('_', ' ')}", "ratio")
         bound, label = PAPER_RESFORMER_BOUNDS[kind]
         ax.axhline(bound, color="grey", linestyle=":", label=label)
+        if kind == "importance":
+            uniform = M.first_to_others(M.uniform_causal_importance(seq_len)).item()
+            ax.axhline(uniform, color="grey", linestyle="--", label="uniform causal attention")
         _layer_axis(ax, log_y=True)
         ax.legend(fontsize=7)
     return _save(fig, path)
@@ -102,9 +114,16 @@ def plot_norms_by_position(models: dict[str, dict], path: Path) -> Path:
                 ax.plot(range(len(norms)), norms, color=colour, linewidth=0.8, label=f"layer {n}")
                 ax.scatter([0], [norms[0]], color=colour, edgecolor="red", s=30, zorder=3)
             ax.set(title=f"{name}: {kind} norm (first token ringed)", xlabel="position", ylabel="L2 norm")
-            ax.set_yscale("log")
+            _log_y(ax)
             ax.legend(fontsize=6, ncol=2)
     return _save(fig, path)
+
+
+def _mixes_values(result: dict[str, Any]) -> bool:
+    """Whether the values attended with differ from the layers' own V_n somewhere (a value residual)."""
+    used, raw = result.get("top_eigenvalue"), result.get("raw_value_top_eigenvalue")
+    return bool(used and raw) and any(r is not None and not math.isclose(u, r, rel_tol=1e-6)
+                                      for u, r in zip(used, raw, strict=True))
 
 
 def plot_value_spectrum(models: dict[str, dict], path: Path) -> Path:
@@ -114,10 +133,13 @@ def plot_value_spectrum(models: dict[str, dict], path: Path) -> Path:
             spectrum = result["value_spectrum"]
             left.plot(range(1, len(spectrum) + 1), spectrum, label=f"{name} (layer {result['value_spectrum_layer']})")
     left.set(title="Value covariance spectrum (Eq. 12)", xlabel="eigenvalue rank", ylabel="eigenvalue")
-    left.set_yscale("log")
+    _log_y(left)
     left.legend(fontsize=7)
     _draw_by_layer(right, {n: r["top_eigenvalue"] for n, r in models.items() if "top_eigenvalue" in r},
                    "Largest value eigenvalue (Fig. 12)", "eigenvalue")
+    _draw_by_layer(right, {f"{n}: own V_n (before mixing)": r["raw_value_top_eigenvalue"]
+                           for n, r in models.items() if _mixes_values(r)},
+                   "Largest value eigenvalue (Fig. 12)", "eigenvalue", style="--")
     _layer_axis(right, log_y=True)
     right.legend(fontsize=7)
     return _save(fig, path)
@@ -156,7 +178,7 @@ def write_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
         plot_by_layer({n: r["similarity"] for n, r in models.items()}, out_dir / "similarity_by_layer.png",
                       "Hidden-state similarity (Eq. 13)", "mean pairwise cosine"),
         plot_first_token_ratios({n: first_token_ratios(r) for n, r in models.items()},
-                                out_dir / "first_token_ratios.png"),
+                                out_dir / "first_token_ratios.png", report["seq_len"]),
         plot_norms_by_position(models, out_dir / "norms_by_position.png"),
         plot_top_i(models, out_dir / "top_i_importance.png"),
     ]

@@ -171,7 +171,7 @@ def analysis_section(run_dirs_by_cell: dict[str, list[Path]], out_dir: str | Pat
                                     "Entropy of token importance by layer (Eq. 11)", "entropy (nats)")
         ratios_png = plot_first_token_ratios(
             {cell: {k: v for k, v in c.items() if k != "entropy"} for cell, c in curves.items()},
-            out_dir / "analysis_first_token_ratios.png")
+            out_dir / "analysis_first_token_ratios.png", first["seq_len"])
         lines += ["", link(entropy_png, "entropy by layer"), "", link(ratios_png, "first-token ratios"), ""]
         pngs += [entropy_png, ratios_png]
     if mixing_runs:

@@ -31,13 +31,17 @@ Entry points:
           "value_spectrum_layer": int,         # 1-based layer whose full spectrum follows
           "value_spectrum": [Hkv*d],           # eigenvalues, descending
           "fig4_cos_eq4": [L],                 # cos(Eq. 2 output, Eq. 4 output), null for layer 1
-          "fig4_cos_eq6": [L]                  # cos(Eq. 2 output, Eq. 6 output), null for layer 1
+          "fig4_cos_eq6": [L],                 # cos(Eq. 2 output, Eq. 6 output), null for layer 1
+          # V_n = W_V x of the layer itself, before residual mixing (null for layers without W_V, e.g. SVFormer):
+          "raw_value_norm_first": [L], "raw_value_norm_others": [L], "raw_value_top_eigenvalue": [L]
         }
       }
     }
 
 What "values" means: the values layer n attends with (V'_n after any residual mixing; V_1 for SVFormer's
-sharing layers; the own block for cross-layer attention). Hidden states are the residual stream after each
+sharing layers; the own block for cross-layer attention); "raw values" are the layer's own projection V_n
+(for a vanilla model both are the same). The paper's value-state figures can be read either way for ResFormer,
+so both are reported. Hidden states are the residual stream after each
 block. Fig. 4 uses layer n's own Q_n, K_n, V_n and layer 1's K_1, V_1, so it is the paper's check when the
 model is vanilla. For Hugging Face models only attention and hidden states are available, and
 `output_hidden_states` gives the last layer after the final norm (Llama and most decoders do so).
@@ -110,6 +114,10 @@ def analyze_model(model: Transformer, batches: torch.Tensor, *, batch_size: int 
         raise ValueError(f"analyze_model takes a lit-resformer Transformer, got a {type(model).__name__}")
     top_i = _check_inputs(model, batches, batch_size, top_i, spectrum_layer)
     trace = AnalysisTrace(top_i, attention_budget)
+    # V_n before residual mixing is only visible as the output of W_V: a forward hook reads it.
+    hooks = [block.attn.wv.register_forward_hook(
+                 lambda _module, _inputs, output, layer=i: trace.add_raw_values(layer, output))
+             for i, block in enumerate(model.blocks) if block.attn.wv is not None]
     was_training = model.training
     model.eval()
     try:
@@ -118,6 +126,8 @@ def analyze_model(model: Transformer, batches: torch.Tensor, *, batch_size: int 
             trace.end_sequence_batch()
     finally:
         model.train(was_training)
+        for hook in hooks:
+            hook.remove()
     return {"kind": "lit-resformer", "config": model.config.to_dict(), **trace.summary(spectrum_layer)}
 
 

@@ -47,6 +47,9 @@ class AnalysisTrace(Trace):
         self.hidden_norm_sum: dict[int, torch.Tensor] = {}
         self.value_norm_sum: dict[int, torch.Tensor] = {}
         self.value_spectra: dict[int, metrics.CovarianceSpectrum] = {}
+        # The layer's own projection V_n = W_V x before any mixing (fed by a hook on W_V; see add_raw_values).
+        self.raw_value_norm_sum: dict[int, torch.Tensor] = {}
+        self.raw_value_spectra: dict[int, metrics.CovarianceSpectrum] = {}
         self.fig4_cos_sum: dict[int, dict[str, float]] = {}
         self.fig4_tokens: dict[int, int] = defaultdict(int)
         # Within one forward pass only.
@@ -104,6 +107,14 @@ class AnalysisTrace(Trace):
             self.value_spectra[layer] = metrics.CovarianceSpectrum(values.shape[1] * values.shape[3])
         self.value_spectra[layer].add(metrics.heads_as_features(values))
 
+    def add_raw_values(self, layer: int, values: torch.Tensor) -> None:
+        """The output of layer's W_V, [B, T, Hkv*d]: V_n before residual mixing (equal to the used values in a
+        vanilla layer)."""
+        _add(self.raw_value_norm_sum, layer, metrics.norms_by_position(values).sum(0).cpu())
+        if layer not in self.raw_value_spectra:
+            self.raw_value_spectra[layer] = metrics.CovarianceSpectrum(values.shape[-1])
+        self.raw_value_spectra[layer].add(values.flatten(0, 1))
+
     def _add_fig4(self, layer: int, q_rows, k_n, v_n, first_row: int) -> None:
         k_1, v_1 = self._first_kv
         out = metrics.cross_layer_outputs(q_rows, k_n, v_n, k_1, v_1, offset=first_row)
@@ -149,6 +160,13 @@ class AnalysisTrace(Trace):
             out["top_eigenvalue"] = [spectra[i][0].item() for i in layers]
             out["value_spectrum_layer"] = chosen
             out["value_spectrum"] = spectra[chosen - 1].tolist()
+        if self.raw_value_spectra:  # null for layers without their own W_V (SVFormer, CLA)
+            raw = {i: self.raw_value_norm_sum[i] / n for i in self.raw_value_spectra}
+            out["raw_value_norm_first"] = [raw[i][0].item() if i in raw else None for i in layers]
+            out["raw_value_norm_others"] = [raw[i][1:].mean().item() if i in raw else None for i in layers]
+            out["raw_value_top_eigenvalue"] = [
+                self.raw_value_spectra[i].eigenvalues()[0].item() if i in raw else None for i in layers
+            ]
         if self.fig4:
             for name in ("eq4", "eq6"):
                 out[f"fig4_cos_{name}"] = [
