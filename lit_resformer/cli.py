@@ -187,8 +187,25 @@ def export_command(argv: list[str]) -> None:
     print(f"LlamaForCausalLM written to {export_hf(args.ckpt, args.to_hf)}")
 
 
+def analyze_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer analyze",
+        description="Attention concentration, similarity, norms and value spectra per layer (paper §4.1.3-4.5).")
+    parser.add_argument("--ckpt", action="append", required=True,
+                        help="a checkpoint or a Hugging Face model folder; repeat to overlay several")
+    parser.add_argument("--num-seqs", type=int, default=32, help="validation sequences to analyse")
+    parser.add_argument("--seq-len", type=int, help="tokens per sequence (default: the run's seq_len)")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--out", help="output folder (default <run>/analysis for one checkpoint)")
+    args = parser.parse_args(argv)
+    from .analysis import analyze_checkpoints
+
+    analyze_checkpoints(args.ckpt, args.num_seqs, args.seq_len, args.out, batch_size=args.batch_size)
+    print(f"analysis.json and plots written to {args.out or Path(args.ckpt[0]).parent.parent / 'analysis'}")
+
+
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
-SUITE_COMMANDS = {"eval": eval_command, "export": export_command}
+SUITE_COMMANDS = {"eval": eval_command, "export": export_command, "analyze": analyze_command}
 
 
 def main(argv: list[str] | None = None) -> None:
