@@ -5,11 +5,16 @@ PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
-GRID   ?= configs/grids/demo.yaml
-RUNS   ?= runs
+GRID     ?= configs/grids/demo.yaml
+RUNS     ?= runs
 EXECUTOR ?= local
+EVAL     ?=
+ANALYZE  ?=
+EVAL_DATA ?= eval_data
+GRID_NAME = $(basename $(notdir $(GRID)))
+CLI      := $(VENV)/bin/lit-resformer
 
-.PHONY: install test test-slow lint demo ablation-grid report eval bench clean
+.PHONY: install test test-slow test-slurm lint demo ablation-grid report eval eval-data bench clean
 
 install: $(VENV)/.installed
 
@@ -27,6 +32,32 @@ test: install
 
 test-slow: install
 	$(PY) -m pytest -q -m slow
+
+# A real single-node Slurm is started by the tests (root + apt); see scripts/local-slurm.sh.
+test-slurm: install
+	$(PY) -m pytest -q -m slurm
+
+# The main job: an ablation grid, trained unattended and resumably, then reported (report.md, index.html).
+# EVAL=1 adds zero-shot lm-eval scores (offline data in $(EVAL_DATA)), ANALYZE=1 the attention analysis.
+ablation-grid: install $(if $(EVAL),eval-data)
+	$(if $(EVAL),LIT_RESFORMER_EVAL_DATA=$(abspath $(EVAL_DATA))) $(CLI) grid $(GRID) --runs-dir $(RUNS) \
+		--executor $(EXECUTOR) $(if $(EVAL),--eval) $(if $(ANALYZE),--analyze) $(GRID_ARGS)
+
+demo: install
+	$(MAKE) ablation-grid GRID=configs/grids/demo.yaml
+	@echo "report: $(RUNS)/demo/report.md and $(RUNS)/demo/index.html"
+
+report: install
+	$(CLI) report $(RUNS)/$(GRID_NAME)
+
+eval-data: install
+	test -f $(EVAL_DATA)/manifest.json || $(CLI) eval prepare-data $(EVAL_DATA)
+
+eval: install eval-data
+	$(CLI) eval --ckpt $(CKPT) --data-dir $(EVAL_DATA) $(EVAL_ARGS)
+
+bench: install
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check lit_resformer ablations eval benchmarks tests

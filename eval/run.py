@@ -14,6 +14,7 @@ Writes into ``out_dir``:
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,3 +97,19 @@ def run_eval(
         write_results(results, out_dir)
         write_report(results, out_dir, results["lit_resformer"]["name"])
     return results
+
+
+def evaluate_run_dir(run_dir: str | Path) -> Path:
+    """The grid's `--eval` hook: score `<run>/checkpoints/last.ckpt` on the paper tasks into `<run>/eval/`.
+
+    Offline data comes from $LIT_RESFORMER_EVAL_DATA (made by `lit-resformer eval prepare-data`); without it the
+    standard tasks load from the hub. $LIT_RESFORMER_EVAL_TASKS replaces the paper task set, $LIT_RESFORMER_EVAL_LIMIT
+    caps the examples per task.
+    """
+    run_dir = Path(run_dir)
+    limit = os.environ.get("LIT_RESFORMER_EVAL_LIMIT")
+    run_eval(run_dir / "checkpoints" / "last.ckpt", tasks=os.environ.get("LIT_RESFORMER_EVAL_TASKS", "paper"),
+             limit=int(limit) if limit else None,
+             data_dir=os.environ.get("LIT_RESFORMER_EVAL_DATA") or None, out_dir=run_dir / "eval",
+             name=run_dir.parent.name)
+    return run_dir / "eval" / "results.json"

@@ -204,8 +204,28 @@ def analyze_command(argv: list[str]) -> None:
     print(f"analysis.json and plots written to {args.out or Path(args.ckpt[0]).parent.parent / 'analysis'}")
 
 
+def grid_command(argv: list[str]) -> None:
+    from ablations.__main__ import add_run_arguments, run_from_args
+
+    parser = argparse.ArgumentParser(prog="lit-resformer grid",
+                                     description="Train every run of an ablation grid (idempotent), then report.")
+    add_run_arguments(parser)
+    sys.exit(run_from_args(parser.parse_args(argv)))
+
+
+def report_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="lit-resformer report",
+                                     description="report.md + index.html with plots for RUNS_DIR/<grid>.")
+    parser.add_argument("grid_dir", type=Path)
+    args = parser.parse_args(argv)
+    from ablations.report import write_report
+
+    print(write_report(args.grid_dir))
+
+
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
-SUITE_COMMANDS = {"eval": eval_command, "export": export_command, "analyze": analyze_command}
+SUITE_COMMANDS = {"eval": eval_command, "export": export_command, "analyze": analyze_command,
+                  "grid": grid_command, "report": report_command}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -464,3 +464,20 @@ def test_checkpoint_through_simple_evaluate_run_eval_and_export(trained_run, tmp
     hf_model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
     with torch.no_grad():
         torch.testing.assert_close(hf_model(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
+
+
+def test_grid_eval_hook_scores_a_run_dir(trained_run, tmp_path, monkeypatch):
+    """The `--eval` plug-in of the grid runner writes <run>/eval/results.json that the grid report reads."""
+    import shutil
+
+    from eval.report import zero_shot_table
+    from eval.run import evaluate_run_dir
+
+    run = tmp_path / "grid" / "resformer" / "seed0"
+    shutil.copytree(trained_run, run)
+    monkeypatch.setenv("LIT_RESFORMER_EVAL_TASKS", "lrf_tiny_mc")
+    monkeypatch.setenv("LIT_RESFORMER_EVAL_LIMIT", "4")
+    results = evaluate_run_dir(run)
+    assert results == run / "eval" / "results.json"
+    table = zero_shot_table({"resformer": results})
+    assert "| resformer | acc |" in table
