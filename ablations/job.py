@@ -25,7 +25,7 @@ TRAIN_COMMAND_ENV = "LIT_RESFORMER_TRAIN_CMD"
 # Post-training plug-ins provided by other packages: kind -> (module, function, result file). The
 # function takes the run directory and writes the result file into it.
 HOOKS = {
-    "eval": ("eval", "evaluate_run_dir", "eval/results.json"),
+    "eval": ("eval.run", "evaluate_run_dir", "eval/results.json"),
     "analyze": ("lit_resformer.analysis", "analyze_run_dir", "analysis/analysis.json"),
 }
 

@@ -30,10 +30,7 @@ from .stats import Difference, critical_point, mean_std, paired_difference
 from .store import TRAIN_LOSS_WINDOW, atomic_write_text
 
 RELATIVE_WINDOWS = (10, 100)
-ZERO_SHOT_METRICS = ("acc", "acc_norm")
 EVAL_RESULTS = Path("eval/results.json")
-ANALYSIS_RESULTS = Path("analysis/analysis.json")
-ENTROPY_KEY = "entropy_by_layer"  # analysis.json: per-layer entropy of token importance (Eq. 11)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -78,83 +75,62 @@ def load_runs(grid_dir: Path, cells: Sequence[str]) -> dict[str, list[RunRecord]
 
 
 # ----------------------------------------------------------------------------------------------
-# a small document model rendered both as markdown and as HTML
+# the report is built as markdown; index.html is that markdown rendered, with every image inlined
 
 
 class Document:
-    def __init__(self) -> None:
-        self.blocks: list[tuple] = []
+    def __init__(self, base: Path) -> None:
+        self.base = base  # image links are relative to the report's directory
+        self.parts: list[str] = []
 
     def heading(self, level: int, text: str) -> None:
-        self.blocks.append(("heading", level, text))
+        self.parts.append(f"{'#' * level} {text}\n")
 
     def text(self, text: str) -> None:
-        self.blocks.append(("text", text))
+        self.parts.append(text + "\n")
 
     def table(self, header: list[str], rows: list[list[str]]) -> None:
-        self.blocks.append(("table", header, rows))
+        cell = lambda v: str(v).replace("|", "\\|")  # noqa: E731
+        lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+        self.parts.append("\n".join(lines) + "\n")
 
     def image(self, path: Path, caption: str) -> None:
-        self.blocks.append(("image", path, caption))
+        self.parts.append(f"![{caption}]({path.relative_to(self.base).as_posix()})\n")
 
-    def markdown(self, base: Path) -> str:
-        out = []
-        for block in self.blocks:
-            kind = block[0]
-            if kind == "heading":
-                out.append(f"{'#' * block[1]} {block[2]}\n")
-            elif kind == "text":
-                out.append(block[1] + "\n")
-            elif kind == "table":
-                header, rows = block[1], block[2]
-                cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-                out.append("| " + " | ".join(cell(h) for h in header) + " |")
-                out.append("|" + "|".join("---" for _ in header) + "|")
-                out += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-                out.append("")
-            elif kind == "image":
-                out.append(f"![{block[2]}]({block[1].relative_to(base).as_posix()})\n")
-        return "\n".join(out)
+    def raw(self, markdown_text: str) -> None:
+        self.parts.append(markdown_text.rstrip() + "\n")
 
-    def html(self, title: str) -> str:
-        out = [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>{html.escape(title)}</title>",
-            "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-            "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
-            "td,th{border:1px solid #bbb;padding:0.25em 0.6em;text-align:right}"
-            "td:first-child,th:first-child{text-align:left}th{background:#eee}"
-            "img{max-width:100%;border:1px solid #ddd}figure{margin:1em 0}"
-            "figcaption{font-size:0.85em;color:#555}code{background:#f3f3f3}</style>",
-            "</head><body>",
-        ]
-        for block in self.blocks:
-            kind = block[0]
-            if kind == "heading":
-                out.append(f"<h{block[1]}>{html.escape(block[2])}</h{block[1]}>")
-            elif kind == "text":
-                out.append(f"<p>{_inline_html(block[1])}</p>")
-            elif kind == "table":
-                header, rows = block[1], block[2]
-                out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in header) + "</tr></thead><tbody>")
-                out += ["<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows]
-                out.append("</tbody></table>")
-            elif kind == "image":
-                data = base64.b64encode(block[1].read_bytes()).decode()
-                out.append(
-                    f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(block[2])}">'
-                    f"<figcaption>{html.escape(block[2])}</figcaption></figure>"
-                )
-        out.append("</body></html>")
-        return "\n".join(out)
+    def markdown(self) -> str:
+        return "\n".join(self.parts)
 
 
-def _inline_html(text: str) -> str:
-    """Escape, then render the two markdown inline forms the report uses: `code` and **bold**."""
-    text = html.escape(text)
-    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", text).replace("\n", "<br>")
+HTML_STYLE = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
+    "td,th{border:1px solid #bbb;padding:0.25em 0.6em;text-align:right}"
+    "td:first-child,th:first-child{text-align:left}th{background:#eee}"
+    "img{max-width:100%;border:1px solid #ddd}code{background:#f3f3f3}"
+)
+
+
+def markdown_to_html(text: str, base: Path, title: str) -> str:
+    """A self-contained page: the markdown rendered, local images embedded as base64 PNG data."""
+    import markdown
+
+    body = markdown.markdown(text, extensions=["tables"])
+
+    def inline(match: re.Match) -> str:
+        path = base / html.unescape(match.group(1))
+        if not path.is_file():
+            return match.group(0)
+        return f'src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}"'
+
+    body = re.sub(r'src="(?!data:)([^"]+\.png)"', inline, body)
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{HTML_STYLE}</style></head><body>\n{body}\n</body></html>\n"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -284,7 +260,7 @@ def write_report(grid_dir: str | Path) -> Path:
     for old in plots_dir.glob("*.png"):
         old.unlink()
     plotter = Plotter(plots_dir, cells)
-    doc = Document()
+    doc = Document(grid_dir)
     name = manifest["name"]
 
     doc.heading(1, f"Ablation grid {name}")
@@ -308,12 +284,13 @@ def write_report(grid_dir: str | Path) -> Path:
     _critical_section(doc, plotter, manifest, cells, cells_info, done)
     _cost_section(doc, cells, cells_info, done)
     _zero_shot_section(doc, cells, done)
-    _analysis_section(doc, plotter, cells, done)
+    _analysis_section(doc, grid_dir, cells, done)
     _runs_section(doc, runs)
 
-    atomic_write_text(grid_dir / "report.md", doc.markdown(grid_dir))
+    text = doc.markdown()
+    atomic_write_text(grid_dir / "report.md", text)
     index = grid_dir / "index.html"
-    atomic_write_text(index, doc.html(f"Ablation grid {name}"))
+    atomic_write_text(index, markdown_to_html(text, grid_dir, f"Ablation grid {name}"))
     return index
 
 
@@ -489,61 +466,58 @@ def _cost_section(doc, cells, cells_info, done) -> None:
 
 
 def _zero_shot_section(doc, cells, done) -> None:
-    scores: dict[str, dict[str, dict[str, list[float]]]] = {}  # metric -> cell -> task -> values
+    """Table 1 form from the runs' eval/results.json (lm-eval's results dict), mean over each cell's seeds;
+    task order, labels, averages and split notes follow eval.report."""
+    per_cell = {}
     for cell in cells:
-        for record in done[cell]:
-            path = record.path / EVAL_RESULTS
-            if not path.is_file():
-                continue
-            results = json.loads(path.read_text()).get("results", {})
-            for task, values in results.items():
-                for key, value in values.items():
-                    metric = key.split(",")[0]
-                    if metric in ZERO_SHOT_METRICS and isinstance(value, (int, float)):
-                        scores.setdefault(metric, {}).setdefault(cell, {}).setdefault(task, []).append(float(value))
-    if not scores:
+        results = [json.loads(p.read_text()) for r in done[cell] if (p := r.path / EVAL_RESULTS).is_file()]
+        if results:
+            per_cell[cell] = _mean_results(results)
+    if not per_cell:
         return
+    from eval.report import PAPER_TASK_LABELS, table_rows
+
+    rows_by_cell = {cell: table_rows(results, cell) for cell, results in per_cell.items()}
+    tasks = [t for t in PAPER_TASK_LABELS if any(t in r[0] for r in rows_by_cell.values())]
+    tasks += sorted({t for r in rows_by_cell.values() for t in r[0]} - set(tasks))
     doc.heading(2, "Zero-shot accuracy")
-    doc.text("lm-eval zero-shot scores (Table 1 form), mean over seeds with results; avg over the tasks shown.")
-    for metric in ZERO_SHOT_METRICS:
-        if metric not in scores:
-            continue
-        tasks = sorted({t for per_cell in scores[metric].values() for t in per_cell})
-        rows = []
-        for cell, per_task in scores[metric].items():
-            means = [float(np.mean(per_task[t])) if t in per_task else None for t in tasks]
-            present = [m for m in means if m is not None]
-            rows.append([cell, *(_fmt(m, 3) for m in means), _fmt(float(np.mean(present)) if present else None, 3)])
-        doc.heading(3, metric)
-        doc.table(["cell", *tasks, "avg"], rows)
+    doc.text("lm-eval zero-shot scores (Table 1 form), mean over each cell's evaluated seeds.")
+    rows, notes = [], []
+    for cell, (_, cell_rows, cell_notes) in rows_by_cell.items():
+        for row in cell_rows:
+            values = [row["scores"].get(t) for t in [*tasks, "avg"]]
+            marks = ["*" if t in row["stand_in"] else "" for t in [*tasks, "avg"]]
+            rows.append([cell, row["metric"], *(_fmt(v, 3) + m for v, m in zip(values, marks, strict=True))])
+        notes += [n for n in cell_notes if n not in notes]
+    doc.table(["cell", "metric", *(PAPER_TASK_LABELS.get(t, t) for t in tasks), "Avg"], rows)
+    if notes:
+        doc.text("\n".join(f"- {note}" for note in notes))
 
 
-def _analysis_section(doc, plotter, cells, done) -> None:
-    entropy: dict[str, pd.Series] = {}
-    for cell in cells:
-        per_seed = []
-        for record in done[cell]:
-            path = record.path / ANALYSIS_RESULTS
-            if path.is_file():
-                values = json.loads(path.read_text()).get(ENTROPY_KEY)
-                if values:
-                    per_seed.append(pd.Series(values, index=range(1, len(values) + 1), dtype=float))
-        if per_seed:
-            entropy[cell] = pd.concat(per_seed, axis=1).mean(axis=1)
-    if not entropy:
+def _mean_results(results: list[dict]) -> dict:
+    """One lm-eval results dict whose numeric scores are the mean over several runs' results."""
+    merged = {key: value for key, value in results[0].items() if key != "results"}
+    merged["results"] = {}
+    for task in results[0]["results"]:
+        runs = [r["results"][task] for r in results if task in r.get("results", {})]
+        merged["results"][task] = {
+            key: (float(np.mean([run[key] for run in runs if key in run])) if isinstance(value, (int, float)) else value)
+            for key, value in runs[0].items()
+        }
+    return merged
+
+
+def _analysis_section(doc, grid_dir, cells, done) -> None:
+    """lit_resformer.analysis' own section (entropy by layer, first-token ratios, learnable mixing
+    weights) over the finished runs; nothing when no run has analysis results or mixing weights."""
+    from lit_resformer.analysis import analysis_section
+
+    run_dirs = {cell: [r.path for r in done[cell]] for cell in cells if done[cell]}
+    if not run_dirs:
         return
-    doc.heading(2, "Attention concentration")
-    doc.text("Entropy of token importance by layer (paper Eq. 11; lower = more concentrated), mean over seeds.")
-    layers = sorted({layer for series in entropy.values() for layer in series.index})
-    doc.table(["cell", *(f"L{layer}" for layer in layers)], [[c, *(_fmt(s.get(layer), 3) for layer in layers)] for c, s in entropy.items()])
-    fig, ax = plotter.plt.subplots(figsize=(7, 4.5))
-    for cell, series in entropy.items():
-        ax.plot(series.index, series.values, marker="o", label=cell, color=plotter.colors.get(cell))
-    ax.set_xlabel("layer")
-    ax.set_ylabel("entropy of token importance")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    doc.image(plotter.save(fig, "entropy_by_layer"), "Entropy of token importance by layer.")
+    text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir)
+    if text:
+        doc.raw(text)
 
 
 def _runs_section(doc, runs) -> None:

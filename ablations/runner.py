@@ -143,7 +143,7 @@ def run_grid(
 
     grid_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(grid_dir / "grid.yaml", yaml.safe_dump(spec.manifest(), sort_keys=False))
-    for run, action, _ in planned:
+    for run, _, _ in planned:
         RunDir(grid_dir / run.cell / f"seed{run.seed}").write_config(run.config, run.name)
 
     counts: Counter[str] = Counter()
@@ -168,7 +168,7 @@ def run_grid(
         pool.run(jobs, on_done)
     finally:
         bar.close()
-    for run, action, _ in planned:
+    for run, _, _ in planned:
         name = run.name
         if name not in outcome.summaries and name not in outcome.errors:
             outcome.summaries[name] = RunDir(grid_dir / run.cell / f"seed{run.seed}").read_summary()

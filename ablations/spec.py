@@ -12,7 +12,8 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
       vanilla: {}
       resformer: {model.config.residual.target: v}
     matrix:                                      # optional; with `cells` the product cells x matrix
-      data.seq_len: [64, 256]
+      data.seq_len: [64, 256]                    # or value -> overrides that go with it:
+      # data.seq_len: {64: {data.micro_batch_size: 32}, 256: {data.micro_batch_size: 8}}
     report: {critical_point_window: 10}          # optional report settings
 
 Everything is checked before any run starts; a problem raises `GridError` naming it.
@@ -200,32 +201,45 @@ def _expand_cells(spec: dict, where: str) -> list[Cell]:
             _check_name(cell_name, f"{where}: cell name")
             families.append((cell_name, _flatten_overrides(overrides or {}, f"{where}: cell '{cell_name}'")))
 
-    points: list[dict[str, Any]] = [{}]
+    points: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, {})]
     if matrix_spec is not None:
         points = _matrix_points(matrix_spec, where)
 
     cells, seen = [], set()
-    for (family, overrides), coords in itertools.product(families, points):
+    for (family, overrides), (coords, extras) in itertools.product(families, points):
         parts = ([family] if family else []) + ([_point_name(coords)] if coords else [])
         name = ",".join(parts)
         _check_name(name, f"{where}: cell name")
         if name in seen:
             raise GridError(f"{where}: duplicate cell name '{name}'")
         seen.add(name)
-        cells.append(Cell(name=name, overrides={**overrides, **coords}, baseline="", family=family, coords=coords))
+        cells.append(Cell(name=name, overrides={**overrides, **coords, **extras}, baseline="", family=family, coords=coords))
     return cells
 
 
-def _matrix_points(matrix: Any, where: str) -> list[dict[str, Any]]:
+def _matrix_points(matrix: Any, where: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(coordinates, extra overrides) of every point of the cartesian product. A matrix key takes a
+    list of values, or a mapping value -> overrides that go with it (e.g. a sequence length and the
+    micro-batch size that keeps the tokens per step constant)."""
     if not isinstance(matrix, dict) or not matrix:
         raise GridError(f"{where}: matrix is empty; give it dotted keys with non-empty lists of values")
+    axes = []
     for key, values in matrix.items():
+        if isinstance(values, dict) and values:
+            axes.append([
+                (key, value, _flatten_overrides(extra or {}, f"{where}: matrix {key}={value}"))
+                for value, extra in values.items()
+            ])
+            continue
         if not isinstance(values, list) or not values:
             raise GridError(f"{where}: matrix key '{key}' has an empty or non-list value {values!r}")
         if len({repr(v) for v in values}) != len(values):
             raise GridError(f"{where}: matrix key '{key}' repeats a value: {values}")
-    keys = list(matrix)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(matrix[k] for k in keys))]
+        axes.append([(key, value, {}) for value in values])
+    return [
+        ({key: value for key, value, _ in combo}, {k: v for _, _, extra in combo for k, v in extra.items()})
+        for combo in itertools.product(*axes)
+    ]
 
 
 def _point_name(coords: dict[str, Any]) -> str:

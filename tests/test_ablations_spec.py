@@ -78,6 +78,16 @@ def test_matrix_alone_and_crossed_with_cells(tmp_path):
     assert grid.configs["svformer,seq_len=128"]["data"]["seq_len"] == 128
     assert grid.configs["svformer,seq_len=128"]["model"]["config"]["share"] == {"svformer": True}
 
+    # a matrix value can carry overrides that move with it (constant tokens per step)
+    path = write_grid(tmp_path, {
+        "baseline": "seq_len=32",
+        "matrix": {"data.seq_len": {32: {"data.micro_batch_size": 8}, 128: {"data": {"micro_batch_size": 2}}}},
+    }, name="coupled.yaml")
+    grid = load_grid(path)
+    assert [c.name for c in grid.cells] == ["seq_len=32", "seq_len=128"]
+    assert grid.cells[1].coords == {"data.seq_len": 128}
+    assert grid.configs["seq_len=128"]["data"] == {"seq_len": 128, "micro_batch_size": 2}
+
 
 MALFORMED = {
     "unknown model field": (
@@ -114,6 +124,10 @@ MALFORMED = {
     ),
     "empty matrix": ({"baseline": "a", "cells": {"a": {}}, "matrix": {}}, ["matrix is empty"]),
     "empty matrix values": ({"baseline": "x=1", "matrix": {"trainer.max_steps": []}}, ["matrix key 'trainer.max_steps'"]),
+    "unknown key with a matrix value": (
+        {"baseline": "seq_len=32", "matrix": {"data.seq_len": {32: {"data.micro_batch": 8}}}},
+        ["cell 'seq_len=32'", "unknown override key 'data.micro_batch'"],
+    ),
     "duplicate cell names": (
         {"baseline": "lr=0.1", "matrix": {"model.lr": [0.1, "0.1"]}},
         ["duplicate cell name 'lr=0.1'"],

@@ -5,6 +5,8 @@ import csv
 import json
 import math
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -62,25 +64,32 @@ def embedded_images(index: Path) -> list[bytes]:
     return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([^"]+)"', index.read_text())]
 
 
-def test_report_tables_plots_and_confidence_interval(tmp_path):
+# Final validation losses chosen so the paired differences are known: -0.03, -0.05, -0.01.
+VANILLA_VAL = {0: 3.00, 1: 3.10, 2: 2.90}
+RESFORMER_VAL = {0: 2.97, 1: 3.05, 2: 2.89}
+
+
+def synthetic_grid(tmp_path: Path) -> Path:
+    """Three seeds of vanilla and ResFormer, and a cell whose runs diverged or failed."""
     grid_dir = make_grid_dir(tmp_path, {
         "baseline": "vanilla", "seeds": [0, 1, 2],
         "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}, "bad": {"model.lr": 10.0}},
     })
-    steps = range(200)
-    # Final validation losses chosen so the paired differences are known: -0.03, -0.05, -0.01.
-    vanilla_val = {0: 3.00, 1: 3.10, 2: 2.90}
-    resformer_val = {0: 2.97, 1: 3.05, 2: 2.89}
     for seed in (0, 1, 2):
-        base_curve = {s: 2 + 4 * math.exp(-s / 40) + 0.01 * seed for s in steps}
+        base_curve = {s: 2 + 4 * math.exp(-s / 40) + 0.01 * seed for s in range(200)}
         write_run(grid_dir, "vanilla", seed, base_curve,
-                  {99: {"code": 3.5, "english": 3.6}, 199: {"code": vanilla_val[seed] - 0.1, "english": vanilla_val[seed] + 0.1}})
+                  {99: {"code": 3.5, "english": 3.6}, 199: {"code": VANILLA_VAL[seed] - 0.1, "english": VANILLA_VAL[seed] + 0.1}})
         write_run(grid_dir, "resformer", seed, {s: v - 0.05 for s, v in base_curve.items()},
-                  {99: {"code": 3.4, "english": 3.5}, 199: {"code": resformer_val[seed] - 0.1, "english": resformer_val[seed] + 0.1}},
+                  {99: {"code": 3.4, "english": 3.5}, 199: {"code": RESFORMER_VAL[seed] - 0.1, "english": RESFORMER_VAL[seed] + 0.1}},
                   params=1024, kv_cache_bytes_per_token=512)
     write_run(grid_dir, "bad", 0, {0: 5.0, 1: 6.0}, status="diverged", diverged_step=2)
     write_run(grid_dir, "bad", 1, {0: 5.0}, status="failed", error="RuntimeError: out of memory\nmore")
+    return grid_dir
 
+
+def test_report_tables_plots_and_confidence_interval(tmp_path):
+    grid_dir = synthetic_grid(tmp_path)
+    vanilla_val, resformer_val = VANILLA_VAL, RESFORMER_VAL
     index = write_report(grid_dir)
     report = (grid_dir / "report.md").read_text()
 
@@ -93,7 +102,7 @@ def test_report_tables_plots_and_confidence_interval(tmp_path):
         assert f"](plots/{png.name})" in report
     images = embedded_images(index)
     assert len(images) == len(pngs) and all(i.startswith(PNG_MAGIC) for i in images)
-    assert "<img" in index.read_text() and "plots/" not in index.read_text()  # self-contained
+    assert 'src="plots/' not in index.read_text()  # self-contained: every image is inlined
 
     # Δ val with a 95% t interval over n = 3 paired seeds, checked against scipy
     diffs = np.array([resformer_val[s] - vanilla_val[s] for s in (0, 1, 2)])
@@ -148,26 +157,44 @@ def test_critical_point_definition():
     assert critical_point(pd.Series([-1, 1, 0, 1, 1], index=steps)) == 30  # a tie is not "above"
 
 
+def real_analysis_json(tmp_path: Path) -> str:
+    """An analysis.json written by lit_resformer.analysis itself, for a small random model."""
+    import torch
+
+    from lit_resformer.analysis import analyze
+    from lit_resformer.model import ModelConfig, Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(n_layer=3, n_head=2, d_model=16, ffn_dim=32, vocab_size=50, max_seq_len=16))
+    analyze({"run": model}, torch.randint(0, 50, (2, 8)), tmp_path / "analysis")
+    return (tmp_path / "analysis/analysis.json").read_text()
+
+
 def test_zero_shot_and_analysis_sections_appear_when_results_exist(tmp_path):
     grid_dir = make_grid_dir(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})
+    analysis = real_analysis_json(tmp_path)
     for cell, shift in (("vanilla", 0.0), ("resformer", 0.02)):
-        run = write_run(grid_dir, cell, 0, {s: 3.0 - shift for s in range(20)}, {19: {"all": 3.0 - shift}})
-        (run / "eval").mkdir()
-        (run / "eval/results.json").write_text(json.dumps({"results": {
-            "piqa": {"alias": "piqa", "acc,none": 0.6 + shift, "acc_stderr,none": 0.01, "acc_norm,none": 0.61 + shift},
-            "arc_easy": {"acc,none": 0.4 + shift, "acc_norm,none": 0.38 + shift},
-        }}))
-        (run / "analysis").mkdir()
-        (run / "analysis/analysis.json").write_text(json.dumps({"entropy_by_layer": [0.9, 0.7 + shift, 0.5 + shift]}))
+        for seed, noise in ((0, -0.01), (1, 0.01)):  # two seeds: the table shows their mean
+            run = write_run(grid_dir, cell, seed, {s: 3.0 - shift for s in range(20)}, {19: {"all": 3.0 - shift}})
+            (run / "eval").mkdir()
+            (run / "eval/results.json").write_text(json.dumps({"results": {
+                "piqa": {"alias": "piqa", "acc,none": 0.6 + shift + noise, "acc_stderr,none": 0.01,
+                         "acc_norm,none": 0.61 + shift + noise},
+                "arc_easy": {"acc,none": 0.4 + shift, "acc_norm,none": 0.38 + shift},
+            }}))
+            (run / "analysis").mkdir()
+            (run / "analysis/analysis.json").write_text(analysis)
     index = write_report(grid_dir)
     report = (grid_dir / "report.md").read_text()
     zero_shot = report[report.index("## Zero-shot accuracy"):]
-    assert "| cell | arc_easy | piqa | avg |" in zero_shot
-    assert "| resformer | 0.420 | 0.620 | 0.520 |" in zero_shot  # acc
-    assert "| resformer | 0.400 | 0.630 | 0.515 |" in zero_shot  # acc_norm
-    assert "| vanilla | 0.900 | 0.700 | 0.500 |" in report[report.index("## Attention concentration"):]
-    assert (grid_dir / "plots/entropy_by_layer.png").is_file()
-    assert len(embedded_images(index)) == len(list((grid_dir / "plots").glob("*.png")))
+    assert "| cell | metric | ARC-e | PIQA | Avg |" in zero_shot  # paper column order and labels
+    assert "| resformer | acc | 0.420 | 0.620 | 0.520 |" in zero_shot
+    assert "| resformer | acc_norm | 0.400 | 0.630 | 0.515 |" in zero_shot
+    analysis = report[report.index("## Attention concentration"):]
+    assert "| vanilla | 2 |" in analysis  # two analysed runs
+    pngs = list((grid_dir / "plots").glob("*.png"))
+    assert any(p.name == "analysis_entropy_by_layer.png" for p in pngs)
+    assert len(embedded_images(index)) == len(pngs)
 
 
 def test_report_refuses_a_directory_without_grid(tmp_path):
@@ -175,3 +202,29 @@ def test_report_refuses_a_directory_without_grid(tmp_path):
     (tmp_path / "runs/g/grid.yaml").write_text("name: g\n")
     with pytest.raises(FileNotFoundError, match=r"no grid.yaml.*\['g'\]"):
         write_report(tmp_path / "runs")
+
+
+@pytest.mark.slow
+def test_index_html_shows_every_image_in_headless_chromium(tmp_path):
+    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("needs Chromium (Debian: apt-get install chromium)")
+    index = write_report(synthetic_grid(tmp_path))
+    expected = len(list((index.parent / "plots").glob("*.png")))
+    # A page that loads the report in a frame and records how many of its images decoded.
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        f'<html><body><iframe id="report" src="{index.as_uri()}"></iframe><script>'
+        'document.getElementById("report").onload = function () {'
+        "  const images = Array.from(this.contentDocument.images);"
+        "  const shown = images.filter(i => i.complete && i.naturalWidth > 0).length;"
+        '  document.body.setAttribute("data-images", shown + "/" + images.length);'
+        "};</script></body></html>"
+    )
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"]
+    dom = subprocess.run([*flags, "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=180).stdout
+    assert f'data-images="{expected}/{expected}"' in dom, dom[-500:]
+    shot = tmp_path / "report.png"
+    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,3000", index.as_uri()], capture_output=True, timeout=180)
+    assert shot.read_bytes().startswith(PNG_MAGIC)
