@@ -135,6 +135,9 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
         # with SLURM_* visible, Lightning would expect one SLURM task per device and manage requeues,
         # both of which this job (one task, requeued by submitit) does differently.
         env = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
+    # Lightning draws a Rich progress bar, which renders live only on a terminal: declare the log one,
+    # so that `tail -f logs/stdout.log` (or `less -R`) shows the run's own bar while it trains.
+    env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", **env}
     run.logs.mkdir(parents=True, exist_ok=True)
     stderr_offset = run.stderr.stat().st_size if run.stderr.exists() else 0
     stdout_offset = run.stdout.stat().st_size if run.stdout.exists() else 0

@@ -18,8 +18,9 @@ TRAIN_LOSS = "train/loss"
 VAL_LOSS = "val/loss"
 VAL_DOMAIN_PREFIX = "val/loss/"
 TOKENS_SEEN = "train/tokens_seen"
-# tokens/s: Lightning's ThroughputMonitor logs items/s, and the training module counts items as tokens.
-TOKENS_PER_SEC = ("train/tokens_per_sec", "train/items_per_sec")
+# tokens/s: Lightning's ThroughputMonitor logs items/s (the training module counts items as tokens): the
+# all-device rate `items_per_sec` under several devices, only the per-device rate on a single device.
+TOKENS_PER_SEC = ("train/tokens_per_sec", "train/items_per_sec", "train/device/items_per_sec")
 
 
 def read_metrics(run_dir: str | Path) -> pd.DataFrame:

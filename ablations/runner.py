@@ -54,9 +54,18 @@ def make_executor(
     raise GridError(f"unknown executor '{kind}'; choose local or slurm")
 
 
-def plan(grid: Grid, runs: list[Run], grid_dir: Path, hooks: Sequence[str]) -> list[tuple[Run, str, list[str]]]:
-    """For every run: (run, what will happen, pending hooks). Refuses (RunConflict) if any existing
-    run directory holds a different config — checked for all runs before anything starts."""
+@dataclass
+class PlannedRun:
+    run: Run
+    run_dir: RunDir
+    action: str  # what will happen, for --dry-run and the log
+    train: bool  # False: training is finished (done or diverged)
+    hooks: list[str]  # eval/analysis plug-ins still to run on it
+
+
+def plan(runs: list[Run], grid_dir: Path, hooks: Sequence[str]) -> list[PlannedRun]:
+    """What happens to every run. Refuses (RunConflict) if any existing run directory holds a
+    different config — checked for all runs before anything starts."""
     conflicts, planned = [], []
     for run in runs:
         run_dir = RunDir(grid_dir.parent / run.relative_dir())
@@ -77,11 +86,9 @@ def plan(grid: Grid, runs: list[Run], grid_dir: Path, hooks: Sequence[str]) -> l
             action = f"retry ({status}{': ' + summary['error'] if summary.get('error') else ''})"
         else:
             action = "run"
-        trains = not action.startswith("skip")
-        pending_hooks = [
-            kind for kind in hooks if (trains or status == "done") and not (run_dir.path / HOOKS[kind][2]).is_file()
-        ]
-        planned.append((run, action, pending_hooks))
+        train = status not in FINISHED
+        pending = [k for k in hooks if (train or status == "done") and not (run_dir.path / HOOKS[k][2]).is_file()]
+        planned.append(PlannedRun(run, run_dir, action, train, pending))
     if conflicts:
         raise RunConflict("\n".join(conflicts))
     return planned
@@ -118,21 +125,20 @@ def run_grid(
     hooks = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
     for kind in hooks:
         hook_function(kind)  # fail now, not after training, if a plug-in is missing
-    planned = plan(spec, runs, grid_dir, hooks)
+    planned = plan(runs, grid_dir, hooks)
     pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm)
     command = list(train_command) if train_command is not None else default_train_command()
     jobs = [
-        RunJob(run.grid, run.cell, run.seed, grid_dir / run.cell / f"seed{run.seed}", command,
-               train=not action.startswith("skip"), hooks=tuple(pending))
-        for run, action, pending in planned
-        if not action.startswith("skip") or pending
+        RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train, hooks=tuple(p.hooks))
+        for p in planned
+        if p.train or p.hooks
     ]
 
     print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(runs)} runs -> {grid_dir}", file=out)
     print(f"executor: {pool.describe()}", file=out)
-    for run, action, pending in planned:
-        extra = f" then {'+'.join(pending)}" if pending else ""
-        print(f"  {run.name:<48} {action}{extra}", file=out)
+    for p in planned:
+        extra = f" then {'+'.join(p.hooks)}" if p.hooks else ""
+        print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
     outcome = GridOutcome(spec, grid_dir)
     if dry_run:
         if isinstance(pool, SlurmExecutor) and jobs:
@@ -143,8 +149,8 @@ def run_grid(
 
     grid_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(grid_dir / "grid.yaml", yaml.safe_dump(spec.manifest(), sort_keys=False))
-    for run, _, _ in planned:
-        RunDir(grid_dir / run.cell / f"seed{run.seed}").write_config(run.config, run.name)
+    for p in planned:
+        p.run_dir.write_config(p.run.config, p.run.name)
 
     counts: Counter[str] = Counter()
     lock = threading.Lock()
@@ -168,10 +174,9 @@ def run_grid(
         pool.run(jobs, on_done)
     finally:
         bar.close()
-    for run, _, _ in planned:
-        name = run.name
-        if name not in outcome.summaries and name not in outcome.errors:
-            outcome.summaries[name] = RunDir(grid_dir / run.cell / f"seed{run.seed}").read_summary()
+    for p in planned:
+        if p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
+            outcome.summaries[p.run.name] = p.run_dir.read_summary()
     if report:
         from .report import write_report
 

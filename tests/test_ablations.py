@@ -5,7 +5,9 @@ contract: `--config YAML --trainer.default_root_dir RUN [--ckpt_path last]`, a n
 
 import json
 import os
+import shlex
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -29,7 +31,7 @@ FAKE_TRAINER = textwrap.dedent(
     resume = "--ckpt_path" in args
     cell = run.parent.name
     with open(run / "calls.jsonl", "a") as f:
-        f.write(json.dumps({"argv": args, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        f.write(json.dumps({"argv": args, "pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
                             "omp": os.environ.get("OMP_NUM_THREADS"), "time": time.time()}) + "\\n")
     if not resume and (run / "csv").exists():
         sys.exit("error: run directory already holds a run; resume it with --ckpt_path last")
@@ -186,6 +188,40 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
     listing = out.read_text()
     assert "0 of 3 runs would start" in listing
     assert "skip: diverged at step 3" in listing
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the trainer's parent-death signal is Linux-only")
+def test_killing_the_runner_stops_its_trainer_and_a_rerun_resumes(tmp_path, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_STEP_SLEEP", "0.2")  # 20 steps: ~4 s, long enough to be killed mid-run
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
+    runs = tmp_path / "runs"
+    run_dir = runs / "g/vanilla/seed0"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "ablations", "run", str(grid), "--runs-dir", str(runs), "--no-report"],
+        env={**os.environ, "LIT_RESFORMER_TRAIN_CMD": shlex.join(fake)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 60
+    while not (run_dir / "checkpoints/last.ckpt").exists():
+        assert time.time() < deadline and runner.poll() is None
+        time.sleep(0.1)
+    runner.kill()  # only the runner: its trainer must not live on, writing into the run
+    runner.wait()
+    trainer = calls(run_dir)[0]["pid"]
+    while alive(trainer):
+        assert time.time() < deadline, "the trainer outlived its runner"
+        time.sleep(0.1)
+    outcome = run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False)
+    assert outcome.failed == []
+    assert calls(run_dir)[1]["argv"][-2:] == ["--ckpt_path", "last"]
+    assert summary(run_dir)["attempts"] == 2
 
 
 def test_changed_config_is_refused_naming_the_run(tmp_path, fake):

@@ -112,3 +112,28 @@ def test_killed_grid_resumes_to_the_same_result(tmp_path, tiny_corpus, data_cach
         clean_summary = json.loads((clean / f"micro/{cell}/seed0/summary.json").read_text())
         for key in ("final_train_loss", "best_train_loss", "final_val_loss", "final_val_loss_by_domain", "steps"):
             assert summaries[cell][key] == clean_summary[key], (cell, key)
+
+
+def test_eval_and_analysis_hooks_feed_the_report(tmp_path, tiny_corpus, data_cache, monkeypatch):
+    """`--eval --analyze`: every finished run is scored with lm-eval (the project's tiny offline task)
+    and analysed; the report gains the zero-shot and attention sections."""
+    from ablations import run_grid
+
+    grid = micro_grid(tmp_path, tiny_corpus, data_cache)
+    spec = yaml.safe_load(grid.read_text())
+    spec["cells"] = {"vanilla": {}, "resformer": CELLS["resformer"]}
+    spec["overrides"] = {"trainer.max_steps": 8, "trainer.val_check_interval": 8, "checkpoint.every_n_train_steps": 8}
+    grid.write_text(yaml.safe_dump(spec, sort_keys=False))
+    monkeypatch.setenv("LIT_RESFORMER_EVAL_TASKS", "lrf_tiny_mc")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    outcome = run_grid(grid, runs_dir=tmp_path / "runs", evaluate=True, analyze=True, progress=False)
+    assert outcome.failed == []
+    for cell in ("vanilla", "resformer"):
+        run = tmp_path / f"runs/micro/{cell}/seed0"
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["eval"]["status"] == "done" and summary["analyze"]["status"] == "done", summary
+        assert (run / "eval/results.json").is_file() and (run / "analysis/analysis.json").is_file()
+    report = (tmp_path / "runs/micro/report.md").read_text()
+    assert "## Zero-shot accuracy" in report and "lrf_tiny_mc" in report
+    assert "## Attention concentration" in report
