@@ -122,7 +122,11 @@ def test_eval_and_analysis_hooks_feed_the_report(tmp_path, tiny_corpus, data_cac
     grid = micro_grid(tmp_path, tiny_corpus, data_cache)
     spec = yaml.safe_load(grid.read_text())
     spec["cells"] = {"vanilla": {}, "resformer": CELLS["resformer"]}
-    spec["overrides"] = {"trainer.max_steps": 8, "trainer.val_check_interval": 8, "checkpoint.every_n_train_steps": 8}
+    spec["overrides"] = {
+        "trainer.max_steps": 8, "trainer.val_check_interval": 8, "checkpoint.every_n_train_steps": 8,
+        # the analysis samples 16 validation sequences
+        "data.holdout_fraction": 0.3, "data.val_sequences_per_domain": 10,
+    }
     grid.write_text(yaml.safe_dump(spec, sort_keys=False))
     monkeypatch.setenv("LIT_RESFORMER_EVAL_TASKS", "lrf_tiny_mc")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
