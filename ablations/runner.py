@@ -94,6 +94,23 @@ def plan(runs: list[Run], grid_dir: Path, hooks: Sequence[str]) -> list[PlannedR
     return planned
 
 
+def check_devices(runs: list[Run], pool, gpus_per_run: int) -> None:
+    """Runs that want GPUs must get them, and as many as their trainer uses (a run with
+    trainer.devices: 8 under DDP needs --gpus-per-run 8)."""
+    local_gpus = isinstance(pool, LocalExecutor) and bool(pool.slots[0]["CUDA_VISIBLE_DEVICES"])
+    for run in runs:
+        trainer = run.config.get("trainer") or {}
+        if str(trainer.get("accelerator", "auto")) not in ("gpu", "cuda"):
+            continue
+        if isinstance(pool, LocalExecutor) and not local_gpus:
+            raise GridError(f"{run.name} trains on GPUs (trainer.accelerator={trainer['accelerator']}) but no GPU is "
+                            f"visible here; run it on a GPU machine or with --executor slurm")
+        devices = trainer.get("devices")
+        if isinstance(devices, int) and not isinstance(devices, bool) and devices > gpus_per_run:
+            raise GridError(f"{run.name} uses trainer.devices={devices} GPUs but each run gets --gpus-per-run "
+                            f"{gpus_per_run}; pass --gpus-per-run {devices}")
+
+
 def run_grid(
     grid: str | Path,
     runs_dir: str | Path = "runs",
@@ -127,6 +144,7 @@ def run_grid(
         hook_function(kind)  # fail now, not after training, if a plug-in is missing
     planned = plan(runs, grid_dir, hooks)
     pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm)
+    check_devices(runs, pool, gpus_per_run)
     command = list(train_command) if train_command is not None else default_train_command()
     jobs = [
         RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train, hooks=tuple(p.hooks))

@@ -3,6 +3,7 @@ contract: `--config YAML --trainer.default_root_dir RUN [--ckpt_path last]`, a n
 `csv/version_N/metrics.csv` per start, `checkpoints/last.ckpt`, and a non-zero exit with
 `diverged: non-finite loss at step N` when the loss blows up."""
 
+import io
 import json
 import os
 import shlex
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ablations import LocalExecutor, RunConflict, read_metrics, run_grid
+from ablations import GridError, LocalExecutor, RunConflict, read_metrics, run_grid
 
 FAKE_TRAINER = textwrap.dedent(
     '''
@@ -307,6 +308,18 @@ def test_slurm_dry_run_prints_sbatch_parameters(tmp_path, fake):
     for line in ("#SBATCH --partition=gpu", "#SBATCH --time=600", "#SBATCH --cpus-per-task=8", "#SBATCH --mem=64GB",
                  "#SBATCH --gpus-per-node=1", "#SBATCH --signal=USR2@120", "#SBATCH --job-name=g.vanilla.seed0"):
         assert line in text, line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_gpu_runs_are_checked_against_the_executor(tmp_path, fake):
+    gpu_base = {**BASE, "trainer": {**BASE["trainer"], "accelerator": "gpu", "devices": 8}}
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=gpu_base)
+    with pytest.raises(GridError, match="no GPU is visible"):
+        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, devices=[], dry_run=True)
+    with pytest.raises(GridError, match="trainer.devices=8 .* pass --gpus-per-run 8"):
+        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, executor="slurm", dry_run=True)
+    run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, executor="slurm", gpus_per_run=8, dry_run=True,
+             out=io.StringIO())
     assert not (tmp_path / "runs").exists()
 
 
