@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.experiments import tiny_experiment
 
 from lit_resformer.run_metrics import metric_files, read_metrics
 
@@ -153,23 +154,9 @@ def submit(tmp_path: Path, name: str, sbatch_options: list[str], command: list[s
 
 
 def experiment(path: Path, corpus: Path, cache: Path, **sections) -> Path:
-    """A very small experiment on the tiny two-domain corpus (as in test_training.py)."""
-    config = {
-        "seed_everything": 0,
-        "trainer": {"accelerator": "cpu", "devices": 1, "max_steps": 12, "val_check_interval": 8,
-                    "check_val_every_n_epoch": None, "num_sanity_val_steps": 0, "gradient_clip_val": 1.0,
-                    "enable_progress_bar": False, "enable_model_summary": False},
-        "checkpoint": {"every_n_train_steps": 2},
-        "model": {"config": {"n_layer": 2, "n_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64,
-                             "residual": {"target": "v"}},
-                  "lr": 3e-3, "warmup_steps": 3},
-        "data": {"source": "local", "path": str(corpus), "bpe_vocab_size": 300, "seq_len": 16,
-                 "micro_batch_size": 4, "holdout_fraction": 0.05, "cache_dir": str(cache)},
-    }
-    for section, values in sections.items():
-        config[section] = {**config[section], **values}
-    path.write_text(yaml.safe_dump(config))
-    return path
+    """The tiny experiment of tests/test_training.py, with 12 steps and validation every 8."""
+    steps = {"max_steps": 12, "val_check_interval": 8, **sections.pop("trainer", {})}
+    return tiny_experiment(path, corpus, cache, trainer=steps, **sections)
 
 
 def fit_outside_slurm(config: Path, run_dir: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
