@@ -31,7 +31,7 @@ from .harness import (
 
 NAME = "decode"
 CONTEXTS = (512, 2048, 8192)
-NEW_TOKENS = 32  # counted decode steps per context (the interleaved rounds)
+NEW_TOKENS = 128  # counted decode steps per context (the interleaved rounds)
 BUDGET_BYTES = 1 << 30  # 1 GiB of fp32 cache for the batch-fit measurement
 QUICK = dict(d_model=32, ffn_dim=64, vocab_size=128)
 QUICK_CONTEXTS, QUICK_NEW_TOKENS, QUICK_BUDGET = (16, 64), 3, 1 << 20

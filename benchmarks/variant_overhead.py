@@ -34,7 +34,8 @@ RESFORMER = {"residual": {"target": "v"}}
 
 
 def variants(n_head: int) -> dict[str, tuple[str, str, dict]]:
-    """slug -> (figure, label, config overrides). GQA cells are sized from the preset's head count."""
+    """slug -> (grid, label, config overrides), as the cells of configs/grids/<grid>.yaml; "extra" cells are in
+    no grid but complete the KV-sharing picture. GQA cells are sized from the preset's head count."""
     half, single = n_head // 2, 1
     return {
         "vanilla": ("all", "vanilla", {}),
@@ -47,16 +48,16 @@ def variants(n_head: int) -> dict[str, tuple[str, str, dict]]:
         "identity": ("fig10", "identity mapping (Eq. 6)", {"residual": {"target": "v", "mapping": "identity"}}),
         "cross_attention": ("fig10", "cross-layer attention (Eq. 2)",
                             {"residual": {"target": "v", "mapping": "cross_attention"}}),
-        "learnable_scalar": ("fig10", "ResFormer, learnable scalar", {"residual": {"target": "v", "learnable": "scalar"}}),
-        "learnable_head": ("fig10", "ResFormer, learnable per head", {"residual": {"target": "v", "learnable": "head"}}),
-        "learnable_token": ("fig10", "ResFormer, learnable token gate",
+        "learnable_scalar": ("learnable", "ResFormer, learnable scalar", {"residual": {"target": "v", "learnable": "scalar"}}),
+        "learnable_head": ("learnable", "ResFormer, learnable per head", {"residual": {"target": "v", "learnable": "head"}}),
+        "learnable_token": ("learnable", "ResFormer, learnable token gate",
                             {"residual": {"target": "v", "learnable": "token"}}),
         "svformer": ("fig13", "SVFormer", {"share": {"svformer": True}}),
         "gqa_half": ("fig13", f"GQA n_kv_head={half}", {"n_kv_head": half}),
-        "mqa": ("fig13", f"GQA n_kv_head={single} (MQA)", {"n_kv_head": single}),
+        "mqa": ("extra", f"GQA n_kv_head={single} (MQA)", {"n_kv_head": single}),
         "cla2": ("fig13", "CLA2 (share KV every 2 layers)", {"share": {"every": 2, "what": "kv"}}),
         "cla2_mqa": ("fig13", f"CLA2 + GQA n_kv_head={single}", {"n_kv_head": single, "share": {"every": 2, "what": "kv"}}),
-        "svformer_gqa_half": ("fig13", f"SVFormer + GQA n_kv_head={half}", {"n_kv_head": half, "share": {"svformer": True}}),
+        "svformer_gqa_half": ("extra", f"SVFormer + GQA n_kv_head={half}", {"n_kv_head": half, "share": {"svformer": True}}),
         "svformer_mqa": ("fig13", f"SVFormer + GQA n_kv_head={single}", {"n_kv_head": single, "share": {"svformer": True}}),
     }
 
