@@ -144,10 +144,10 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
     started = time.monotonic()
     banner = f"===== attempt {attempt} at {summary['started_at']}{' (resuming)' if resume else ''}: {shlex.join(command)}\n"
     with open(run.stdout, "a") as out, open(run.stderr, "a") as err:
-        out.write(banner)
-        err.write(banner)
-        out.flush()
-        err.flush()
+        for path, log in ((run.stdout, out), (run.stderr, err)):
+            # a killed attempt may have stopped mid-line (a progress bar): start the banner on its own line
+            log.write(("\n" if not _ends_with_newline(path) else "") + banner)
+            log.flush()
         process = subprocess.Popen(
             command,
             stdout=out,
@@ -220,6 +220,14 @@ def _run_hook(kind: str, job: RunJob, run: RunDir, summary: dict, env: dict) -> 
 def run_hook_in_process(kind: str, run_dir: Path) -> None:
     """Entry point of `python -m ablations hook KIND RUN_DIR`."""
     hook_function(kind)(Path(run_dir))
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def _read_from(path: Path, offset: int) -> str:

@@ -53,6 +53,10 @@ class RunRecord:
         loss = M.series(self.metrics, M.TRAIN_LOSS)
         return M.smooth(loss[np.isfinite(loss)], window)
 
+    def final_train(self) -> float | None:
+        curve = self.train_curve(TRAIN_LOSS_WINDOW)
+        return float(curve.iloc[-1]) if len(curve) else None
+
     def final_val(self, column: str = M.VAL_LOSS) -> float | None:
         values = M.series(self.metrics, column)
         return float(values.iloc[-1]) if len(values) else None
@@ -275,7 +279,7 @@ def write_report(grid_dir: str | Path) -> Path:
         f"Aggregates use finished (done) runs only."
     )
 
-    final_train = {c: {r.seed: float(r.train_curve(TRAIN_LOSS_WINDOW).iloc[-1]) for r in done[c] if len(r.train_curve(1))} for c in cells}
+    final_train = {c: {r.seed: v for r in done[c] if (v := r.final_train()) is not None} for c in cells}
     final_val = {c: {r.seed: v for r in done[c] if (v := r.final_val()) is not None} for c in cells}
 
     _final_table(doc, cells, cells_info, done, final_train, final_val)
@@ -526,12 +530,12 @@ def _runs_section(doc, runs) -> None:
     for records in runs.values():
         for r in records:
             s = r.summary or {}
-            train = r.train_curve(TRAIN_LOSS_WINDOW)
+            loss = M.series(r.metrics, M.TRAIN_LOSS)
             rows.append([
                 f"{r.cell}/seed{r.seed}",
                 r.status,
-                str(int(train.index[-1])) if len(train) else "–",
-                _fmt(float(train.iloc[-1]) if len(train) else None),
+                str(int(loss.index[-1])) if len(loss) else "–",
+                _fmt(r.final_train()),
                 _fmt(r.final_val()),
                 "–" if s.get("wall_time_sec") is None else f"{s['wall_time_sec'] / 60:.1f} min",
                 _status_note(r),

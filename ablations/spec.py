@@ -327,22 +327,15 @@ def _resolve_config(base: dict, overrides: dict[str, Any], where: str) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def model_config_class() -> type | None:
-    """`lit_resformer.model.ModelConfig`, or None while the model package does not provide it."""
-    try:
-        from lit_resformer.model import ModelConfig
-    except ImportError:
-        return None
-    return ModelConfig
-
-
 def _validate_model_config(config: dict, where: str) -> None:
-    cls = model_config_class()
+    """Build the cell's ModelConfig, which rejects bad values and combinations naming the fields."""
+    from lit_resformer.model import ModelConfig
+
     model_cfg = (config.get("model") or {}).get("config")
-    if cls is None or model_cfg is None:
+    if model_cfg is None:
         return
     try:
-        cls(**model_cfg)
+        ModelConfig(**model_cfg)
     except (ValueError, TypeError) as e:
         raise GridError(f"{where}: invalid model config: {e}") from e
 
@@ -352,7 +345,7 @@ class _KeyChecker:
 
     `model.config.*` is checked against the ModelConfig dataclass (nested dataclasses included);
     other keys must exist in the base experiment, or be an argument of the class the section
-    configures (Trainer, LitResFormer, LMDataModule, ModelCheckpoint) when that class is importable.
+    configures (Trainer, LitResFormer, LMDataModule, ModelCheckpoint).
     """
 
     def __init__(self, base: dict):
@@ -363,9 +356,10 @@ class _KeyChecker:
         known = [*SECTIONS, *TOP_LEVEL_KEYS, *(k for k in self.base if k not in SECTIONS + TOP_LEVEL_KEYS)]
         if parts[0] not in known:
             raise GridError(f"{where}: unknown override key '{key}': it must start with one of {known}")
-        cls = model_config_class()
-        if parts[:2] == ["model", "config"] and len(parts) > 2 and cls is not None:
-            self._check_dataclass(cls, parts[2:], key, value, where)
+        if parts[:2] == ["model", "config"] and len(parts) > 2:
+            from lit_resformer.model import ModelConfig
+
+            self._check_dataclass(ModelConfig, parts[2:], key, value, where)
             return
         found, base_value = _lookup(self.base, parts)
         if found:
@@ -407,26 +401,23 @@ class _KeyChecker:
 
 
 def _section_class(section: str) -> type | None:
-    """The class a LightningCLI section configures, when it can be imported."""
-    try:
-        if section == "trainer":
-            from lightning import Trainer
+    """The class a section of a `lit-resformer fit` config configures."""
+    if section == "trainer":
+        from lightning import Trainer
 
-            return Trainer
-        if section == "model":
-            from lit_resformer.lit_module import LitResFormer
+        return Trainer
+    if section == "model":
+        from lit_resformer.lit_module import LitResFormer
 
-            return LitResFormer
-        if section == "data":
-            from lit_resformer.data import LMDataModule
+        return LitResFormer
+    if section == "data":
+        from lit_resformer.data import LMDataModule
 
-            return LMDataModule
-        if section == "checkpoint":
-            from lightning.pytorch.callbacks import ModelCheckpoint
+        return LMDataModule
+    if section == "checkpoint":
+        from lightning.pytorch.callbacks import ModelCheckpoint
 
-            return ModelCheckpoint
-    except ImportError:
-        return None
+        return ModelCheckpoint
     return None
 
 
