@@ -56,8 +56,10 @@ eval-data: install
 eval: install eval-data
 	$(CLI) eval --ckpt $(CKPT) --data-dir $(EVAL_DATA) $(EVAL_ARGS)
 
+# One thread by default: on a shared 2-core box two threads make step times swing by 10x.
+THREADS ?= 1
 bench: install
-	$(PY) -m benchmarks $(BENCH_ARGS)
+	$(PY) -m benchmarks --threads $(THREADS) $(BENCH_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check lit_resformer ablations eval benchmarks tests

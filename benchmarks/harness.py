@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from lit_resformer import runtime
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 MARKDOWN = ROOT / "docs" / "BENCHMARKS.md"
@@ -150,23 +152,9 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def retain_freed_memory() -> None:
-    """Make glibc malloc keep freed memory in the process instead of returning it to the OS.
-
-    By default every large tensor (> the dynamic mmap threshold, at most 32 MiB) is a fresh mmap that is
-    page-faulted in and zeroed by the kernel on every step; raising the mmap and trim thresholds lets the
-    next step reuse the pages. Process-wide; Linux with glibc only.
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if platform.system() != "Linux" or name is None:
+    """glibc mallopt as `lit-resformer` applies it (lit_resformer.runtime); an error where it does not apply."""
+    if not runtime.retain_freed_memory():
         raise ValueError("--retain-freed-memory needs Linux with glibc")
-    libc = ctypes.CDLL(name)
-    m_trim_threshold, m_mmap_threshold = -1, -3  # from <malloc.h>
-    for option in (m_mmap_threshold, m_trim_threshold):
-        if libc.mallopt(option, 1 << 30) != 1:
-            raise RuntimeError(f"mallopt({option}, 1 GiB) failed")
 
 
 def cpu_model() -> str:

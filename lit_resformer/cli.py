@@ -20,6 +20,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from .data import LMDataModule
 from .lit_module import LitResFormer
 from .model import ModelConfig
+from .runtime import retain_freed_memory
 
 RUN_FILES = ("config.yaml", "checkpoints", "csv", "tb")
 
@@ -230,6 +231,7 @@ SUITE_COMMANDS = {"eval": eval_command, "export": export_command, "analyze": ana
 
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    retain_freed_memory()
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in SUITE_COMMANDS:
         try:

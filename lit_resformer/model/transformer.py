@@ -157,7 +157,8 @@ class Attention(nn.Module):
         if self.residual_target:
             t = self.residual_target
             # R_n: the history term from the source layers' raw projections (first / previous / mean of all).
-            history = torch.stack([stash.raw[t][j] for j in self.sources]).mean(0)
+            sources = [stash.raw[t][j] for j in self.sources]
+            history = sources[0] if len(sources) == 1 else torch.stack(sources).mean(0)
             if self.mapping != "cross_attention":
                 a, l = self.mix(x)
                 if self.mapping == "attention":
