@@ -167,3 +167,21 @@ def test_missing_base_is_named(tmp_path):
     path.write_text("base: nowhere.yaml\nbaseline: a\ncells: {a: {}}\n")
     with pytest.raises(GridError, match="base experiment 'nowhere.yaml' not found"):
         load_grid(path)
+
+
+def test_base_without_a_size_preset_is_accepted(tmp_path):
+    """vocab_size is linked from the tokenizer at run time, so a fully spelled-out model needs none."""
+    import yaml
+
+    from ablations.spec import load_grid
+
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({
+        "trainer": {"max_steps": 2},
+        "model": {"config": {"n_layer": 2, "n_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64}},
+        "data": {"seq_len": 16},
+    }))
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump({"base": "base.yaml", "baseline": "vanilla", "seeds": [0],
+                                    "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}}))
+    assert len(load_grid(grid).runs()) == 2
