@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import queue
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -151,6 +152,18 @@ class SlurmExecutor:
         command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(self.folder / '%j'))}"
         return slurm._make_sbatch_string(command=command, folder=self.folder / "%j", job_name=job.name.replace("/", "."), **params)
 
+    @staticmethod
+    def _left_queue(handle) -> bool:
+        """Without Slurm accounting (no sacct) submitit reports a job that vanished from the queue without a
+        result (cancelled, node failure, out of requeues) as UNKNOWN forever; squeue tells."""
+        if handle.state != "UNKNOWN":
+            return False
+        try:
+            listed = subprocess.run(["squeue", "-h", "-j", str(handle.job_id)], capture_output=True, text=True)
+        except FileNotFoundError:  # not on a Slurm host (submitit's local stand-in)
+            return False
+        return listed.returncode == 0 and not listed.stdout.strip() or "Invalid job id" in listed.stderr
+
     def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
         submitted = []
         for job in jobs:
@@ -161,8 +174,13 @@ class SlurmExecutor:
             still = []
             for job, handle in pending:
                 if not handle.done():
-                    still.append((job, handle))
-                    continue
+                    if not self._left_queue(handle):
+                        still.append((job, handle))
+                        continue
+                    if not handle.done(force_check=True):
+                        on_done(job, None, f"Slurm job {handle.job_id} left the queue without a result; "
+                                           f"see {handle.paths.stderr}")
+                        continue
                 try:
                     on_done(job, handle.result(), None)
                 except Exception as e:  # the job itself failed (node failure, cancelled, ...)
