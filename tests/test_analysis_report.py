@@ -86,3 +86,11 @@ def test_mixing_weights_read_by_layer_and_kind(tmp_path):
     plain = tmp_path / "plain"
     write_metrics(plain, [{"step": 0, "train/loss": 4.0}])
     assert plot_mixing_weights(plain, tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+
+
+def test_checkpoints_of_one_grid_get_distinct_names(tmp_path):
+    from lit_resformer.analysis.runner import _run_names
+
+    paths = [tmp_path / "fig7" / cell / "seed0" / "checkpoints" / "last.ckpt" for cell in ("vanilla", "resformer")]
+    assert _run_names(paths) == ["vanilla/seed0", "resformer/seed0"]
+    assert _run_names([tmp_path / "a" / "checkpoints" / "last.ckpt"]) == ["a"]

@@ -256,10 +256,15 @@ def _datamodule_hparams(path: Path) -> dict[str, Any]:
     return dict(hparams)
 
 
-def _run_name(path: Path, taken: set[str]) -> str:
-    """<run dir>/checkpoints/last.ckpt -> <run dir name>; made unique with the checkpoint's stem."""
-    name = path.parent.parent.name if path.parent.name == "checkpoints" else path.stem
-    return f"{name}/{path.stem}" if name in taken else name
+def _run_names(paths: list[Path]) -> list[str]:
+    """<run dir>/checkpoints/last.ckpt -> the run dir's name, with as many parent folders as make every name
+    unique (grid runs are <grid>/<cell>/seed<k>, so they become vanilla/seed0, resformer/seed0, ...)."""
+    parts = [(p.parent.parent if p.parent.name == "checkpoints" else p).resolve().parts for p in paths]
+    for depth in range(1, max(len(x) for x in parts) + 1):
+        names = ["/".join(x[-depth:]) for x in parts]
+        if len(set(names)) == len(names):
+            return names
+    raise ValueError("the same checkpoint is given twice")
 
 
 def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int | None = None,
@@ -291,8 +296,7 @@ def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int 
     sources: dict[str, str] = {}
     reference_tokenizer: str | None = None
     data_hparams = None
-    for path in paths:
-        name = _run_name(path, set(models))
+    for path, name in zip(paths, _run_names(paths), strict=True):
         if path.is_dir():
             from tokenizers import Tokenizer
 
