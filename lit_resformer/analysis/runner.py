@@ -264,7 +264,15 @@ def _run_names(paths: list[Path]) -> list[str]:
         names = ["/".join(x[-depth:]) for x in parts]
         if len(set(names)) == len(names):
             return names
-    raise ValueError("the same checkpoint is given twice")
+    # the same run given more than once: later copies are told apart by the checkpoint's name
+    names, seen = [], set()
+    for path, run in zip(paths, parts, strict=True):
+        name = run[-1]
+        while name in seen:
+            name = f"{name}/{path.stem}"
+        seen.add(name)
+        names.append(name)
+    return names
 
 
 def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int | None = None,
