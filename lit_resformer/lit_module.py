@@ -41,8 +41,12 @@ class LitResFormer(L.LightningModule):
         config: the architecture (a preset `size` plus variant fields); `vocab_size` is linked from the data.
         lr: peak learning rate (paper: 6e-4). warmup_start_lr: where the linear warmup starts (1e-7).
         warmup_steps: linear warmup length. final_lr_ratio: cosine ends at this fraction of the peak (0.1).
-        weight_decay: AdamW decay on weight matrices (never on norms or mixing weights).
+        weight_decay: AdamW decay on weight matrices and DenseFormer's alphas (never on norms or the residual's
+            learnable mixing weights).
         decay_embeddings: whether the input embedding matrix is decayed too.
+        mix_lr: peak learning rate of the residual's learnable mixing weights (their own optimizer group, on the
+            same warmup + cosine schedule); None = `lr`. modded-nanogpt trains its tied λ at a far larger lr
+            than its matrices.
         betas, eps: AdamW moments.
         compile: wrap the model in torch.compile.
     """
@@ -50,11 +54,11 @@ class LitResFormer(L.LightningModule):
     def __init__(self, config: ModelConfig, lr: float = 6e-4, warmup_start_lr: float = 1e-7,
                  warmup_steps: int = 120, final_lr_ratio: float = 0.1, weight_decay: float = 0.1,
                  decay_embeddings: bool = False, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
-                 compile: bool = False):
+                 compile: bool = False, mix_lr: float | None = None):
         super().__init__()
         if isinstance(config, dict):  # from a checkpoint's hyper-parameters
             config = ModelConfig(**config)
-        for name, value in (("lr", lr), ("eps", eps)):
+        for name, value in (("lr", lr), ("eps", eps), ("mix_lr", lr if mix_lr is None else mix_lr)):
             if not value > 0:
                 raise ValueError(f"model.{name}={value} must be > 0")
         if warmup_steps < 0 or not 0 <= final_lr_ratio <= 1:
@@ -94,7 +98,7 @@ class LitResFormer(L.LightningModule):
 
     def configure_optimizers(self):
         h = self.hparams
-        groups = self._core.param_groups(h.weight_decay, decay_embeddings=h.decay_embeddings)
+        groups = self._core.param_groups(h.weight_decay, decay_embeddings=h.decay_embeddings, mix_lr=h.mix_lr)
         optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas), eps=h.eps)
         total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 \
             else self.trainer.estimated_stepping_batches
@@ -136,6 +140,8 @@ class LitResFormer(L.LightningModule):
                 continue
             if mix.kind == "token":
                 values[f"mix/layer{n}/gate_weight_norm"] = mix.gate.weight.detach().norm().item()
+            elif mix.kind == "tied":
+                values[f"mix/layer{n}/lambda"] = mix.lam.detach().item()
             else:
                 values[f"mix/layer{n}/self"] = mix.mix_self.detach().mean().item()
                 values[f"mix/layer{n}/history"] = mix.mix_history.detach().mean().item()

@@ -4,10 +4,12 @@ Hugging Face models, checkpoints and validation sampling."""
 from __future__ import annotations
 
 import json
+import math
 import weakref
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -25,7 +27,6 @@ from lit_resformer.analysis import (
     sample_validation_batches,
 )
 from lit_resformer.analysis import metrics as M
-from lit_resformer.analysis.metrics import CovarianceSpectrum
 from lit_resformer.model import ModelConfig, Trace, Transformer
 from lit_resformer.model.hf import to_hf_llama
 from lit_resformer.model.kernels import attention
@@ -33,7 +34,8 @@ from lit_resformer.model.kernels import attention
 SMALL = dict(n_layer=4, n_head=4, d_model=32, ffn_dim=64, vocab_size=97, max_seq_len=64)
 PER_LAYER_KEYS = ["entropy", "importance_first", "importance_others", "similarity", "hidden_norm_first",
                   "hidden_norm_others", "value_norm_first", "value_norm_others", "top_eigenvalue", "fig4_cos_eq4",
-                  "fig4_cos_eq6", "raw_value_norm_first", "raw_value_norm_others", "raw_value_top_eigenvalue"]
+                  "fig4_cos_eq6", "fig4_first_cos_eq4", "fig4_first_cos_eq6", "raw_value_norm_first",
+                  "raw_value_norm_others", "raw_value_top_eigenvalue"]
 BY_POSITION_KEYS = ["importance_by_position", "hidden_norm_by_position", "value_norm_by_position"]
 
 
@@ -101,16 +103,20 @@ def test_attention_reduced_is_the_models_own_and_equals_sdpa(variant):
                               importance, atol=1e-6)
 
 
-def _held_numel(obj) -> int:
-    """Numbers a trace keeps across layers: tensors in its attributes, dicts and spectra."""
+def _held_numel(obj, seen=None) -> int:
+    """Numbers a trace keeps across layers: distinct tensors in its attributes and their dicts/tuples."""
+    seen = set() if seen is None else seen
     if isinstance(obj, torch.Tensor):
+        if id(obj) in seen:
+            return 0
+        seen.add(id(obj))
         return obj.numel()
     if isinstance(obj, dict):
-        return sum(_held_numel(v) for v in obj.values())
+        return sum(_held_numel(v, seen) for v in obj.values())
     if isinstance(obj, (list, tuple)):
-        return sum(_held_numel(v) for v in obj)
-    if isinstance(obj, (AnalysisTrace, CovarianceSpectrum)):
-        return sum(_held_numel(v) for v in vars(obj).values())
+        return sum(_held_numel(v, seen) for v in obj)
+    if isinstance(obj, AnalysisTrace):
+        return sum(_held_numel(v, seen) for v in vars(obj).values())
     return 0
 
 
@@ -199,12 +205,82 @@ def test_raw_values_are_the_layers_own_projection():
     assert svformer["raw_value_top_eigenvalue"][1:] == [None] * 3  # layers without W_V
 
 
+def _naive_spectrum(features):
+    """Eq. 12 by hand for [B, T, D] features: per sequence (1/l) sum_t v_t v_t^T, eigenvalues descending,
+    then averaged over the sequences."""
+    spectra = []
+    for sequence in features.double():
+        second_moment = sum(torch.outer(v, v) for v in sequence) / len(sequence)
+        spectra.append(np.sort(np.linalg.eigvalsh(second_moment.numpy()))[::-1])
+    return np.mean(spectra, axis=0)
+
+
+@pytest.mark.parametrize("variant", [{}, dict(residual={"target": "v"})], ids=["vanilla", "resformer"])
+def test_value_spectrum_is_eq12_of_the_values_attended_with(variant):
+    model, x = build(n_kv_head=2, **variant), tokens(batch=4, length=10)
+    own = ModelAttention()
+    with torch.no_grad():
+        model(x, trace=own)
+    result = analyze_model(model, x, batch_size=3, spectrum_layer=3)  # batches of 3 + 1 sequences
+    for layer in range(4):
+        values = own.qkv[layer][2]  # [B, Hkv, T, d]
+        features = values.permute(0, 2, 1, 3).reshape(4, 10, -1)
+        expected = _naive_spectrum(features)
+        assert result["top_eigenvalue"][layer] == pytest.approx(expected[0], rel=1e-6)
+        if layer == 2:
+            assert result["value_spectrum"] == pytest.approx(expected.tolist(), rel=1e-6, abs=1e-9)
+
+
+def _naive_fig4_cosines(q, k_n, v_n, k_m, v_m):
+    """Fig. 4 by hand for one layer: per query row, Eq. 2 as a softmax over the concatenated allowed keys of
+    layers n and m, Eq. 4 = 1/2 A_n (V_n + V_m), Eq. 6 = A_n V_n + V_m; cosines per token (heads
+    concatenated), averaged over tokens."""
+    b, h, t, d = q.shape
+    groups = h // k_n.shape[1]
+    k_n, v_n, k_m, v_m = (x.repeat_interleave(groups, dim=1) for x in (k_n, v_n, k_m, v_m))
+    cos = {"eq4": [], "eq6": []}
+    for bi in range(b):
+        for ti in range(t):
+            rows = {"eq2": [], "eq4": [], "eq6": []}
+            for hi in range(h):
+                own = torch.softmax(k_n[bi, hi, : ti + 1] @ q[bi, hi, ti] / math.sqrt(d), dim=0)
+                keys = torch.cat([k_n[bi, hi, : ti + 1], k_m[bi, hi, : ti + 1]])
+                both = torch.softmax(keys @ q[bi, hi, ti] / math.sqrt(d), dim=0)
+                rows["eq2"].append(both @ torch.cat([v_n[bi, hi, : ti + 1], v_m[bi, hi, : ti + 1]]))
+                rows["eq4"].append(0.5 * own @ (v_n[bi, hi, : ti + 1] + v_m[bi, hi, : ti + 1]))
+                rows["eq6"].append(own @ v_n[bi, hi, : ti + 1] + v_m[bi, hi, ti])
+            eq2 = torch.cat(rows["eq2"]).double()
+            for eq in cos:
+                cos[eq].append(F.cosine_similarity(eq2, torch.cat(rows[eq]).double(), dim=0).item())
+    return {eq: float(np.mean(values)) for eq, values in cos.items()}
+
+
+def test_fig4_against_previous_and_first_layer_matches_naive_cross_layer_attention():
+    model, x = build(n_kv_head=2), tokens(batch=2, length=7)
+    own = ModelAttention()
+    with torch.no_grad():
+        model(x, trace=own)
+    result = analyze_model(model, x)
+    assert result["fig4_cos_eq4"][0] is None and result["fig4_first_cos_eq6"][0] is None
+    for layer in range(1, 4):
+        q, k_n, v_n = own.qkv[layer]
+        for prefix, m in (("fig4_cos", layer - 1), ("fig4_first_cos", 0)):
+            _, k_m, v_m = own.qkv[m]
+            naive = _naive_fig4_cosines(q, k_n, v_n, k_m, v_m)
+            for eq in ("eq4", "eq6"):
+                assert result[f"{prefix}_{eq}"][layer] == pytest.approx(naive[eq], abs=1e-5), (prefix, eq, layer)
+    # m = n-1 and m = 1 coincide at layer 2 and differ above it.
+    assert result["fig4_cos_eq4"][1] == pytest.approx(result["fig4_first_cos_eq4"][1])
+    assert result["fig4_cos_eq6"][3] != pytest.approx(result["fig4_first_cos_eq6"][3], abs=1e-4)
+
+
 def test_batching_does_not_change_results():
     model, x = build(), tokens(batch=4, length=16)
     one, all_at_once = analyze_model(model, x, batch_size=1), analyze_model(model, x, batch_size=4)
     for key in ["entropy", "similarity", "top_eigenvalue", "value_norm_others"]:
         assert one[key] == pytest.approx(all_at_once[key], rel=1e-5, abs=1e-7)
-    assert one["fig4_cos_eq6"][1:] == pytest.approx(all_at_once["fig4_cos_eq6"][1:], rel=1e-5)
+    for key in ("fig4_cos_eq6", "fig4_first_cos_eq4"):
+        assert one[key][1:] == pytest.approx(all_at_once[key][1:], rel=1e-5)
 
 
 def test_bad_inputs_fail_before_compute():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,22 +74,28 @@ def test_norms_concatenate_heads():
     assert M.first_to_others(M.norms_by_position(hidden)).item() == pytest.approx(5.0 / 1.5)
 
 
-def test_covariance_spectrum_recovers_known_eigenvalues():
-    """Samples built from an orthogonal basis Q and scales s have covariance Q diag(s^2) Q^T."""
-    dim, count = 6, 500
-    generator = torch.Generator().manual_seed(0)
-    basis, _ = torch.linalg.qr(torch.randn(dim, dim, generator=generator, dtype=torch.float64))
-    scales = torch.tensor([3.0, 2.0, 1.5, 1.0, 0.5, 0.1], dtype=torch.float64)
-    z = torch.randn(count, dim, generator=generator, dtype=torch.float64)
-    z = z - z.mean(0)
-    z = z @ torch.linalg.inv(torch.linalg.cholesky(z.T @ z / (count - 1))).T  # sample covariance exactly I
-    samples = z * scales @ basis.T + 7.0  # an offset: the covariance must subtract the mean
-    spectrum = M.CovarianceSpectrum(dim)
-    for chunk in samples.split(128):  # streamed in chunks, as the trace does
-        spectrum.add(chunk.float())
-    assert torch.allclose(spectrum.eigenvalues(), scales**2, atol=1e-4)
-    features = M.heads_as_features(torch.arange(24.0).view(1, 2, 3, 4))  # [B, Hkv, T, d] -> tokens x (Hkv*d)
-    assert features.shape == (3, 8) and features[1].tolist() == [4, 5, 6, 7, 16, 17, 18, 19]
+def _naive_value_spectra(values):
+    """Eq. 12 by hand: for each sequence, (1/l) sum_t v_t v_t^T built token by token, then its eigenvalues."""
+    spectra = []
+    for sequence in values.double():
+        second_moment = sum(torch.outer(v, v) for v in sequence) / len(sequence)
+        spectra.append(sorted(np.linalg.eigvalsh(second_moment.numpy()).tolist(), reverse=True))
+    return torch.tensor(spectra, dtype=torch.float64)
+
+
+def test_value_spectrum_is_uncentred_per_sequence():
+    values = torch.randn(3, 9, 5, generator=torch.Generator().manual_seed(0)) + 2.0  # a shared offset
+    assert torch.allclose(M.value_spectrum(values), _naive_value_spectra(values), atol=1e-10)
+    # Uncentred: tokens that all equal one vector c give c c^T, whose top eigenvalue is |c|^2 (a covariance gives 0).
+    c = torch.tensor([3.0, 4.0, 0.0])
+    spectrum = M.value_spectrum(c.expand(1, 6, 3))
+    assert spectrum[0].tolist() == pytest.approx([25.0, 0.0, 0.0], abs=1e-9)
+    # Per sequence, not pooled: two sequences along orthogonal axes each have top eigenvalue 1;
+    # pooling their tokens first would give 1/2 on both axes.
+    pair = torch.stack([torch.tensor([[1.0, 0.0]]).expand(4, 2), torch.tensor([[0.0, 1.0]]).expand(4, 2)])
+    assert torch.allclose(M.value_spectrum(pair), torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=torch.float64))
+    features = M.heads_as_features(torch.arange(24.0).view(1, 2, 3, 4))  # [B, Hkv, T, d] -> [B, T, Hkv*d]
+    assert features.shape == (1, 3, 8) and features[0, 1].tolist() == [4, 5, 6, 7, 16, 17, 18, 19]
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 4), (4, 2)])

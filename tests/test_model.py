@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from lit_resformer.model import ModelConfig, Trace, Transformer, kv_cache_bytes
+from lit_resformer.model.config import PRESETS
 from lit_resformer.model.hf import from_hf_llama, to_hf_llama
 from lit_resformer.model.kernels import attention, flash_available
+from lit_resformer.model.transformer import _Stash
 
 SMALL = dict(n_layer=6, n_head=4, d_model=64, ffn_dim=128, vocab_size=97, max_seq_len=64)
 
@@ -176,6 +178,137 @@ def test_neutreno_adds_value_difference():
         assert not torch.allclose(u, u_neu)
 
 
+def _causal_softmax(q, k):
+    """A_n written out: softmax(Q K^T / sqrt d) under the causal mask, KV heads repeated for GQA."""
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    t = q.shape[2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
+
+
+def _block_output_from_attention(model, layer, hidden_in, u):
+    """Block `layer`'s output given its attention output U [B, H, T, d] (before W_O)."""
+    block = model.blocks[layer]
+    b, t, d = hidden_in.shape
+    h = hidden_in + block.attn.wo(u.transpose(1, 2).reshape(b, t, d))
+    return h + block.mlp(block.mlp_norm(h))
+
+
+@pytest.mark.parametrize("n_kv_head", [4, 2])
+def test_identity_mapping_is_eq6(n_kv_head):
+    """Eq. 6: U_n = A_n V_n + 1/(n-1) sum_{i<n} V_i, checked at every depth from captured projections."""
+    model = build(small(n_kv_head=n_kv_head, residual={"target": "v", "mapping": "identity", "source": "all",
+                                                       "self_weight": 1.0, "lam": 1.0}))
+    cap = _Capture()
+    with torch.no_grad():
+        model(tokens(), trace=cap)
+        raw = [_value_projection(model, i, cap) for i in range(6)]
+        for n in range(2, 7):  # 1-based depth
+            i = n - 1
+            earlier = sum(raw[:i]) / (n - 1)
+            u = _causal_softmax(cap.q[i], cap.k[i]) @ raw[i].repeat_interleave(4 // n_kv_head, dim=1)
+            u = u + earlier.repeat_interleave(4 // n_kv_head, dim=1)
+            expected = _block_output_from_attention(model, i, cap.hidden[i - 1], u)
+            assert torch.allclose(cap.hidden[i], expected, atol=1e-5), n
+
+
+def test_tied_mixing_is_one_lambda_per_layer():
+    """`tied`: V'_n = (1 - λ_n) V_n + λ_n V_1 with one trained λ per layer (modded-nanogpt), starting at 1/2."""
+    model = build(small(residual={"target": "v", "learnable": "tied"}))
+    lams = [block.attn.mix.lam for block in model.blocks[1:]]
+    assert [p.shape for p in lams] == [torch.Size([])] * 5 and all(p.item() == 0.5 for p in lams)
+    with torch.no_grad():
+        for n, p in enumerate(lams, start=2):
+            p.fill_(0.1 * n)
+    cap = _Capture()
+    with torch.no_grad():
+        model(tokens(), trace=cap)
+        v1 = _value_projection(model, 0, cap)
+        for i in range(1, 6):
+            lam = 0.1 * (i + 1)
+            assert torch.allclose(cap.v[i], (1 - lam) * _value_projection(model, i, cap) + lam * v1, atol=1e-6)
+    vanilla = same_weights(build(small(), seed=7), model)
+    with torch.no_grad():
+        for p in lams:
+            p.zero_()  # λ = 0 is the vanilla model
+        assert (model(tokens()) - vanilla(tokens())).abs().max().item() <= 1e-5
+
+
+def _denseformer_reference(model, idx, alphas, dilation, period):
+    """A transcription of epfml/DenseFormer's `DWAModules` forward around our blocks: block outputs go into
+    `dilation` accumulators (output k into accumulator k % dilation, B_0 = embeddings), and after block i with
+    (i+1) % period == 0 the next input is the alpha-weighted sum of that accumulator's *stored* outputs."""
+    x = model.tok_emb(idx)
+    accumulators = [[] for _ in range(dilation)]
+    accumulators[0].append(x)
+    stash = _Stash.empty(model.config.n_layer)
+    for i, block in enumerate(model.blocks):
+        x = block(x, model.rope, stash, None, None)
+        accumulators[(i + 1) % dilation].append(x)
+        if (i + 1) % period == 0:
+            x = torch.tensordot(alphas[i], torch.stack(accumulators[(i + 1) % dilation]), dims=1)
+    return model.lm_head(model.norm(x))
+
+
+@pytest.mark.parametrize("dilation,period", [(1, 1), (2, 1), (1, 2), (2, 2), (3, 1), (2, 3)])
+def test_denseformer_matches_reference_on_random_alphas(dilation, period):
+    model = build(small(dwa={"enabled": True, "dilation": dilation, "period": period}))
+    n_layer = model.config.n_layer
+    generator = torch.Generator().manual_seed(dilation * 10 + period)
+    alphas = {}
+    with torch.no_grad():
+        for i in range(n_layer):
+            if (i + 1) % period == 0:
+                dwa = model.dwa[str(i + 1)]
+                assert dwa.alpha.shape == ((i + 1 + dilation) // dilation,)  # the reference's weight count
+                assert dwa.alpha[-1].item() == 1.0 and dwa.alpha[:-1].abs().sum().item() == 0.0  # identity init
+                dwa.alpha.copy_(torch.randn(dwa.alpha.shape, generator=generator))
+                alphas[i] = dwa.alpha
+        assert set(model.dwa) == {str(i + 1) for i in alphas}
+        x = tokens(length=14)
+        ours = model(x)
+        reference = _denseformer_reference(model, x, alphas, dilation, period)
+        assert (ours - reference).abs().max().item() <= 1e-4
+        cache = model.new_cache(batch=2, max_seq=14)
+        steps = [model(x[:, :5], cache=cache)] + [model(x[:, t:t + 1], cache=cache) for t in range(5, 14)]
+        assert (torch.cat(steps, 1) - ours).abs().max().item() <= 1e-4
+
+
+def test_denseformer_averages_raw_outputs_not_earlier_averages():
+    """Three blocks, alpha_2 reads B_0..B_2: if X_1 had overwritten B_1 the result would differ."""
+    model = build(small(n_layer=3, dwa={"enabled": True}))
+    hidden = {}
+
+    class Raw(Trace):
+        def on_hidden(self, layer, h):
+            hidden[layer] = h
+
+    with torch.no_grad():
+        model.dwa["1"].alpha.copy_(torch.tensor([0.7, 0.3]))
+        model.dwa["2"].alpha.copy_(torch.tensor([0.2, 0.5, 0.3]))
+        model(tokens(), trace=Raw())
+        stash = _Stash.empty(3)
+        b0 = model.tok_emb(tokens())
+        b1 = model.blocks[0](b0, model.rope, stash, None, None)
+        x1 = 0.7 * b0 + 0.3 * b1
+        b2 = model.blocks[1](x1, model.rope, stash, None, None)
+        assert torch.allclose(hidden[0], x1, atol=1e-6)
+        assert torch.allclose(hidden[1], 0.2 * b0 + 0.5 * b1 + 0.3 * b2, atol=1e-6)
+
+
+def test_num_anchors_are_evenly_spaced_on_every_preset():
+    """Anchor j at layer 1 + floor(j L / k): the k groups sharing one value differ in size by at most one."""
+    for size in PRESETS:
+        n_layer = ModelConfig.preset(size).n_layer
+        for k in range(1, n_layer + 1):
+            anchors = ModelConfig.preset(size, share={"svformer": True, "num_anchors": k}).value_anchors()
+            assert [a + 1 for a in anchors] == [1 + math.floor(j * n_layer / k) for j in range(k)], (size, k)
+            groups = [b - a for a, b in zip(anchors, [*anchors[1:], n_layer], strict=True)]
+            assert len(groups) == k and max(groups) - min(groups) <= 1, (size, k, groups)
+    assert ModelConfig.preset("tiny", share={"svformer": True, "num_anchors": 4}).value_anchors() == [0, 1, 3, 4]
+    assert ModelConfig.preset("82M", share={"svformer": True, "num_anchors": 4}).value_anchors() == [0, 2, 4, 6]
+
+
 # ---------------------------------------------------------------------------- cross-layer attention
 def _naive_cross_attention(q, k_self, v_self, k_other, v_other):
     """Per query row, softmax over the allowed keys of both layers (Eq. 2), written as loops."""
@@ -245,12 +378,16 @@ DECODE_VARIANTS = {
     "query-residual": dict(residual={"target": "q"}),
     "key-residual": dict(residual={"target": "k"}, n_kv_head=2),
     "identity-mapping": dict(residual={"target": "v", "mapping": "identity"}),
+    "identity-mapping-eq6": dict(residual={"target": "v", "mapping": "identity", "source": "all", "self_weight": 1.0,
+                                           "lam": 1.0}),
     "cross-attention": dict(residual={"target": "v", "mapping": "cross_attention"}),
     "cross-attention-all+gqa": dict(residual={"target": "v", "mapping": "cross_attention", "source": "all"},
                                     n_kv_head=2),
     "learnable-scalar": dict(residual={"target": "v", "learnable": "scalar"}),
     "learnable-head+gqa": dict(residual={"target": "v", "learnable": "head"}, n_kv_head=2),
     "learnable-token": dict(residual={"target": "v", "learnable": "token"}),
+    "learnable-tied": dict(residual={"target": "v", "learnable": "tied"}),
+    "learnable-tied+gqa+previous": dict(residual={"target": "v", "learnable": "tied", "source": "previous"}, n_kv_head=2),
     "token-gate+identity": dict(residual={"target": "v", "learnable": "token", "mapping": "identity"}),
     "sparse-layers": dict(residual={"target": "v", "layers": [4, 5, 6]}),
     "neutreno": dict(neutreno_lambda=0.4),
@@ -258,6 +395,7 @@ DECODE_VARIANTS = {
     "neutreno+gqa": dict(neutreno_lambda=0.4, n_kv_head=2),
     "denseformer": dict(dwa={"enabled": True}),
     "denseformer-dilated": dict(dwa={"enabled": True, "dilation": 2, "period": 2}),
+    "denseformer-dilation-3-period-2": dict(dwa={"enabled": True, "dilation": 3, "period": 2}),
     "resformer+denseformer": dict(residual={"target": "v"}, dwa={"enabled": True}),
     "svformer": dict(share={"svformer": True}),
     "svformer+gqa": dict(share={"svformer": True}, n_kv_head=1),
@@ -354,29 +492,35 @@ def test_flash_is_optional_on_cpu():
 
 
 # ---------------------------------------------------------------------------- learnable mixing
-@pytest.mark.parametrize("learnable", ["scalar", "head", "token"])
-def test_learnable_mixing_weights_get_gradients_and_no_decay(learnable):
+@pytest.mark.parametrize("learnable", ["scalar", "head", "token", "tied"])
+def test_learnable_mixing_weights_get_gradients_and_their_own_group(learnable):
     model = build(small(residual={"target": "v", "learnable": learnable}))
     mixing = model.mixing_parameters()
     assert len(mixing) >= 5  # one set per layer n >= 2
     loss = model(tokens()).logsumexp(-1).mean()
     loss.backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in mixing)
-    decay, no_decay = model.param_groups(weight_decay=0.1)
-    decayed = {id(p) for p in decay["params"]}
-    assert not any(id(p) in decayed for p in mixing)
-    assert {id(p) for p in no_decay["params"]} >= {id(p) for p in mixing}
+    decay, no_decay, mix = model.param_groups(weight_decay=0.1, mix_lr=0.02)
+    assert {id(p) for p in mix["params"]} == {id(p) for p in mixing}
+    assert mix["weight_decay"] == 0.0 and mix["lr"] == 0.02
+    assert not {id(p) for p in mixing} & {id(p) for p in decay["params"] + no_decay["params"]}
+    assert "lr" not in model.param_groups(weight_decay=0.1)[2]  # default: the optimizer's base lr
 
 
 def test_weight_decay_groups():
     model = build(small(dwa={"enabled": True}))
-    decay, no_decay = model.param_groups(weight_decay=0.1)
+    groups = model.param_groups(weight_decay=0.1)
+    assert len(groups) == 2  # no residual mixing weights, no third group
+    decay, no_decay = groups
     names = {id(p): n for n, p in model.named_parameters()}
-    assert all(names[id(p)].endswith("weight") and p.ndim == 2 for p in decay["params"])
-    assert not any(names[id(p)].startswith("tok_emb") for p in decay["params"])
-    assert any(names[id(p)].startswith("dwa.") for p in no_decay["params"])
+    decayed = [names[id(p)] for p in decay["params"]]
+    # DenseFormer's alphas are decayed as in epfml/DenseFormer; otherwise weight matrices only.
+    assert all(n.endswith("weight") and p.ndim == 2 for n, p in model.named_parameters() if n in decayed
+               and not n.startswith("dwa."))
+    assert {n for n in names.values() if n.startswith("dwa.")} <= set(decayed)
+    assert not any(n.startswith("tok_emb") for n in decayed)
     assert any("norm" in names[id(p)] for p in no_decay["params"])
-    decay_emb, _ = model.param_groups(weight_decay=0.1, decay_embeddings=True)
+    decay_emb = model.param_groups(weight_decay=0.1, decay_embeddings=True)[0]
     assert any(p is model.tok_emb.weight for p in decay_emb["params"])
 
 
@@ -394,7 +538,8 @@ INVALID = [
     (dict(residual={"target": "x"}), r"residual.target.*\['none', 'v', 'q', 'k'\]"),
     (dict(residual={"target": "v", "source": "last"}), r"residual.source.*\['first', 'previous', 'all'\]"),
     (dict(residual={"target": "v", "mapping": "dense"}), r"residual.mapping.*attention"),
-    (dict(residual={"target": "v", "learnable": "vector"}), r"residual.learnable.*scalar"),
+    (dict(residual={"target": "v", "learnable": "vector"}), r"residual.learnable.*scalar.*tied"),
+    (dict(residual={"target": "v", "learnable": "tied", "lam": 0.3}), r"residual.learnable='tied'.*self_weight/lam"),
     (dict(residual={"target": "v", "lam": -1.0}), r"residual.lam"),
     (dict(residual={"target": "v", "self_weight": -0.5}), r"residual.self_weight"),
     (dict(residual={"target": "v", "self_weight": "uniform"}), r"must both be 'uniform'"),

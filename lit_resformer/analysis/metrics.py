@@ -86,53 +86,36 @@ def norms_by_position(states: torch.Tensor) -> torch.Tensor:
     return states.double().norm(dim=-1)
 
 
-# ------------------------------------------------------------------ value covariance spectrum (Eq. 12, Fig. 12)
+# ------------------------------------------------------------------ value spectrum (Eq. 12, Fig. 12)
 def heads_as_features(values: torch.Tensor) -> torch.Tensor:
-    """[B, Hkv, T, d] -> [B*T, Hkv*d]: one sample per token, heads concatenated."""
-    return values.transpose(1, 2).flatten(2).flatten(0, 1)
+    """[B, Hkv, T, d] -> [B, T, Hkv*d]: one feature vector per token, heads concatenated."""
+    return values.transpose(1, 2).flatten(2)
 
 
-class CovarianceSpectrum:
-    """Streaming covariance of feature vectors (rows = samples) and its eigenvalues, in float64.
+def value_spectrum(features: torch.Tensor) -> torch.Tensor:
+    """Eq. 12: [B, T, D] -> [B, D]: eigenvalues (descending) of each sequence's uncentred (1/l) sum_t v_t v_t^T.
 
-    Holds only D x D sums, so values of any number of tokens can be added chunk by chunk.
+    One matrix per sequence, not a covariance over pooled tokens: the mean is not subtracted, so a
+    common direction shared by all tokens shows as a large leading eigenvalue, as in the paper.
     """
-
-    def __init__(self, dim: int):
-        self.count = 0
-        self.total = torch.zeros(dim, dtype=torch.float64)
-        self.outer = torch.zeros(dim, dim, dtype=torch.float64)
-
-    def add(self, samples: torch.Tensor) -> None:
-        x = samples.detach().to("cpu", torch.float64)
-        self.count += x.shape[0]
-        self.total += x.sum(0)
-        self.outer += x.T @ x
-
-    def covariance(self) -> torch.Tensor:
-        if self.count < 2:
-            raise ValueError("a covariance needs at least 2 samples")
-        mean = self.total / self.count
-        return (self.outer - self.count * torch.outer(mean, mean)) / (self.count - 1)
-
-    def eigenvalues(self) -> torch.Tensor:
-        """Descending eigenvalues of the (symmetric) covariance."""
-        return torch.linalg.eigvalsh(self.covariance()).flip(0)
+    x = features.detach().double()
+    second_moment = x.transpose(1, 2) @ x / x.shape[1]
+    return torch.linalg.eigvalsh(second_moment).flip(-1)
 
 
 # ------------------------------------------------------------------ the Fig. 4 check (Eq. 2, 4, 6)
-def cross_layer_outputs(q, k_n, v_n, k_1, v_1, *, offset: int = 0) -> dict[str, torch.Tensor]:
-    """The three outputs compared in Fig. 4, for query rows starting at `offset` (q [B,H,rows,d], keys/values
-    [B,Hkv,T,d] for all T positions):
-      eq2: softmax(Q_n [K_n; K_1]^T / sqrt d) [V_n; V_1]  (cross-layer attention, both blocks causal)
-      eq4: 1/2 A_n (V_n + V_1)                             (ResFormer's approximation)
-      eq6: A_n V_n + V_1                                    (identity mapping)
-    Returns [B, H, rows, d] each. GQA is handled by the kernel (and by repeating V_1's heads for eq6)."""
-    eq2 = attention(q, torch.cat([k_n, k_1], dim=2), torch.cat([v_n, v_1], dim=2), offset=offset, key_blocks=2)
-    eq4 = 0.5 * attention(q, k_n, v_n + v_1, offset=offset)
+def cross_layer_outputs(q, k_n, v_n, k_m, v_m, *, offset: int = 0) -> dict[str, torch.Tensor]:
+    """The three outputs compared in Fig. 4 for layer n against an earlier layer m, for query rows starting at
+    `offset` (q [B,H,rows,d], keys/values [B,Hkv,T,d] for all T positions):
+      eq2: softmax(Q_n [K_n; K_m]^T / sqrt d) [V_n; V_m]  (cross-layer attention, both blocks causal)
+      eq4: 1/2 A_n (V_n + V_m)                             (ResFormer's approximation)
+      eq6: A_n V_n + V_m                                    (identity mapping, Eq. 6 with the one source m)
+    Returns [B, H, rows, d] each. GQA is handled by the kernel (and by repeating V_m's heads for eq6)."""
+    eq2 = attention(q, torch.cat([k_n, k_m], dim=2), torch.cat([v_n, v_m], dim=2), offset=offset, key_blocks=2)
+    eq4 = 0.5 * attention(q, k_n, v_n + v_m, offset=offset)
     rows = q.shape[2]
-    v_1_rows = v_1[:, :, offset:offset + rows].repeat_interleave(q.shape[1] // v_1.shape[1], dim=1)
-    eq6 = attention(q, k_n, v_n, offset=offset) + v_1_rows
+    v_m_rows = v_m[:, :, offset:offset + rows].repeat_interleave(q.shape[1] // v_m.shape[1], dim=1)
+    eq6 = attention(q, k_n, v_n, offset=offset) + v_m_rows
     return {"eq2": eq2, "eq4": eq4, "eq6": eq6}
 
 
@@ -148,7 +131,8 @@ def entropy_of_uniform_causal(seq_len: int) -> float:
 
 
 __all__ = [
-    "CovarianceSpectrum", "attention_column_mass", "cross_layer_outputs", "entropy_of_uniform_causal",
+    "attention_column_mass", "cross_layer_outputs", "entropy_of_uniform_causal",
     "first_to_others", "heads_as_features", "importance_entropy", "mean_pairwise_cosine", "normalise",
     "norms_by_position", "token_cosine", "token_importance", "top_i_share", "uniform_causal_importance",
+    "value_spectrum",
 ]

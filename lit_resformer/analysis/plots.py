@@ -132,7 +132,7 @@ def plot_value_spectrum(models: dict[str, dict], path: Path) -> Path:
         if "value_spectrum" in result:
             spectrum = result["value_spectrum"]
             left.plot(range(1, len(spectrum) + 1), spectrum, label=f"{name} (layer {result['value_spectrum_layer']})")
-    left.set(title="Value covariance spectrum (Eq. 12)", xlabel="eigenvalue rank", ylabel="eigenvalue")
+    left.set(title="Value spectrum (Eq. 12, uncentred)", xlabel="eigenvalue rank", ylabel="eigenvalue")
     _log_y(left)
     left.legend(fontsize=7)
     _draw_by_layer(right, {n: r["top_eigenvalue"] for n, r in models.items() if "top_eigenvalue" in r},
@@ -147,7 +147,8 @@ def plot_value_spectrum(models: dict[str, dict], path: Path) -> Path:
 
 def plot_fig4(models: dict[str, dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for key, style, label in (("fig4_cos_eq4", "-", "Eq. 4"), ("fig4_cos_eq6", "--", "Eq. 6")):
+    for key, style, label in (("fig4_cos_eq4", "-", "Eq. 4, m = n-1"), ("fig4_cos_eq6", "--", "Eq. 6, m = n-1"),
+                              ("fig4_first_cos_eq4", ":", "Eq. 4, m = 1"), ("fig4_first_cos_eq6", "-.", "Eq. 6, m = 1")):
         _draw_by_layer(ax, {f"{n}: {label}": r[key] for n, r in models.items() if key in r},
                        "cos to cross-layer attention (Eq. 2), Fig. 4", "cosine similarity", style)
     ax.legend(fontsize=7)

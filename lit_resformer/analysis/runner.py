@@ -8,7 +8,7 @@ Entry points:
 
 `analysis.json` schema (layer lists have one entry per layer; index i is layer i+1, 1-based as in the paper):
     {
-      "schema_version": 1,
+      "schema_version": 2,
       "num_seqs": N, "seq_len": T, "top_i": K,
       "plots": [str],                          # PNG file names written next to analysis.json
       "models": {
@@ -27,11 +27,14 @@ Entry points:
           "hidden_norm_by_position": [L][T], "hidden_norm_first": [L], "hidden_norm_others": [L],
           # only for lit-resformer models (they need the q/k/v hook):
           "value_norm_by_position": [L][T], "value_norm_first": [L], "value_norm_others": [L],
-          "top_eigenvalue": [L],               # largest eigenvalue of the value covariance (Eq. 12)
+          # Eq. 12: eigenvalues of each sequence's uncentred (1/l) sum_t v_t v_t^T, averaged over sequences
+          "top_eigenvalue": [L],               # the largest one
           "value_spectrum_layer": int,         # 1-based layer whose full spectrum follows
           "value_spectrum": [Hkv*d],           # eigenvalues, descending
-          "fig4_cos_eq4": [L],                 # cos(Eq. 2 output, Eq. 4 output), null for layer 1
-          "fig4_cos_eq6": [L],                 # cos(Eq. 2 output, Eq. 6 output), null for layer 1
+          # Fig. 4, layer n against m = n-1 (the paper's "with respect to the previous one"); null for layer 1:
+          "fig4_cos_eq4": [L],                 # cos(Eq. 2 output, Eq. 4 output)
+          "fig4_cos_eq6": [L],                 # cos(Eq. 2 output, Eq. 6 output)
+          "fig4_first_cos_eq4": [L], "fig4_first_cos_eq6": [L],   # the same against m = 1
           # V_n = W_V x of the layer itself, before residual mixing (null for layers without W_V, e.g. SVFormer):
           "raw_value_norm_first": [L], "raw_value_norm_others": [L], "raw_value_top_eigenvalue": [L]
         }
@@ -42,8 +45,8 @@ What "values" means: the values layer n attends with (V'_n after any residual mi
 sharing layers; the own block for cross-layer attention); "raw values" are the layer's own projection V_n
 (for a vanilla model both are the same). The paper's value-state figures can be read either way for ResFormer,
 so both are reported. Hidden states are the residual stream after each
-block. Fig. 4 uses layer n's own Q_n, K_n, V_n and layer 1's K_1, V_1, so it is the paper's check when the
-model is vanilla. For Hugging Face models only attention and hidden states are available, and
+block. Fig. 4 uses layer n's own Q_n, K_n, V_n and the K_m, V_m that layer m attends with (m = n-1, and
+m = 1), so it is the paper's check when the model is vanilla. For Hugging Face models only attention and hidden states are available, and
 `output_hidden_states` gives the last layer after the final norm (Llama and most decoders do so).
 """
 
@@ -60,7 +63,7 @@ from lit_resformer.model import Transformer
 from .plots import write_plots
 from .trace import DEFAULT_ATTENTION_BUDGET, AnalysisTrace
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: Eq. 12 uncentred per sequence; Fig. 4 against m = n-1 and m = 1
 DEFAULT_TOP_I = 16
 
 

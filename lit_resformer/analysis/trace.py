@@ -4,7 +4,7 @@ Memory stays bounded for long sequences: the model keeps its fast SDPA path, and
 layer's attention probabilities from the layer's own post-RoPE q and full k/v with the model's explicit
 kernel, a chunk of query rows at a time (a chunk holds at most `attention_budget` probabilities). Each chunk
 is reduced to column sums at once, so at most one chunk of one layer's attention matrix exists at any time;
-what the trace keeps across layers is O(layers x T) numbers (plus a Hkv*d square covariance per layer).
+what the trace keeps across layers is O(layers x (T + Hkv*d)) numbers.
 
 Layers are 0-based here as in the model code; the runner reports them 1-based as in the paper.
 """
@@ -26,9 +26,10 @@ DEFAULT_ATTENTION_BUDGET = 1 << 24  # probabilities per chunk (64 MiB in fp32)
 class AnalysisTrace(Trace):
     """Accumulates, per layer and over every sequence passed through the model:
     token importance (Eq. 11) and its entropy and top-i shares, hidden-state similarity (Eq. 13), value and
-    hidden norms by position, the value covariance (Eq. 12) and the Fig. 4 cosines.
+    hidden norms by position, the value spectrum (Eq. 12) and the Fig. 4 cosines.
 
-    `fig4` needs V_1/K_1 of the first layer: they are held for the duration of one forward pass.
+    `fig4` compares layer n with m = n-1 (the paper's reading, "with respect to the previous one") and with
+    m = 1; K/V of the first and of the previous layer are held for the duration of one forward pass.
     """
 
     def __init__(self, top_i: int, attention_budget: int = DEFAULT_ATTENTION_BUDGET, fig4: bool = True):
@@ -46,15 +47,16 @@ class AnalysisTrace(Trace):
         self.similarity_sum: dict[int, float] = defaultdict(float)
         self.hidden_norm_sum: dict[int, torch.Tensor] = {}
         self.value_norm_sum: dict[int, torch.Tensor] = {}
-        self.value_spectra: dict[int, metrics.CovarianceSpectrum] = {}
+        self.value_spectrum_sum: dict[int, torch.Tensor] = {}  # Eq. 12 eigenvalues, summed over sequences
         # The layer's own projection V_n = W_V x before any mixing (fed by a hook on W_V; see add_raw_values).
         self.raw_value_norm_sum: dict[int, torch.Tensor] = {}
-        self.raw_value_spectra: dict[int, metrics.CovarianceSpectrum] = {}
+        self.raw_value_spectrum_sum: dict[int, torch.Tensor] = {}
         self.fig4_cos_sum: dict[int, dict[str, float]] = {}
         self.fig4_tokens: dict[int, int] = defaultdict(int)
         # Within one forward pass only.
         self._column_mass: torch.Tensor | None = None
         self._first_kv: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._previous_kv: tuple[torch.Tensor, torch.Tensor] | None = None
 
     # ------------------------------------------------------------------ model hooks
     def on_qkv(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -76,6 +78,8 @@ class AnalysisTrace(Trace):
             if self.fig4 and layer > 0:
                 self._add_fig4(layer, q_rows, own_k, own_v, first_row)
         self.close_attention(layer)
+        if self.fig4:
+            self._previous_kv = (own_k, own_v)
 
     def on_hidden(self, layer: int, hidden: torch.Tensor) -> None:
         if layer < 0:  # the embeddings: not a layer's output
@@ -103,29 +107,25 @@ class AnalysisTrace(Trace):
     # ------------------------------------------------------------------ values and Fig. 4
     def _add_values(self, layer: int, values: torch.Tensor) -> None:
         _add(self.value_norm_sum, layer, metrics.norms_by_position(values).sum(0).cpu())
-        if layer not in self.value_spectra:
-            self.value_spectra[layer] = metrics.CovarianceSpectrum(values.shape[1] * values.shape[3])
-        self.value_spectra[layer].add(metrics.heads_as_features(values))
+        _add(self.value_spectrum_sum, layer, metrics.value_spectrum(metrics.heads_as_features(values)).sum(0).cpu())
 
     def add_raw_values(self, layer: int, values: torch.Tensor) -> None:
         """The output of layer's W_V, [B, T, Hkv*d]: V_n before residual mixing (equal to the used values in a
         vanilla layer)."""
         _add(self.raw_value_norm_sum, layer, metrics.norms_by_position(values).sum(0).cpu())
-        if layer not in self.raw_value_spectra:
-            self.raw_value_spectra[layer] = metrics.CovarianceSpectrum(values.shape[-1])
-        self.raw_value_spectra[layer].add(values.flatten(0, 1))
+        _add(self.raw_value_spectrum_sum, layer, metrics.value_spectrum(values).sum(0).cpu())
 
     def _add_fig4(self, layer: int, q_rows, k_n, v_n, first_row: int) -> None:
-        k_1, v_1 = self._first_kv
-        out = metrics.cross_layer_outputs(q_rows, k_n, v_n, k_1, v_1, offset=first_row)
-        sums = self.fig4_cos_sum.setdefault(layer, {"eq4": 0.0, "eq6": 0.0})
-        for name in sums:
-            sums[name] += metrics.token_cosine(out["eq2"], out[name]).sum().item()
+        sums = self.fig4_cos_sum.setdefault(layer, defaultdict(float))
+        for reference, (k_m, v_m) in (("previous", self._previous_kv), ("first", self._first_kv)):
+            out = metrics.cross_layer_outputs(q_rows, k_n, v_n, k_m, v_m, offset=first_row)
+            for eq in ("eq4", "eq6"):
+                sums[reference, eq] += metrics.token_cosine(out["eq2"], out[eq]).sum().item()
         self.fig4_tokens[layer] += q_rows.shape[0] * q_rows.shape[2]
 
     def end_sequence_batch(self) -> None:
-        """Forget what was held for one forward pass (the first layer's K/V)."""
-        self._first_kv = None
+        """Forget what was held for one forward pass (the first and previous layers' K/V)."""
+        self._first_kv = self._previous_kv = None
 
     # ------------------------------------------------------------------ results
     def summary(self, spectrum_layer: int | None = None) -> dict:
@@ -151,28 +151,29 @@ class AnalysisTrace(Trace):
             "similarity": [self.similarity_sum[i] / n for i in layers],
         }
         out.update(_norm_entries("hidden", [self.hidden_norm_sum[i] / n for i in layers]))
-        if self.value_spectra:
+        if self.value_spectrum_sum:
             out.update(_norm_entries("value", [self.value_norm_sum[i] / n for i in layers]))
-            spectra = {i: self.value_spectra[i].eigenvalues() for i in layers}
+            spectra = {i: self.value_spectrum_sum[i] / n for i in layers}
             chosen = len(layers) // 2 + 1 if spectrum_layer is None else spectrum_layer
             if not 1 <= chosen <= len(layers):
                 raise ValueError(f"spectrum_layer={spectrum_layer} must be a layer number in [1, {len(layers)}]")
             out["top_eigenvalue"] = [spectra[i][0].item() for i in layers]
             out["value_spectrum_layer"] = chosen
             out["value_spectrum"] = spectra[chosen - 1].tolist()
-        if self.raw_value_spectra:  # null for layers without their own W_V (SVFormer, CLA)
-            raw = {i: self.raw_value_norm_sum[i] / n for i in self.raw_value_spectra}
+        if self.raw_value_spectrum_sum:  # null for layers without their own W_V (SVFormer, CLA)
+            raw = {i: self.raw_value_norm_sum[i] / n for i in self.raw_value_spectrum_sum}
             out["raw_value_norm_first"] = [raw[i][0].item() if i in raw else None for i in layers]
             out["raw_value_norm_others"] = [raw[i][1:].mean().item() if i in raw else None for i in layers]
             out["raw_value_top_eigenvalue"] = [
-                self.raw_value_spectra[i].eigenvalues()[0].item() if i in raw else None for i in layers
+                (self.raw_value_spectrum_sum[i][0] / n).item() if i in raw else None for i in layers
             ]
         if self.fig4:
-            for name in ("eq4", "eq6"):
-                out[f"fig4_cos_{name}"] = [
-                    self.fig4_cos_sum[i][name] / self.fig4_tokens[i] if i in self.fig4_cos_sum else None
-                    for i in layers
-                ]
+            for reference, prefix in (("previous", "fig4_cos"), ("first", "fig4_first_cos")):
+                for eq in ("eq4", "eq6"):
+                    out[f"{prefix}_{eq}"] = [
+                        self.fig4_cos_sum[i][reference, eq] / self.fig4_tokens[i] if i in self.fig4_cos_sum else None
+                        for i in layers
+                    ]
         return out
 
 

@@ -26,7 +26,7 @@ CPU_PRESET_DEFAULTS = dict(vocab_size=4096, max_seq_len=512)
 Target = Literal["none", "v", "q", "k"]
 Source = Literal["first", "previous", "all"]
 Mapping = Literal["attention", "identity", "cross_attention"]
-Learnable = Literal["none", "scalar", "head", "token"]
+Learnable = Literal["none", "scalar", "head", "token", "tied"]
 Shared = Literal["k", "v", "kv"]
 FirstShared = Literal["none", "q", "k", "v"]
 AttnImpl = Literal["sdpa", "flash", "explicit"]
@@ -60,7 +60,20 @@ def _nest(values: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class ResidualConfig:
-    """A history term mixed into one projection of layers n >= 2 (ResFormer when target='v')."""
+    """A history term R_n mixed into one projection of layers n >= 2 (ResFormer when target='v').
+
+    R_n is built from the source layers' *raw* projections (W_V x of that layer, before its own mixing):
+    `first` = V_1, `previous` = V_{n-1}, `all` = the mean of V_1..V_{n-1}. The paper does not say whether
+    `previous` means V_{n-1} before or after layer n-1's own mixing; the raw reading keeps every source
+    a plain projection, so `previous` at n = 2 is V_1 and it never compounds earlier mixes.
+
+    Mappings (values only, Fig. 10): `attention` V'_n = a V_n + l R_n (Eq. 7 at a = l = 1/2; Eq. 5 with
+    source `all` and a = l = 'uniform', i.e. a = 1/n, l = (n-1)/n); `identity` U_n = A_n (a V_n) + l R_n
+    (Eq. 6 is a = l = 1 with source `all`); `cross_attention` Eq. 2.
+
+    learnable: `scalar` (a, l per layer), `head` (per KV head), `token` (a sigmoid gate g, (g, 1-g)),
+    `tied` (one λ per layer, V' = (1-λ) V_n + λ R_n, init 1/2: the modded-nanogpt record's form).
+    """
 
     target: Target = "none"
     source: Source = "first"
@@ -78,7 +91,15 @@ class ResidualConfig:
 
 @dataclass
 class DWAConfig:
-    """DenseFormer depth-weighted averaging of all earlier block outputs."""
+    """DenseFormer depth-weighted averaging (DWA), with the semantics of epfml/DenseFormer's `DWAModules`.
+
+    Block outputs are numbered B_0 (the embeddings) .. B_L. After block i, when i is a multiple of
+    `period`, the stream handed to block i+1 is X_i = sum_j alpha_ij B_j over the *raw* outputs
+    B_j with j <= i and j = i (mod `dilation`); other blocks hand on B_i unchanged. The stored B_j are
+    never replaced by averages. alpha starts at the identity (alpha_ii = 1, the rest 0).
+    The alphas are weight-decayed like the weight matrices, as in the reference (its alphas are
+    `nn.Linear` weights, which its optimiser groups decay); they are still logged as mixing weights.
+    """
 
     enabled: bool = False
     dilation: int = 1
@@ -91,7 +112,7 @@ class ShareConfig:
 
     svformer: bool = False
     anchors: list[int] | None = None  # with SVFormer: layers (1-based) that compute a fresh V
-    num_anchors: int | None = None  # with SVFormer: k anchors spaced evenly, layer 1 included
+    num_anchors: int | None = None  # with SVFormer: k anchors at layers 1 + floor(j*n_layer/k), j = 0..k-1
     every: int = 1  # groups of `every` layers share `what` (CLA when what='kv')
     what: Shared = "kv"
     first: FirstShared = "none"  # every layer n >= 2 reuses layer 1's q, k or v
@@ -233,8 +254,9 @@ class ModelConfig:
             if r.self_weight != 0.5 or r.lam != 0.5:
                 raise ValueError("residual.self_weight/lam have no meaning with residual.mapping='cross_attention'; "
                                  "leave them at their defaults")
-        if r.learnable == "token" and (r.self_weight != 0.5 or r.lam != 0.5):
-            raise ValueError("residual.learnable='token' gates with g and 1-g; residual.self_weight/lam must stay 0.5")
+        if r.learnable in ("token", "tied") and (r.self_weight != 0.5 or r.lam != 0.5):
+            raise ValueError(f"residual.learnable={r.learnable!r} mixes with weights that sum to 1 and start at 1/2; "
+                             "residual.self_weight/lam must stay 0.5")
 
     def _validate_neutreno(self) -> None:
         mu = self.neutreno_lambda
@@ -321,7 +343,9 @@ class ModelConfig:
         if s.anchors is not None:
             return sorted({0, *(n - 1 for n in s.anchors)})
         if s.num_anchors is not None:
-            return sorted({round(j * self.n_layer / s.num_anchors) for j in range(s.num_anchors)})
+            # Evenly: anchor j sits at the ideal position j*L/k rounded down, so the k groups of layers
+            # sharing one value differ in size by at most one, on every depth.
+            return [j * self.n_layer // s.num_anchors for j in range(s.num_anchors)]
         return [0]
 
     def producer(self, i: int, what: str) -> int:

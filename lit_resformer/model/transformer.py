@@ -73,7 +73,7 @@ class TokenGate(nn.Module):
 
 
 class ResidualMix(nn.Module):
-    """Weights (a, l) of X'_n = a X_n + l R_n for one layer: fixed, per layer, per head or per token."""
+    """Weights (a, l) of X'_n = a X_n + l R_n for one layer: fixed, per layer, per head, per token, or tied."""
 
     def __init__(self, config: ModelConfig, layer: int, heads: int):
         super().__init__()
@@ -88,6 +88,9 @@ class ResidualMix(nn.Module):
             shape = (1, heads, 1, 1) if self.kind == "head" else ()
             self.mix_self = nn.Parameter(torch.full(shape, a))
             self.mix_history = nn.Parameter(torch.full(shape, l))
+        elif self.kind == "tied":
+            # modded-nanogpt's value residual: V' = (1 - λ) V_n + λ R_n with one λ per layer, starting at 1/2.
+            self.lam = nn.Parameter(torch.tensor(l))
         else:
             self.fixed = (a, l)
 
@@ -97,6 +100,8 @@ class ResidualMix(nn.Module):
             return g, 1.0 - g
         if self.kind in ("scalar", "head"):
             return self.mix_self, self.mix_history
+        if self.kind == "tied":
+            return 1.0 - self.lam, self.lam
         return self.fixed
 
 
@@ -230,18 +235,18 @@ class Block(nn.Module):
 
 
 class DepthWeightedAverage(nn.Module):
-    """DenseFormer: after block i, X_i <- sum_{j<=i} alpha_ij X_j (X_0 = embeddings), identity at init."""
+    """DenseFormer's DWA after block i: X_i = sum_j alpha_ij B_j over the raw block outputs B_j (B_0 = embeddings)
+    with j <= i and j = i (mod dilation), as epfml/DenseFormer's `DWAModules`; alpha starts at the identity."""
 
     def __init__(self, block: int, dilation: int):
         super().__init__()
-        # Only every `dilation`-th earlier output (counting back from block i) takes part.
         self.inputs = list(range(block % dilation, block + 1, dilation))
         alpha = torch.zeros(len(self.inputs))
         alpha[-1] = 1.0
         self.alpha = nn.Parameter(alpha)
 
-    def forward(self, outputs: list[torch.Tensor]) -> torch.Tensor:
-        return sum(w * outputs[j] for w, j in zip(self.alpha, self.inputs, strict=True))
+    def forward(self, raw_outputs: list[torch.Tensor]) -> torch.Tensor:
+        return sum(w * raw_outputs[j] for w, j in zip(self.alpha, self.inputs, strict=True))
 
 
 class Transformer(nn.Module):
@@ -271,20 +276,24 @@ class Transformer(nn.Module):
             raise ValueError(f"sequence of {offset + idx.shape[1]} tokens exceeds max_seq_len={self.config.max_seq_len}")
         stash = _Stash.empty(self.config.n_layer)
         x = self.tok_emb(idx)
-        outputs = [x]  # X_0..X_i, kept only for DenseFormer
+        raw_outputs = [x]  # B_0..B_b, kept only for DenseFormer
         if trace is not None:
             trace.on_hidden(-1, x)
         for b, block in enumerate(self.blocks, start=1):
             x = block(x, self.rope, stash, cache, trace)
             if self.dwa:
-                outputs.append(x)
-                if str(b) in self.dwa:
-                    x = outputs[b] = self.dwa[str(b)](outputs)
+                x = self._depth_weighted_average(b, x, raw_outputs)
             if trace is not None:
                 trace.on_hidden(b - 1, x)
         if cache is not None:
             cache.pos += idx.shape[1]
         return self.lm_head(self.norm(x))
+
+    def _depth_weighted_average(self, b: int, output: torch.Tensor, raw_outputs: list[torch.Tensor]) -> torch.Tensor:
+        """DenseFormer: store block b's raw output B_b; hand block b+1 its DWA X_b where block b has one, else B_b.
+        The average goes only to the next block: later averages still read the raw B_b."""
+        raw_outputs.append(output)
+        return self.dwa[str(b)](raw_outputs) if str(b) in self.dwa else output
 
     # ------------------------------------------------------------------ decoding
     def new_cache(self, batch: int, max_seq: int | None = None) -> KVCache:
@@ -319,19 +328,26 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------ accounting
     def mixing_parameters(self) -> list[nn.Parameter]:
-        """Learnable residual weights and DenseFormer alphas: never weight-decayed, logged every step."""
+        """Learnable residual weights and DenseFormer alphas: logged every step."""
         return [p for name, p in self.named_parameters() if ".mix." in name or name.startswith("dwa.")]
 
-    def param_groups(self, weight_decay: float, decay_embeddings: bool = False) -> list[dict]:
-        """AdamW groups: decay on weight matrices only (not norms, not mixing weights; embeddings optional)."""
-        mixing = {id(p) for p in self.mixing_parameters()}
-        decay, no_decay = [], []
+    def param_groups(self, weight_decay: float, decay_embeddings: bool = False,
+                     mix_lr: float | None = None) -> list[dict]:
+        """AdamW groups: decay on weight matrices (embeddings optional) and on DenseFormer's alphas, as epfml's
+        DenseFormer does; none on norms. The residual's learnable mixing weights form a third group, never
+        decayed, with learning rate `mix_lr` (None: the optimizer's base lr)."""
+        decay, no_decay, residual_mix = [], [], []
         for name, p in self.named_parameters():
-            is_matrix = p.ndim >= 2 and id(p) not in mixing
-            if name.startswith("tok_emb.") and not decay_embeddings:
-                is_matrix = False
-            (decay if is_matrix else no_decay).append(p)
-        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            if ".mix." in name:
+                residual_mix.append(p)
+            elif name.startswith("dwa.") or (p.ndim >= 2 and (decay_embeddings or not name.startswith("tok_emb."))):
+                decay.append(p)
+            else:
+                no_decay.append(p)
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if residual_mix:
+            groups.append({"params": residual_mix, "weight_decay": 0.0, **({} if mix_lr is None else {"lr": mix_lr})})
+        return groups
 
     def num_params(self, non_embedding: bool = False) -> int:
         n = sum(p.numel() for p in self.parameters())
