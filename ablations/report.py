@@ -286,6 +286,7 @@ def write_report(grid_dir: str | Path) -> Path:
     _relative_section(doc, plotter, cells, cells_info, done)
     _validation_section(doc, plotter, cells, cells_info, done)
     _critical_section(doc, plotter, manifest, cells, cells_info, done)
+    _training_length_section(doc, plotter, manifest, cells, cells_info, final_train, final_val)
     _cost_section(doc, cells, cells_info, done)
     _zero_shot_section(doc, cells, done)
     _analysis_section(doc, grid_dir, cells, done)
@@ -541,3 +542,61 @@ def _runs_section(doc, runs) -> None:
                 _status_note(r),
             ])
     doc.table(["run", "status", "last step", "final train", "final val", "wall time", "note"], rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# the final gap against training length (paper Fig. 7, left panel)
+
+TRAINING_LENGTH = "trainer.max_steps"
+
+
+def _training_length_section(doc, plotter, manifest, cells, cells_info, final_train, final_val) -> None:
+    """For cells x matrix grids over trainer.max_steps: each cell family's final loss minus its baseline's at
+    the same length (paired by seed, 95% t interval) against the training length."""
+    if TRAINING_LENGTH not in (manifest.get("matrix_keys") or []):
+        return
+    gaps: dict[str, dict[str, dict[int, Difference]]] = {"validation": {}, "training": {}}
+    colors = {}
+    for cell in cells:
+        info, base = cells_info[cell], cells_info[cell]["baseline"]
+        length, family = info["coords"].get(TRAINING_LENGTH), info["family"]
+        if cell == base or length is None or family is None:
+            continue
+        colors.setdefault(family, plotter.colors.get(cell))
+        for metric, finals in (("validation", final_val), ("training", final_train)):
+            if (diff := paired_difference(finals[cell], finals[base])) is not None:
+                gaps[metric].setdefault(family, {})[length] = diff
+    if not any(gaps.values()):
+        return
+    doc.heading(2, "Gap against training length")
+    doc.text(
+        "Each cell's final loss minus its baseline's at the same number of training steps (the whole schedule "
+        "rescaled to that length), paired by seed, with a 95% t interval (paper Fig. 7, left). Below zero the "
+        "cell is ahead at that length."
+    )
+    points = sorted({(f, x) for by_family in gaps.values() for f, by_x in by_family.items() for x in by_x},
+                    key=lambda p: (list(colors).index(p[0]), p[1]))
+    doc.table(
+        ["cell", "training steps", "Δ val vs baseline", "Δ train vs baseline"],
+        [[family, f"{length:,}", _fmt_difference(gaps["validation"].get(family, {}).get(length)),
+          _fmt_difference(gaps["training"].get(family, {}).get(length))] for family, length in points],
+    )
+    fig, axes = plotter.plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (metric, by_family) in zip(axes, gaps.items(), strict=True):
+        ax.axhline(0.0, color="black", lw=1, ls="--", label="baseline")
+        for family, by_length in by_family.items():
+            lengths = sorted(by_length)
+            diffs = [by_length[x] for x in lengths]
+            means = np.array([d.mean for d in diffs])
+            below = means - np.array([d.mean if d.low is None else d.low for d in diffs])
+            above = np.array([d.mean if d.high is None else d.high for d in diffs]) - means
+            ax.errorbar(lengths, means, yerr=[below, above], marker="o", capsize=3, label=family, color=colors[family])
+        ax.set_xscale("log")
+        ax.set_xticks(sorted({x for _, x in points}), [f"{x:,}" for x in sorted({x for _, x in points})])
+        ax.minorticks_off()
+        ax.set(xlabel="training steps", ylabel=f"final {metric} loss − baseline",
+               title=f"final {metric} loss gap against training length")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    path = plotter.save(fig, "gap_by_training_length")
+    doc.image(path, "Final loss gap to the baseline against training length (mean over seeds, 95% CI where n ≥ 2).")

@@ -159,6 +159,10 @@ def run_grid(
         print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
     outcome = GridOutcome(spec, grid_dir)
     if dry_run:
+        print("cells and their overrides (on top of the base experiment and the grid's own overrides):", file=out)
+        for cell in spec.cells:
+            overrides = " ".join(f"{key}={value}" for key, value in cell.overrides.items()) or "(none)"
+            print(f"  {cell.name:<32} {overrides}", file=out)
         if isinstance(pool, SlurmExecutor) and jobs:
             print(f"\nsbatch script of the first job ({jobs[0].name}); the others differ only in the name:", file=out)
             print(pool.sbatch_script(jobs[0]), file=out)

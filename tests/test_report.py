@@ -228,3 +228,29 @@ def test_index_html_shows_every_image_in_headless_chromium(tmp_path):
     shot = tmp_path / "report.png"
     subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,3000", index.as_uri()], capture_output=True, timeout=180)
     assert shot.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_gap_against_training_length_of_fig7_grid(tmp_path):
+    """Fig. 7 left: the final gap to vanilla at each training length, paired by seed with a t interval."""
+    grid_dir = make_grid_dir(tmp_path, {
+        "baseline": "vanilla", "seeds": [0, 1, 2],
+        "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}},
+        "matrix": {"trainer.max_steps": {20: {"model.warmup_steps": 2}, 40: {"model.warmup_steps": 4}}},
+    })
+    gaps = {20: [-0.10, -0.20, -0.15], 40: [-0.05, -0.02, -0.08]}
+    for steps, by_seed in gaps.items():
+        for seed, gap in enumerate(by_seed):
+            vanilla = 3.0 + 0.1 * seed - steps / 100
+            write_run(grid_dir, f"vanilla,max_steps={steps}", seed, {s: 4.0 for s in range(steps)},
+                      {steps - 1: {"code": vanilla}})
+            write_run(grid_dir, f"resformer,max_steps={steps}", seed, {s: 4.0 for s in range(steps)},
+                      {steps - 1: {"code": vanilla + gap}})
+    write_report(grid_dir)
+    report = (grid_dir / "report.md").read_text()
+    section = report[report.index("## Gap against training length"):]
+    for steps, by_seed in gaps.items():
+        diffs = np.array(by_seed)
+        low, high = scipy.stats.t.interval(0.95, df=2, loc=diffs.mean(), scale=scipy.stats.sem(diffs))
+        assert f"| resformer | {steps} | {diffs.mean():+.4f} [{low:+.4f}, {high:+.4f}] (n=3) | +0.0000" in section
+    assert "| vanilla |" not in section.split("![")[0]  # the baseline is not compared with itself
+    assert (grid_dir / "plots/gap_by_training_length.png").read_bytes().startswith(PNG_MAGIC)

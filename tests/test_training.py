@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from helpers.experiments import tiny_experiment
 
@@ -61,16 +62,23 @@ def test_fit_writes_a_complete_run(tmp_path, tiny_corpus, data_cache):
     assert model.config.residual.target == "v"
 
 
-def test_learnable_mixing_weights_are_logged(tmp_path, tiny_corpus, data_cache):
+@pytest.mark.parametrize("learnable,kinds", [("scalar", ("self", "history")), ("tied", ("lambda",))])
+def test_learnable_mixing_weights_are_logged(tmp_path, tiny_corpus, data_cache, learnable, kinds):
     run = tmp_path / "run"
+    mix_lr = {"mix_lr": 0.05} if learnable == "tied" else {}
     cfg = experiment(tmp_path, tiny_corpus, data_cache, trainer={"max_steps": 3},
                      model={"config": {"n_layer": 2, "n_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64,
-                                       "residual": {"target": "v", "learnable": "scalar"}}, "lr": 3e-3,
-                            "warmup_steps": 1})
+                                       "residual": {"target": "v", "learnable": learnable}}, "lr": 3e-3,
+                            "warmup_steps": 1, **mix_lr})
     fit(cfg, run)
     metrics = read_metrics(run)
-    assert len(metrics["mix/layer2/self"]) == 3 and len(metrics["mix/layer2/history"]) == 3
-    assert metrics["mix/layer2/self"][-1][1] != 0.5  # they train
+    for kind in kinds:
+        assert len(metrics[f"mix/layer2/{kind}"]) == 3
+        assert metrics[f"mix/layer2/{kind}"][-1][1] != 0.5  # they train
+    groups = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["optimizer_states"][0]["param_groups"]
+    mixing = groups[2]  # decayed matrices, undecayed rest, then the residual's mixing weights
+    assert mixing["weight_decay"] == 0.0 and len(mixing["params"]) == (1 if learnable == "tied" else 2)
+    assert mixing["initial_lr"] == mix_lr.get("mix_lr", 3e-3) and groups[0]["initial_lr"] == 3e-3
 
 
 def test_resume_after_sigkill_is_exact(tmp_path, tiny_corpus, data_cache):

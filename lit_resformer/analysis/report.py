@@ -3,7 +3,7 @@
 A run directory holds `analysis/analysis.json` once `analyze_run_dir` (or `lit-resformer analyze --ckpt
 <run>/checkpoints/last.ckpt`) has run; the section overlays the cells' entropy by layer and first-token
 ratios (mean over each cell's runs). Learnable mixing weights come from the run's logged metrics, columns
-`mix/layer<n>/<kind>` (kind: self, history, gate_weight_norm) and `dwa/block<n>/self`.
+`mix/layer<n>/<kind>` (kind: self, history, gate_weight_norm, lambda) and `dwa/block<n>/self`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,68 @@
+"""The paper-figure grid files express the paper's equations (read as plain YAML, independent of the grid runner)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_resformer.model import ModelConfig
+from lit_resformer.model.config import ResidualConfig
+
+GRIDS = Path(__file__).resolve().parents[1] / "configs" / "grids"
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _cell(grid: str, cell: str) -> dict:
+    return _flatten(yaml.safe_load((GRIDS / f"{grid}.yaml").read_text())["cells"][cell] or {})
+
+
+def _model(grid: str, cell: str) -> ModelConfig:
+    prefix = "model.config."
+    fields = {k[len(prefix):]: v for k, v in _cell(grid, cell).items() if k.startswith(prefix)}
+    return ModelConfig.preset("82M" if grid.endswith("-paper") else "tiny", **fields)
+
+
+@pytest.mark.parametrize("tier", ["", "-paper"])
+def test_fig10_identity_cell_is_eq6_and_fig11_all_cell_is_eq5(tier):
+    assert _model(f"fig10{tier}", "identity").residual == ResidualConfig(
+        target="v", mapping="identity", source="all", self_weight=1.0, lam=1.0)
+    assert _model(f"fig11{tier}", "source-all").residual == ResidualConfig(
+        target="v", source="all", self_weight="uniform", lam="uniform")
+    assert _model(f"fig11{tier}", "source-all-half").residual == ResidualConfig(target="v", source="all")
+    assert _model(f"fig11{tier}", "source-previous").residual.source == "previous"
+
+
+@pytest.mark.parametrize("tier", ["", "-paper"])
+def test_learnable_grid_has_the_tied_form_and_its_own_lr(tier):
+    assert _model(f"learnable{tier}", "learnable-tied").residual.learnable == "tied"
+    fast = _cell(f"learnable{tier}", "learnable-tied-fast")
+    base_lr = 2e-3 if tier == "" else 6e-4
+    assert fast["model.config.residual.learnable"] == "tied" and fast["model.mix_lr"] == pytest.approx(10 * base_lr)
+
+
+@pytest.mark.parametrize("tier", ["", "-paper"])
+def test_fig7_runs_every_cell_at_several_lengths_with_the_schedule_rescaled(tier):
+    grid = yaml.safe_load((GRIDS / f"fig7{tier}.yaml").read_text())
+    lengths = grid["matrix"]["trainer.max_steps"]
+    assert len(lengths) >= 3
+    warmup_fraction = {extra["model.warmup_steps"] / steps for steps, extra in lengths.items()}
+    assert len(warmup_fraction) == 1  # the whole schedule scales with the length
+    assert grid["baseline"] == "vanilla" and "resformer" in grid["cells"]
+    assert _model(f"fig7{tier}", "denseformer").dwa.enabled
+
+
+@pytest.mark.parametrize("tier", ["", "-paper"])
+def test_fig17_anchor_counts(tier):
+    counts = [len(_model(f"fig17{tier}", f"anchors-{k}").value_anchors()) for k in (1, 2, 4)]
+    assert counts == [1, 2, 4]
