@@ -61,6 +61,9 @@ class LitResFormer(L.LightningModule):
         for name, value in (("lr", lr), ("eps", eps), ("mix_lr", lr if mix_lr is None else mix_lr)):
             if not value > 0:
                 raise ValueError(f"model.{name}={value} must be > 0")
+        if mix_lr is not None and config.residual.learnable == "none":
+            raise ValueError("model.mix_lr is set but the model has no learnable mixing weights; set "
+                             "model.config.residual.learnable to one of ['scalar', 'head', 'token', 'tied']")
         if warmup_steps < 0 or not 0 <= final_lr_ratio <= 1:
             raise ValueError("model.warmup_steps must be >= 0 and model.final_lr_ratio in [0, 1]")
         self.config = config

@@ -118,6 +118,7 @@ def test_bad_input_is_refused_before_training(tmp_path, tiny_corpus, data_cache,
         ({"data": {"tokenizer": "no-such-tokenizer"}}, (), "tokenizer"),
         ({"model": {"config": {"size": "tiny", "residual": {"target": "v"}, "share": {"svformer": True}}}}, (),
          "share.svformer"),
+        ({"model": {"mix_lr": 0.01}}, (), "model.mix_lr is set but the model has no learnable mixing weights"),
     ]
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -4,7 +4,8 @@ Notation (paper §3): layer n (1-based) projects its normed input into Q_n, K_n,
 A_n = softmax(Q_n K_n^T / sqrt(d) + causal mask); U_n = A_n V_n is the attention output before W_O.
 In code layers are 0-based (`i = n - 1`). What a layer leaves for later layers during one forward pass
 (raw projections for residuals, full keys/values for sharing and cross-layer attention) lives in a
-`_Stash`, so the decoder stays a plain loop over blocks.
+`_Stash`, so the decoder stays a plain loop over blocks. History terms read the source layers' raw
+projections (W_V x before that layer's own mixing), so `source: previous` is V_{n-1} as layer n-1 projected it.
 """
 
 from __future__ import annotations
