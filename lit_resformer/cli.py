@@ -178,14 +178,25 @@ def eval_command(argv: list[str]) -> None:
 
 
 def export_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="lit-resformer export",
-                                     description="Write a vanilla checkpoint as a transformers LlamaForCausalLM.")
-    parser.add_argument("--ckpt", required=True)
-    parser.add_argument("--to-hf", required=True, metavar="DIR")
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer export",
+        description="Write a checkpoint as a Hugging Face folder: LlamaForCausalLM when vanilla, else a "
+                    "trust_remote_code folder with its own modeling code (no lit-resformer needed to load it).")
+    parser.add_argument("--ckpt", required=True, help="a lit-resformer Lightning checkpoint")
+    parser.add_argument("--to-hf", required=True, metavar="DIR", help="the folder to write")
     args = parser.parse_args(argv)
     from eval.export import export_hf
 
-    print(f"LlamaForCausalLM written to {export_hf(args.ckpt, args.to_hf)}")
+    out = export_hf(args.ckpt, args.to_hf)
+    print(f"Hugging Face model written to {out}; load it with "
+          f"AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True)")
+
+
+def lm_eval_command(argv: list[str]) -> None:
+    """`lit-resformer lm-eval ARGS`: lm-eval's own CLI with the model "lit-resformer" registered."""
+    from eval.lm_eval_cli import main as lm_eval_main
+
+    lm_eval_main(argv)
 
 
 def analyze_command(argv: list[str]) -> None:
@@ -225,8 +236,8 @@ def report_command(argv: list[str]) -> None:
 
 
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
-SUITE_COMMANDS = {"eval": eval_command, "export": export_command, "analyze": analyze_command,
-                  "grid": grid_command, "report": report_command}
+SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
+                  "analyze": analyze_command, "grid": grid_command, "report": report_command}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -393,16 +393,6 @@ def test_export_writes_a_llama_folder_that_computes_the_same_logits(tmp_path, ti
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
 
 
-def test_export_refuses_a_variant_and_names_its_fields(tmp_path, bpe):
-    config = ModelConfig(n_layer=2, n_head=2, d_model=32, ffn_dim=64, vocab_size=bpe.get_vocab_size(), max_seq_len=48,
-                         residual={"target": "v"})
-    from eval.export import export_model
-
-    with pytest.raises(ValueError, match=r"non-vanilla fields: residual\.target"):
-        export_model(Transformer(config), bpe, tmp_path / "hf")
-    assert not (tmp_path / "hf").exists()
-
-
 def test_registered_model_matches_lm_evals_hf_model_on_the_tiny_task(tmp_path, tiny_model, bpe):
     from lm_eval.models.huggingface import HFLM
 

@@ -1,0 +1,107 @@
+"""Configuration of an exported lit-resformer model: the Llama-like base plus every variant field, as data.
+
+Self-contained (torch and transformers only): it travels inside the exported folder and is loaded with
+`trust_remote_code=True`. The variant groups `residual`, `dwa` and `share` are stored as the same nested
+dictionaries as the training config, so `config.json` reads like the run's own config.
+Layer numbers in the variant fields are 1-based, as in the paper; the methods return 0-based indices.
+"""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+RESIDUAL_DEFAULTS = dict(target="none", source="first", mapping="attention", self_weight=0.5, lam=0.5,
+                         learnable="none", layers=None)
+DWA_DEFAULTS = dict(enabled=False, dilation=1, period=1)
+SHARE_DEFAULTS = dict(svformer=False, anchors=None, num_anchors=None, every=1, what="kv", first="none")
+CHOICES = {
+    "residual.target": ("none", "v", "q", "k"),
+    "residual.source": ("first", "previous", "all"),
+    "residual.mapping": ("attention", "identity", "cross_attention"),
+    "residual.learnable": ("none", "scalar", "head", "token", "tied"),
+    "share.what": ("k", "v", "kv"),
+    "share.first": ("none", "q", "k", "v"),
+}
+
+
+def _group(name: str, values: dict | None, defaults: dict) -> dict:
+    values = dict(values or {})
+    unknown = sorted(set(values) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown field {name}.{unknown[0]}; the fields of {name} are {list(defaults)}")
+    group = {**defaults, **values}
+    for field, value in group.items():
+        allowed = CHOICES.get(f"{name}.{field}")
+        if allowed is not None and value not in allowed:
+            raise ValueError(f"{name}.{field}={value!r} is not allowed; choose one of {list(allowed)}")
+    return group
+
+
+class ResFormerConfig(PretrainedConfig):
+    model_type = "lit_resformer"
+    # The names other tools (lm-eval, generation utilities) look for.
+    attribute_map = {
+        "hidden_size": "d_model", "num_hidden_layers": "n_layer", "num_attention_heads": "n_head",
+        "num_key_value_heads": "n_kv_head", "intermediate_size": "ffn_dim", "max_position_embeddings": "max_seq_len",
+    }
+
+    def __init__(self, vocab_size: int = 4096, n_layer: int = 6, n_head: int = 4, n_kv_head: int | None = None,
+                 d_model: int = 128, ffn_dim: int = 352, max_seq_len: int = 512, rope_theta: float = 10000.0,
+                 norm_eps: float = 1e-5, init_std: float = 0.02, residual: dict | None = None,
+                 neutreno_lambda: float = 0.0, dwa: dict | None = None, share: dict | None = None,
+                 use_cache: bool = True, **kwargs):
+        self.vocab_size, self.n_layer, self.n_head = vocab_size, n_layer, n_head
+        self.n_kv_head = n_head if n_kv_head is None else n_kv_head
+        self.d_model, self.ffn_dim, self.max_seq_len = d_model, ffn_dim, max_seq_len
+        self.rope_theta, self.norm_eps, self.init_std = float(rope_theta), float(norm_eps), float(init_std)
+        self.residual = _group("residual", residual, RESIDUAL_DEFAULTS)
+        self.neutreno_lambda = float(neutreno_lambda)
+        self.dwa = _group("dwa", dwa, DWA_DEFAULTS)
+        self.share = _group("share", share, SHARE_DEFAULTS)
+        self.use_cache = use_cache  # forward returns its ResFormerCache unless told otherwise
+        if d_model % n_head or n_head % self.n_kv_head:
+            raise ValueError(f"d_model={d_model}, n_head={n_head}, n_kv_head={self.n_kv_head}: d_model must be "
+                             f"divisible by n_head and n_head by n_kv_head")
+        kwargs["tie_word_embeddings"] = False  # the paper's models have separate input and output embeddings
+        super().__init__(**kwargs)
+
+    # ------------------------------------------------------------------ derived layout
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def residual_layers(self) -> list[int]:
+        """Layers that mix a history term into a projection (every layer n >= 2 unless `residual.layers`)."""
+        if self.residual["target"] == "none":
+            return []
+        return sorted(n - 1 for n in (self.residual["layers"] or range(2, self.n_layer + 1)))
+
+    def residual_sources(self, i: int) -> list[int]:
+        """Layers whose projections form the history term R of layer i: {1}, {n-1} or {1..n-1}."""
+        source = self.residual["source"]
+        return [0] if source == "first" else [i - 1] if source == "previous" else list(range(i))
+
+    def value_anchors(self) -> list[int]:
+        """Layers that compute their own V under SVFormer: layer 1, plus the listed or evenly spaced anchors."""
+        share = self.share
+        if share["anchors"] is not None:
+            return sorted({0, *(n - 1 for n in share["anchors"])})
+        if share["num_anchors"] is not None:
+            k = share["num_anchors"]
+            return sorted({round(j * self.n_layer / k) for j in range(k)})
+        return [0]
+
+    def producer(self, i: int, what: str) -> int:
+        """The layer that computes the q, k or v that layer i attends with."""
+        share = self.share
+        if i == 0 or share["first"] == what:
+            return 0
+        if what == "v" and share["svformer"]:
+            return max(a for a in self.value_anchors() if a <= i)
+        if what in ("k", "v") and share["every"] > 1 and what in share["what"]:
+            return i - i % share["every"]
+        return i
+
+    def cache_layout(self) -> list[tuple[bool, bool]]:
+        """Per layer: (stores K, stores V). A layer stores only what it produces itself."""
+        return [(self.producer(i, "k") == i, self.producer(i, "v") == i) for i in range(self.n_layer)]

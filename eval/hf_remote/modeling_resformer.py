@@ -1,0 +1,379 @@
+"""ResFormer, SVFormer and their relatives as a Hugging Face causal LM (loaded with `trust_remote_code=True`).
+
+Self-contained: torch and transformers only, so an exported folder works where lit-resformer is not installed.
+Equation numbers refer to "Value Residual Learning For Alleviating Attention Concentration In Transformers"
+(arXiv 2410.17897).
+
+Notation: layer n (1-based; `i = n - 1` in code) projects its normed input into Q_n, K_n, V_n;
+A_n = softmax(Q_n K_n^T / sqrt(d) + causal mask); U_n = A_n V_n is the attention output before W_O.
+The base model is Llama-like: pre-RMSNorm, SwiGLU MLP, RoPE, no biases, untied embeddings. Every variant is a
+field of `ResFormerConfig`; parameter names follow the training code, so its weights load one to one.
+
+The KV cache holds only what each layer produces: SVFormer keeps K for every layer and V once (per anchor),
+CLA keeps one K/V per group, and a layer that reuses another layer's K or V reads the producer's entry.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import Cache, DummyLayer, DynamicLayer
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from .configuration_resformer import ResFormerConfig
+
+
+# ---------------------------------------------------------------------------------------------- KV cache
+class ProducedKVLayer(DynamicLayer):
+    """The cache of one layer that produces its own K, its own V, or both.
+
+    What the layer does not produce (V of an SVFormer layer n >= 2 that is an anchor for nothing else: K only;
+    K of a `share.first: k` layer: V only) is kept as a zero-width tensor [B, Hkv, T, 0]: it holds no bytes,
+    yet carries the batch and length that DynamicLayer's bookkeeping (beam reordering, cropping) works on.
+    """
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        produced = key_states if key_states is not None else value_states
+        nothing = produced[..., :0]
+        return super().update(nothing if key_states is None else key_states,
+                              nothing if value_states is None else value_states)
+
+    def get_seq_length(self) -> int:
+        # DynamicLayer counts elements of K, which a V-only layer keeps zero-width: read the length from the shape.
+        return self.keys.shape[-2] if self.is_initialized else 0
+
+
+class ResFormerCache(Cache):
+    """One `ProducedKVLayer` per layer that produces K or V; layers that produce neither hold nothing."""
+
+    def __init__(self, config: ResFormerConfig):
+        super().__init__(layers=[ProducedKVLayer() if stores_k or stores_v else DummyLayer()
+                                 for stores_k, stores_v in config.cache_layout()])
+
+
+# ---------------------------------------------------------------------------------------------- attention
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_tables(config: ResFormerConfig, position_ids: torch.Tensor, dtype: torch.dtype):
+    """cos and sin [B, 1, T, d] of RoPE (Llama's half-split layout) at `position_ids` [B, T]."""
+    d = config.head_dim
+    inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=position_ids.device) / d)
+    angles = position_ids.float()[..., None] * inv_freq
+    angles = torch.cat((angles, angles), dim=-1)[:, None]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, rope) -> torch.Tensor:
+    cos, sin = rope
+    return x * cos + rotate_half(x) * sin
+
+
+def allowed_keys(t_q: int, t_k: int, offset: int, key_blocks: int, padding: torch.Tensor | None, device):
+    """Boolean mask [t_q, blocks*t_k] (or [B, 1, t_q, blocks*t_k] with padding), True where a query may look.
+
+    Query t sees cache slots s <= offset + t; `key_blocks` > 1 stacks position-aligned key sequences (Eq. 2), each
+    causal. `padding` [B, offset + t_q] is 1 on real tokens: real queries skip padded keys, while a padded query
+    keeps its causal keys so that no softmax row is empty.
+    """
+    rows = torch.arange(t_q, device=device)[:, None] + offset
+    mask = torch.arange(t_k, device=device)[None, :] <= rows
+    if padding is not None:
+        real_key = padding[:, None, None, :t_k]
+        padded_query = ~padding[:, None, offset:offset + t_q, None]
+        mask = mask & (real_key | padded_query)
+    return mask.repeat(*([1] * (mask.dim() - 1)), key_blocks)
+
+
+def attend(q, k, v, offset: int, key_blocks: int, padding: torch.Tensor | None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + mask) v with q [B, H, T, d] and k, v [B, Hkv, S, d] (GQA: Hkv divides H)."""
+    t_q, t_k = q.shape[-2], k.shape[-2] // key_blocks
+    gqa = q.shape[1] != k.shape[1]
+    if padding is None and key_blocks == 1:
+        if offset == 0 and t_q == t_k:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        if t_q == 1:  # one new token sees the whole cache
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+    mask = allowed_keys(t_q, t_k, offset, key_blocks, padding, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    b, t, _ = x.shape
+    return x.view(b, t, heads, -1).transpose(1, 2)  # [B, heads, T, d]
+
+
+def repeat_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
+class TokenGate(nn.Module):
+    """g = sigmoid(W x), one gate per head and token."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(heads, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(F.linear(x, self.weight)).transpose(1, 2).unsqueeze(-1)  # [B, heads, T, 1]
+
+
+class ResidualMix(nn.Module):
+    """Weights (a, l) of X'_n = a X_n + l R_n for one layer: fixed, per layer, per head, per token, or tied."""
+
+    def __init__(self, config: ResFormerConfig, layer: int, heads: int):
+        super().__init__()
+        r, n = config.residual, layer + 1
+        # Eq. 5: with every earlier layer as the source, a = 1/n and l = (n-1)/n average V_1..V_n uniformly.
+        self.initial = (1.0 / n, (n - 1) / n) if r["self_weight"] == "uniform" else (float(r["self_weight"]),
+                                                                                      float(r["lam"]))
+        self.kind = r["learnable"]
+        if self.kind == "token":  # g X_n + (1 - g) X_R with a gate per head and token
+            self.gate = TokenGate(config.d_model, heads)
+        elif self.kind in ("scalar", "head"):
+            shape = (1, heads, 1, 1) if self.kind == "head" else ()
+            self.mix_self = nn.Parameter(torch.full(shape, self.initial[0]))
+            self.mix_history = nn.Parameter(torch.full(shape, self.initial[1]))
+        elif self.kind == "tied":  # one λ per layer: (1 - λ) X_n + λ R_n
+            self.lam = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        if self.kind == "token":
+            g = self.gate(x)
+            return g, 1.0 - g
+        if self.kind in ("scalar", "head"):
+            return self.mix_self, self.mix_history
+        if self.kind == "tied":
+            return 1.0 - self.lam, self.lam
+        return self.initial
+
+
+class LayerOutputs:
+    """What each layer leaves for later layers during one forward pass, indexed by 0-based layer."""
+
+    def __init__(self, n_layer: int):
+        blank = lambda: [None] * n_layer  # noqa: E731
+        self.raw = {"q": blank(), "k": blank(), "v": blank()}  # projections of the new tokens, before mixing
+        self.q = blank()  # post-RoPE queries of the new tokens
+        self.keys = blank()  # every post-RoPE key attended with (cache included)
+        self.values = blank()  # every value attended with (cache included)
+        self.new_values = blank()  # V'_n of the new tokens (NeuTRENO's term)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ResFormerConfig, layer: int):
+        super().__init__()
+        self.config, self.layer = config, layer
+        d, kv_dim = config.d_model, config.n_kv_head * config.head_dim
+        self.own = {p: config.producer(layer, p) == layer for p in "qkv"}
+        # A layer that reuses another layer's projection has no weight for it (SVFormer: no W_V, Eq. 10).
+        self.wq = nn.Linear(d, d, bias=False) if self.own["q"] else None
+        self.wk = nn.Linear(d, kv_dim, bias=False) if self.own["k"] else None
+        self.wv = nn.Linear(d, kv_dim, bias=False) if self.own["v"] else None
+        self.wo = nn.Linear(d, d, bias=False)
+        r = config.residual
+        self.residual_target = r["target"] if layer in config.residual_layers() else None
+        self.mapping = r["mapping"] if self.residual_target else "attention"
+        self.sources = config.residual_sources(layer) if self.residual_target else []
+        if self.residual_target and self.mapping != "cross_attention":
+            self.mix = ResidualMix(config, layer, config.n_head if r["target"] == "q" else config.n_kv_head)
+        self.neutreno = config.neutreno_lambda if layer > 0 else 0.0
+
+    def forward(self, x, rope, outputs: LayerOutputs, cache: ResFormerCache | None, offset: int, padding):
+        cfg, i = self.config, self.layer
+        proj = {"q": (self.wq, cfg.n_head), "k": (self.wk, cfg.n_kv_head), "v": (self.wv, cfg.n_kv_head)}
+        new = {p: split_heads(w(x), heads) for p, (w, heads) in proj.items() if self.own[p]}
+        for p, t in new.items():
+            outputs.raw[p][i] = t
+
+        history, identity_weight = None, None
+        if self.residual_target:
+            t = self.residual_target
+            # R_n: the source layers' raw projections (first: X_1, previous: X_{n-1}, all: their mean).
+            sources = [outputs.raw[t][j] for j in self.sources]
+            history = sources[0] if len(sources) == 1 else torch.stack(sources).mean(0)
+            if self.mapping != "cross_attention":
+                a, l = self.mix(x)
+                if self.mapping == "attention":
+                    # Eq. 7 (ResFormer, a = l = 1/2), Fig. 8 (a = 1, l = λ), Eq. 5 (uniform), Fig. 9 (Q or K):
+                    # X'_n = a X_n + l R_n, mixed before RoPE and before the cache write.
+                    new[t] = a * new[t] + l * history
+                else:
+                    # Eq. 6 (identity mapping): U_n = A_n (a V_n) + l R_n; the l R_n term is added after attention.
+                    new[t] = a * new[t]
+                    identity_weight = l
+
+        if self.own["q"]:
+            outputs.q[i] = apply_rope(new["q"], rope)
+        q = outputs.q[cfg.producer(i, "q")]
+        if self.own["k"] or self.own["v"]:
+            k_new = apply_rope(new["k"], rope) if self.own["k"] else None
+            v_new = new.get("v")
+            k_all, v_all = cache.update(k_new, v_new, i) if cache is not None else (k_new, v_new)
+            if self.own["k"]:
+                outputs.keys[i] = k_all
+            if self.own["v"]:
+                outputs.values[i], outputs.new_values[i] = v_all, v_new
+        k, v = outputs.keys[cfg.producer(i, "k")], outputs.values[cfg.producer(i, "v")]
+
+        blocks = 1
+        if self.mapping == "cross_attention":
+            # Eq. 2: U_n = softmax(Q_n [K_n; K_m]^T / sqrt(d)) [V_n; V_m], causal in every block.
+            k = torch.cat([k, *(outputs.keys[m] for m in self.sources)], dim=2)
+            v = torch.cat([v, *(outputs.values[m] for m in self.sources)], dim=2)
+            blocks += len(self.sources)
+        u = attend(q, k, v, offset, blocks, padding)
+
+        if identity_weight is not None:
+            u = u + repeat_heads(identity_weight * history, cfg.n_head)
+        if self.neutreno:
+            # NeuTRENO (Appendix A.3): U_n <- U_n + mu (V_1 - V'_n), in head space, KV heads repeated for GQA.
+            v_used = outputs.new_values[cfg.producer(i, "v")]
+            u = u + self.neutreno * repeat_heads(outputs.new_values[0] - v_used, cfg.n_head)
+        b, _, t, _ = u.shape
+        return self.wo(u.transpose(1, 2).reshape(b, t, cfg.d_model))
+
+
+# ---------------------------------------------------------------------------------------------- blocks
+class SwiGLU(nn.Module):
+    def __init__(self, d_model: int, ffn_dim: int):
+        super().__init__()
+        self.w_gate = nn.Linear(d_model, ffn_dim, bias=False)
+        self.w_up = nn.Linear(d_model, ffn_dim, bias=False)
+        self.w_down = nn.Linear(ffn_dim, d_model, bias=False)
+
+    def forward(self, x):
+        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ResFormerConfig, layer: int):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.attn = Attention(config, layer)
+        self.mlp_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.mlp = SwiGLU(config.d_model, config.ffn_dim)
+
+    def forward(self, x, rope, outputs, cache, offset, padding):
+        x = x + self.attn(self.attn_norm(x), rope, outputs, cache, offset, padding)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class DepthWeightedAverage(nn.Module):
+    """DenseFormer: the stream after block i is X_i = sum_j alpha_ij B_j over raw block outputs (B_0 = embeddings).
+
+    Only every `dilation`-th output counting back from block i takes part; alpha starts at the identity.
+    """
+
+    def __init__(self, block: int, dilation: int):
+        super().__init__()
+        self.inputs = list(range(block % dilation, block + 1, dilation))
+        alpha = torch.zeros(len(self.inputs))
+        alpha[-1] = 1.0
+        self.alpha = nn.Parameter(alpha)
+
+    def forward(self, raw_outputs: list[torch.Tensor]) -> torch.Tensor:
+        return sum(w * raw_outputs[j] for w, j in zip(self.alpha, self.inputs, strict=True))
+
+
+# ---------------------------------------------------------------------------------------------- the model
+class ResFormerForCausalLM(PreTrainedModel, GenerationMixin):
+    config_class = ResFormerConfig
+    base_model_prefix = "resformer"
+    _no_split_modules = ["Block"]
+
+    def __init__(self, config: ResFormerConfig):
+        super().__init__(config)
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        dwa = config.dwa
+        # dwa[b] follows block b (1-based); every `period`-th block has one.
+        self.dwa = nn.ModuleDict({str(b): DepthWeightedAverage(b, dwa["dilation"])
+                                  for b in range(1, config.n_layer + 1) if dwa["enabled"] and b % dwa["period"] == 0})
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """The training code's initialisation (used for weights a folder does not hold)."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+        elif isinstance(module, nn.RMSNorm):
+            nn.init.ones_(module.weight)
+        elif isinstance(module, TokenGate):
+            nn.init.zeros_(module.weight)
+        elif isinstance(module, ResidualMix) and module.kind in ("scalar", "head"):
+            nn.init.constant_(module.mix_self, module.initial[0])
+            nn.init.constant_(module.mix_history, module.initial[1])
+        elif isinstance(module, ResidualMix) and module.kind == "tied":
+            nn.init.constant_(module.lam, 0.5)
+        elif isinstance(module, DepthWeightedAverage):
+            nn.init.zeros_(module.alpha)
+            nn.init.ones_(module.alpha[-1:])
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.tok_emb
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.tok_emb = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        # generate() would build a DynamicCache with K and V for every layer; this model keeps only what each
+        # layer produces. Other cache implementations are left to transformers (and refused by forward).
+        wants_default = generation_config.use_cache is not False and generation_config.cache_implementation in (
+            None, "dynamic")
+        if wants_default and model_kwargs.get("past_key_values") is None:
+            model_kwargs["past_key_values"] = ResFormerCache(self.config)
+            return
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+
+    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.LongTensor | None = None, past_key_values: ResFormerCache | None = None,
+                use_cache: bool | None = None, labels: torch.LongTensor | None = None, logits_to_keep: int = 0,
+                **kwargs) -> CausalLMOutputWithPast:
+        """input_ids [B, T] (the tokens after the cached ones) -> logits [B, T, vocab].
+
+        attention_mask [B, cached + T] marks real tokens with 1 (left padding for batched generation);
+        position_ids default to the count of real tokens before each position.
+        """
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if past_key_values is None and use_cache:
+            past_key_values = ResFormerCache(self.config)
+        if past_key_values is not None and not isinstance(past_key_values, ResFormerCache):
+            raise TypeError(f"past_key_values is a {type(past_key_values).__name__}; this model keeps only the K/V "
+                            f"each layer produces: pass ResFormerCache(model.config) or None")
+        offset = past_key_values.get_seq_length() if past_key_values is not None else 0
+        t = input_ids.shape[1]
+        padding = None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()
+        if position_ids is None:
+            if padding is None:
+                position_ids = torch.arange(offset, offset + t, device=input_ids.device)[None]
+            else:
+                position_ids = (padding.long().cumsum(-1) - 1).clamp(min=0)[:, offset:offset + t]
+        rope = rope_tables(self.config, position_ids, self.lm_head.weight.dtype)
+
+        outputs = LayerOutputs(self.config.n_layer)
+        x = self.tok_emb(input_ids)
+        raw_outputs = [x]  # B_0..B_i, kept only for DenseFormer
+        for b, block in enumerate(self.blocks, start=1):
+            x = block(x, rope, outputs, past_key_values, offset, padding)
+            if self.dwa:
+                raw_outputs.append(x)
+                if str(b) in self.dwa:
+                    x = self.dwa[str(b)](raw_outputs)
+        logits = self.lm_head(self.norm(x[:, -logits_to_keep:]))
+
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)

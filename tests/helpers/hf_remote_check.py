@@ -1,0 +1,71 @@
+"""Load exported Hugging Face folders where lit-resformer cannot be imported, and record what they compute.
+
+    python -I hf_remote_check.py CASES.pt RESULTS.pt
+
+CASES maps a name to {"dir", "ids", "max_new_tokens", "padded_ids", "padded_mask", "text"}. For each folder this
+records the class transformers built, full-sequence logits, greedy `generate()` with the logits of every decoding
+step and the bytes of the KV cache it kept, greedy generation of a left-padded batch, and the tokenizer's ids of
+`text`. The comparisons with the project's own model are the calling test's.
+
+The project is installed in this environment (editable), so its packages are refused at import time: the check
+below proves the folders load with torch and transformers alone.
+"""
+
+import importlib.abc
+import sys
+
+PROJECT_PACKAGES = ("lit_resformer", "eval", "ablations", "benchmarks")
+
+
+class RefuseProject(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in PROJECT_PACKAGES:
+            raise ModuleNotFoundError(f"No module named {name!r} (the project is not installed here)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, RefuseProject())
+try:
+    import lit_resformer  # noqa: F401
+except ModuleNotFoundError:
+    pass
+else:
+    sys.exit("lit_resformer is importable: the check would not show that the folders stand alone")
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+
+def cache_bytes(cache) -> int:
+    tensors = [t for layer in cache.layers for t in (layer.keys, layer.values) if t is not None]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def main(cases_path: str, results_path: str) -> None:
+    cases = torch.load(cases_path)
+    results = {}
+    for name, case in cases.items():
+        model = AutoModelForCausalLM.from_pretrained(case["dir"], trust_remote_code=True, dtype=torch.float32).eval()
+        tokenizer = AutoTokenizer.from_pretrained(case["dir"], trust_remote_code=True)
+        greedy = dict(max_new_tokens=case["max_new_tokens"], do_sample=False, eos_token_id=None)  # never stop early
+        with torch.no_grad():
+            logits = model(case["ids"]).logits
+        out = model.generate(case["ids"], attention_mask=torch.ones_like(case["ids"]), return_dict_in_generate=True,
+                             output_logits=True, **greedy)
+        padded = model.generate(case["padded_ids"], attention_mask=case["padded_mask"], **greedy)
+        results[name] = {
+            "class": type(model).__name__,
+            "logits": logits,
+            "sequences": out.sequences,
+            "step_logits": torch.stack(out.logits, dim=1),
+            "cache_bytes": cache_bytes(out.past_key_values),
+            "cache_length": out.past_key_values.get_seq_length(),
+            "padded_sequences": padded,
+            "text_ids": tokenizer(case["text"])["input_ids"],
+        }
+    assert not [m for m in sys.modules if m.partition(".")[0] in PROJECT_PACKAGES]
+    torch.save(results, results_path)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
