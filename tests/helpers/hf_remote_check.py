@@ -4,8 +4,8 @@
 
 CASES maps a name to {"dir", "ids", "max_new_tokens", "padded_ids", "padded_mask", "text"}. For each folder this
 records the class transformers built, full-sequence logits, greedy `generate()` with the logits of every decoding
-step and the bytes of the KV cache it kept, greedy generation of a left-padded batch, and the tokenizer's ids of
-`text`. The comparisons with the project's own model are the calling test's.
+step and the bytes of the KV cache it kept, greedy generation of a left-padded batch, beam search with and
+without the cache, and the tokenizer's ids of `text`. The comparisons with the project's own model are the calling test's.
 
 The project is installed in this environment (editable), so its packages are refused at import time: the check
 below proves the folders load with torch and transformers alone.
@@ -53,6 +53,9 @@ def main(cases_path: str, results_path: str) -> None:
         out = model.generate(case["ids"], attention_mask=torch.ones_like(case["ids"]), return_dict_in_generate=True,
                              output_logits=True, **greedy)
         padded = model.generate(case["padded_ids"], attention_mask=case["padded_mask"], **greedy)
+        # Beam search reorders the cache between steps; recomputing everything (no cache) must agree with it.
+        beams = [model.generate(case["ids"], attention_mask=torch.ones_like(case["ids"]), num_beams=3,
+                                use_cache=use_cache, **greedy) for use_cache in (True, False)]
         results[name] = {
             "class": type(model).__name__,
             "logits": logits,
@@ -61,6 +64,7 @@ def main(cases_path: str, results_path: str) -> None:
             "cache_bytes": cache_bytes(out.past_key_values),
             "cache_length": out.past_key_values.get_seq_length(),
             "padded_sequences": padded,
+            "beam_sequences": beams,
             "text_ids": tokenizer(case["text"])["input_ids"],
         }
     assert not [m for m in sys.modules if m.partition(".")[0] in PROJECT_PACKAGES]
