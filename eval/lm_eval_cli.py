@@ -63,10 +63,12 @@ def lm_eval_argv(argv: list[str], include_path: Path, device: str) -> list[str]:
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="lit-resformer lm-eval", add_help=False, allow_abbrev=False,
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.environ.get("LIT_RESFORMER_EVAL_DATA") or None)
+    parser.add_argument("--data-dir", default=os.environ.get("LIT_RESFORMER_EVAL_DATA") or None, metavar="DIR",
+                        help="offline task data made by `lit-resformer eval prepare-data DIR`")
     ours, theirs = parser.parse_known_args(argv)
     if _has_option(theirs, "-h", "--help"):
         parser.print_help()
+        print()
     from lm_eval.__main__ import cli_evaluate
 
     import eval.lm_eval_model  # noqa: F401  (registers the model "lit-resformer")

@@ -101,7 +101,3 @@ class ResFormerConfig(PretrainedConfig):
         if what in ("k", "v") and share["every"] > 1 and what in share["what"]:
             return i - i % share["every"]
         return i
-
-    def cache_layout(self) -> list[tuple[bool, bool]]:
-        """Per layer: (stores K, stores V). A layer stores only what it produces itself."""
-        return [(self.producer(i, "k") == i, self.producer(i, "v") == i) for i in range(self.n_layer)]

@@ -11,6 +11,7 @@ field of `ResFormerConfig`; parameter names follow the training code, so its wei
 
 The KV cache holds only what each layer produces: SVFormer keeps K for every layer and V once (per anchor),
 CLA keeps one K/V per group, and a layer that reuses another layer's K or V reads the producer's entry.
+Written against the Cache API of transformers 5 (`Cache(layers=...)`, `DynamicLayer`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.cache_utils import Cache, DummyLayer, DynamicLayer
+from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_resformer import ResFormerConfig
@@ -27,11 +28,11 @@ from .configuration_resformer import ResFormerConfig
 
 # ---------------------------------------------------------------------------------------------- KV cache
 class ProducedKVLayer(DynamicLayer):
-    """The cache of one layer that produces its own K, its own V, or both.
+    """The cache of one layer: the K and V that this layer itself produces.
 
-    What the layer does not produce (V of an SVFormer layer n >= 2 that is an anchor for nothing else: K only;
-    K of a `share.first: k` layer: V only) is kept as a zero-width tensor [B, Hkv, T, 0]: it holds no bytes,
-    yet carries the batch and length that DynamicLayer's bookkeeping (beam reordering, cropping) works on.
+    A tensor the layer does not produce (V of an SVFormer layer that is no anchor, K of a `share.first: k`
+    layer) is kept as a zero-width tensor [B, Hkv, T, 0]: it holds no bytes, yet carries the batch and length
+    that DynamicLayer's bookkeeping (beam reordering, cropping) works on.
     """
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -46,11 +47,10 @@ class ProducedKVLayer(DynamicLayer):
 
 
 class ResFormerCache(Cache):
-    """One `ProducedKVLayer` per layer that produces K or V; layers that produce neither hold nothing."""
+    """One `ProducedKVLayer` per layer; a layer that produces neither K nor V never writes and holds nothing."""
 
     def __init__(self, config: ResFormerConfig):
-        super().__init__(layers=[ProducedKVLayer() if stores_k or stores_v else DummyLayer()
-                                 for stores_k, stores_v in config.cache_layout()])
+        super().__init__(layers=[ProducedKVLayer() for _ in range(config.n_layer)])
 
 
 # ---------------------------------------------------------------------------------------------- attention
@@ -132,7 +132,7 @@ class ResidualMix(nn.Module):
         self.initial = (1.0 / n, (n - 1) / n) if r["self_weight"] == "uniform" else (float(r["self_weight"]),
                                                                                       float(r["lam"]))
         self.kind = r["learnable"]
-        if self.kind == "token":  # g X_n + (1 - g) X_R with a gate per head and token
+        if self.kind == "token":  # g X_n + (1 - g) R_n with a gate per head and token
             self.gate = TokenGate(config.d_model, heads)
         elif self.kind in ("scalar", "head"):
             shape = (1, heads, 1, 1) if self.kind == "head" else ()
