@@ -39,15 +39,11 @@ def hf_config_fields(model_config: dict) -> dict:
     return fields
 
 
-def hf_state_dict(model_config: dict, state_dict: dict) -> dict:
-    """The training code's weights under the exported model's names (the same, except a tied λ's name)."""
+def hf_state_dict(state_dict: dict, vocab_size: int) -> dict:
+    """The training code's weights for the exported model (same names), embedding rows cut to `vocab_size`."""
     weights = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()}
     for name in EMBEDDING_ROWS:  # padded rows are never predicted or scored
-        weights[name] = weights[name][: model_config["vocab_size"]].contiguous()
-    if model_config["residual"].get("learnable") == "tied":
-        for prefix in sorted({n.rsplit(".", 1)[0] + "." for n in weights if ".attn.mix." in n}):
-            (name,) = [n for n in weights if n.startswith(prefix)]
-            weights[prefix + "lam"] = weights.pop(name).reshape(())
+        weights[name] = weights[name][:vocab_size].contiguous()
     return weights
 
 
@@ -79,7 +75,7 @@ def export_resformer(model_config: dict, state_dict: dict, tokenizer, out_dir: s
 
     token_id = _special_token_id(tokenizer)
     config = ResFormerConfig(**hf_config_fields(model_config))
-    weights = hf_state_dict(model_config, state_dict)
+    weights = hf_state_dict(state_dict, config.vocab_size)
     with torch.device("meta"):  # the weights are assigned below, so nothing is initialised
         hf_model = ResFormerForCausalLM(config)
     hf_model.load_state_dict(weights, strict=True, assign=True)

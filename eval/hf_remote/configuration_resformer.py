@@ -86,9 +86,8 @@ class ResFormerConfig(PretrainedConfig):
         share = self.share
         if share["anchors"] is not None:
             return sorted({0, *(n - 1 for n in share["anchors"])})
-        if share["num_anchors"] is not None:
-            k = share["num_anchors"]
-            return sorted({round(j * self.n_layer / k) for j in range(k)})
+        if share["num_anchors"] is not None:  # anchor j at layer 1 + floor(j L / k)
+            return [j * self.n_layer // share["num_anchors"] for j in range(share["num_anchors"])]
         return [0]
 
     def producer(self, i: int, what: str) -> int:
