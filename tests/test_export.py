@@ -212,6 +212,25 @@ def test_export_refuses_config_fields_the_modeling_code_does_not_know():
         ResFormerConfig(**{**hf_config_fields(fields), "residual": {"target": "v", "learnable": "gated"}})
 
 
+def test_a_model_built_from_its_config_starts_where_the_training_code_starts(bpe):
+    from eval.hf_remote.modeling_resformer import ResFormerForCausalLM
+
+    for overrides in ({"residual": {"target": "v", "learnable": "head", "source": "all", "self_weight": "uniform",
+                                    "lam": "uniform"}, "dwa": {"enabled": True}},
+                      {"residual": {"target": "v", "learnable": "token"}},
+                      {"residual": {"target": "v", "learnable": "tied"}}):
+        torch.manual_seed(0)
+        ours = Transformer(ModelConfig(n_layer=3, n_head=2, d_model=16, ffn_dim=32, vocab_size=64, max_seq_len=16,
+                                       **overrides))
+        theirs = ResFormerForCausalLM(ResFormerConfig(**hf_config_fields(ours.config.to_dict())))
+        untouched = {n: p for n, p in ours.state_dict().items() if ".mix." in n or n.startswith("dwa.") or "norm" in n}
+        assert untouched and set(untouched) <= set(theirs.state_dict())
+        for name, value in untouched.items():
+            assert torch.equal(theirs.state_dict()[name], value), name
+        stds = [float(p.std()) for n, p in theirs.named_parameters() if n.endswith(("wq.weight", "lm_head.weight"))]
+        assert all(abs(std - 0.02) < 0.005 for std in stds)
+
+
 # ------------------------------------------------------------------------------------ lit-resformer lm-eval
 def test_lm_eval_command_adds_only_the_missing_defaults(tmp_path):
     tasks = tmp_path / "tasks"
