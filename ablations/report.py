@@ -1,14 +1,14 @@
 """write_report(grid_dir): report.md and a self-contained index.html (PNG plots embedded as base64,
 and also saved under plots/) for one grid's runs.
 
-Sections: final losses (mean ± std over seeds, paired difference to the baseline with a 95% t
-interval), the verdicts on the grid's claims (ablations.claims), relative training loss against the baseline smoothed over 10 and 100 logged steps (paper
-§4.1.2), validation loss per domain (Table 5 form), critical points (where the baseline overtakes a
-cell for good; Fig. 14 for grids with a matrix), cost (parameters, KV cache per token, tokens/s),
-zero-shot accuracy (Table 1 form) when runs hold eval/results.json, attention entropy by layer when
-runs hold analysis/analysis.json, and the status of every run. The loss plots draw the unigram loss of
-the validation tokens as a reference line, and runs not at least 1 nat below it are flagged as "not past the
-unigram plateau".
+Sections: final losses (mean ± std over seeds, paired difference to the baseline with a 95% t interval),
+the verdicts on the grid's claims (ablations.claims), relative training loss against the baseline
+smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domain (Table 5 form), critical
+points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), cost (parameters,
+KV cache per token, tokens/s), zero-shot accuracy (Table 1 form) when runs hold eval/results.json,
+attention entropy by layer when runs hold analysis/analysis.json, and the status of every run. The loss
+plots draw the unigram loss of the validation tokens as a reference line, and runs not at least 1 nat
+below it are flagged as "not past the unigram plateau".
 """
 
 from __future__ import annotations

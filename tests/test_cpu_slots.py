@@ -33,6 +33,7 @@ def interval(run: Path) -> tuple[datetime, datetime]:
     return datetime.fromisoformat(summary["started_at"]), datetime.fromisoformat(summary["finished_at"])
 
 
+@pytest.mark.slow  # four real training processes: ~40 s on an idle machine, minutes on a shared one
 def test_results_do_not_depend_on_concurrent_runs(tmp_path, tiny_corpus, data_cache):
     base = tiny_experiment(tmp_path / "base.yaml", tiny_corpus, data_cache, trainer={"max_steps": 6, "val_check_interval": 3})
     grid = tmp_path / "pair.yaml"
