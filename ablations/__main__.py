@@ -43,6 +43,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     local.add_argument("--devices", help="comma-separated GPU ids to use (default: all visible GPUs)")
     local.add_argument("--gpus-per-run", type=int, default=1, help="GPUs per run (also for slurm)")
     local.add_argument("--cpu-slots", type=int, default=1, help="concurrent runs on a CPU-only machine")
+    local.add_argument("--threads-per-run", type=int,
+                       help="intra-op threads of each run (OMP_NUM_THREADS; default: the cores split between the slots)")
     slurm = parser.add_argument_group("slurm executor (submitit)")
     slurm.add_argument("--partition")
     slurm.add_argument("--time", type=int, default=24 * 60, help="time limit per job in minutes (requeued after)")
@@ -72,6 +74,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             devices=args.devices.split(",") if args.devices else None,
             gpus_per_run=args.gpus_per_run,
             cpu_slots=args.cpu_slots,
+            threads_per_run=args.threads_per_run,
             slurm=slurm,
         )
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:

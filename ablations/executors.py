@@ -2,9 +2,9 @@
 
 `LocalExecutor` is a pool over this machine's devices: one run per GPU (or per group of
 `gpus_per_run` GPUs, for runs that use a multi-GPU Lightning strategy themselves), or `cpu_slots`
-concurrent runs on a CPU-only machine. `SlurmExecutor` submits one submitit job per run; a job that
-is preempted or reaches its time limit checkpoints (resubmits itself) and the requeued job resumes
-training from `checkpoints/last.ckpt`.
+concurrent runs on a CPU-only machine, each with `threads_per_run` threads (default: the cores shared
+out). `SlurmExecutor` submits one submitit job per run; a job that is preempted or reaches its time
+limit checkpoints (resubmits itself) and the requeued job resumes training from `checkpoints/last.ckpt`.
 """
 
 from __future__ import annotations
@@ -35,27 +35,30 @@ def visible_gpus() -> list[str]:
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, devices: Sequence[str] | None = None, gpus_per_run: int = 1, cpu_slots: int = 1):
+    def __init__(self, devices: Sequence[str] | None = None, gpus_per_run: int = 1, cpu_slots: int = 1,
+                 threads_per_run: int | None = None):
         devices = list(visible_gpus() if devices is None else devices)
-        if gpus_per_run < 1 or cpu_slots < 1:
-            raise ValueError(f"gpus_per_run ({gpus_per_run}) and cpu_slots ({cpu_slots}) must be >= 1")
+        if gpus_per_run < 1 or cpu_slots < 1 or (threads_per_run is not None and threads_per_run < 1):
+            raise ValueError(f"gpus_per_run ({gpus_per_run}), cpu_slots ({cpu_slots}) and threads_per_run "
+                             f"({threads_per_run}) must be >= 1")
+        # Intra-op threads of each run (OMP_NUM_THREADS is what torch starts with): as asked, else on a CPU-only
+        # machine the cores split between the concurrent runs unless the environment already says.
+        threads = {} if threads_per_run is None else {"OMP_NUM_THREADS": str(threads_per_run)}
         if devices:
             if len(devices) < gpus_per_run:
                 raise ValueError(f"gpus_per_run={gpus_per_run} but only devices {devices} are available")
             groups = [devices[i : i + gpus_per_run] for i in range(0, len(devices) - gpus_per_run + 1, gpus_per_run)]
-            self.slots = [{"CUDA_VISIBLE_DEVICES": ",".join(group)} for group in groups]
+            self.slots = [{"CUDA_VISIBLE_DEVICES": ",".join(group), **threads} for group in groups]
         else:
-            # CPU runs: hide GPUs and split the cores between concurrent runs.
-            threads = max(1, (os.cpu_count() or 1) // cpu_slots)
-            slot = {"CUDA_VISIBLE_DEVICES": ""}
-            if cpu_slots > 1 and "OMP_NUM_THREADS" not in os.environ:
-                slot["OMP_NUM_THREADS"] = str(threads)
-            self.slots = [dict(slot) for _ in range(cpu_slots)]
+            if not threads and cpu_slots > 1 and "OMP_NUM_THREADS" not in os.environ:
+                threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // cpu_slots))}
+            self.slots = [{"CUDA_VISIBLE_DEVICES": "", **threads} for _ in range(cpu_slots)]  # CPU runs: GPUs hidden
 
     def describe(self) -> str:
         if self.slots[0]["CUDA_VISIBLE_DEVICES"]:
             return f"local pool over GPUs: {[s['CUDA_VISIBLE_DEVICES'] for s in self.slots]} (one run per slot)"
-        return f"local pool on CPU: {len(self.slots)} concurrent run(s)"
+        threads = self.slots[0].get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "default"))
+        return f"local pool on CPU: {len(self.slots)} concurrent run(s), {threads} thread(s) each"
 
     def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
         free: queue.Queue[dict] = queue.Queue()

@@ -17,6 +17,8 @@ from lit_resformer.run_metrics import read_metrics as read_series
 TRAIN_LOSS = "train/loss"
 VAL_LOSS = "val/loss"
 VAL_DOMAIN_PREFIX = "val/loss/"
+UNIGRAM_LOSS = "val/unigram_loss"  # the validation tokens' loss under the training split's unigram (plateau)
+UNIGRAM_DOMAIN_PREFIX = "val/unigram_loss/"
 TOKENS_SEEN = "train/tokens_seen"
 # tokens/s: Lightning's ThroughputMonitor logs items/s (the training module counts items as tokens): the
 # all-device rate `items_per_sec` under several devices, only the per-device rate on a single device.

@@ -1,12 +1,14 @@
 """write_report(grid_dir): report.md and a self-contained index.html (PNG plots embedded as base64,
 and also saved under plots/) for one grid's runs.
 
-Sections: final losses (mean ± std over seeds, paired difference to the baseline with a 95% t
-interval), relative training loss against the baseline smoothed over 10 and 100 logged steps (paper
-§4.1.2), validation loss per domain (Table 5 form), critical points (where the baseline overtakes a
-cell for good; Fig. 14 for grids with a matrix), cost (parameters, KV cache per token, tokens/s),
-zero-shot accuracy (Table 1 form) when runs hold eval/results.json, attention entropy by layer when
-runs hold analysis/analysis.json, and the status of every run.
+Sections: final losses (mean ± std over seeds, paired difference to the baseline with a 95% t interval),
+the verdicts on the grid's claims (ablations.claims), relative training loss against the baseline
+smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domain (Table 5 form), critical
+points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), cost (parameters,
+KV cache per token, tokens/s), zero-shot accuracy (Table 1 form) when runs hold eval/results.json,
+attention entropy by layer when runs hold analysis/analysis.json, and the status of every run. The loss
+plots draw the unigram loss of the validation tokens as a reference line, and runs not at least 1 nat
+below it are flagged as "not past the unigram plateau".
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ import pandas as pd
 import yaml
 
 from . import metrics as M
+from .claims import PLATEAU_MARGIN, evaluate_grid, plateau_gap
+from .claims import counts as claim_counts
+from .claims import table as claims_table
 from .stats import Difference, critical_point, mean_std, paired_difference
 from .store import TRAIN_LOSS_WINDOW, atomic_write_text
 
@@ -172,6 +177,12 @@ def _status_note(record: RunRecord) -> str:
         return f"diverged at step {s.get('diverged_step')}"
     if record.status in ("failed", "interrupted"):
         return (s.get("error") or "").splitlines()[0] if s.get("error") else ""
+    if record.status == "done":
+        gap = plateau_gap(s)
+        if gap is None:
+            return "no unigram reference logged"
+        if gap < PLATEAU_MARGIN:
+            return f"not past the unigram plateau ({gap:.2f} nats below its unigram loss {s['unigram_val_loss']:.3f})"
     return ""
 
 
@@ -198,10 +209,14 @@ class Plotter:
         self.plt.close(fig)
         return path
 
-    def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None) -> Path:
+    def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None,
+               reference: tuple[str, float] | None = None) -> Path:
+        """One line per cell; `zero_line` labels a dashed line at 0, `reference` = (label, y) a dotted one."""
         fig, ax = self.plt.subplots(figsize=(8, 4.5))
         if zero_line:
             ax.axhline(0.0, color="black", lw=1, ls="--", label=zero_line)
+        if reference:
+            ax.axhline(reference[1], color="grey", lw=1.2, ls=":", label=reference[0])
         for cell, curve in curves.items():
             ax.plot(curve.index, curve.values, label=cell, color=self.colors.get(cell), lw=1.4)
         ax.set_xlabel("step")
@@ -278,13 +293,21 @@ def write_report(grid_dir: str | Path) -> Path:
         f"Runs: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'none yet'}. "
         f"Aggregates use finished (done) runs only."
     )
+    stuck = [f"{r.cell}/seed{r.seed}" for records in done.values() for r in records
+             if (gap := plateau_gap(r.summary or {})) is None or gap < PLATEAU_MARGIN]
+    if stuck:
+        doc.text(f"**{len(stuck)} finished run(s) not past the unigram plateau** (final validation loss less than "
+                 f"{PLATEAU_MARGIN:g} nat below the unigram loss of its validation tokens, or no reference logged): "
+                 f"{', '.join(stuck)}. Their comparisons are early-training behaviour, not evidence.")
 
     final_train = {c: {r.seed: v for r in done[c] if (v := r.final_train()) is not None} for c in cells}
     final_val = {c: {r.seed: v for r in done[c] if (v := r.final_val()) is not None} for c in cells}
 
     _final_table(doc, cells, cells_info, done, final_train, final_val)
-    _relative_section(doc, plotter, cells, cells_info, done)
-    _validation_section(doc, plotter, cells, cells_info, done)
+    _claims_section(doc, grid_dir)
+    unigram = _unigram_reference(done)
+    _relative_section(doc, plotter, cells, cells_info, done, unigram)
+    _validation_section(doc, plotter, cells, cells_info, done, unigram)
     _critical_section(doc, plotter, manifest, cells, cells_info, done)
     _training_length_section(doc, plotter, manifest, cells, cells_info, final_train, final_val)
     _cost_section(doc, cells, cells_info, done)
@@ -340,13 +363,15 @@ def _relative_curve(cell_records: list[RunRecord], base_records: list[RunRecord]
     return pd.concat(diffs, axis=1).dropna().mean(axis=1)
 
 
-def _relative_section(doc, plotter, cells, cells_info, done) -> None:
+def _relative_section(doc, plotter, cells, cells_info, done, unigram) -> None:
     doc.heading(2, "Training loss")
     curves = {c: _mean_curve(done[c], TRAIN_LOSS_WINDOW) for c in cells if done[c]}
     if not curves:
         doc.text("No finished runs yet.")
         return
-    doc.image(plotter.curves("train_loss", curves, f"training loss (moving average {TRAIN_LOSS_WINDOW})", "loss"), "Training loss, mean over seeds.")
+    path = plotter.curves("train_loss", curves, f"training loss (moving average {TRAIN_LOSS_WINDOW})", "loss",
+                          reference=unigram)
+    doc.image(path, "Training loss, mean over seeds.")
     doc.text(
         "Relative training loss (paper §4.1.2): each cell's smoothed curve minus its baseline's, "
         "per seed, averaged over the seeds both finished. Below zero the cell is ahead."
@@ -368,7 +393,7 @@ def _relative_section(doc, plotter, cells, cells_info, done) -> None:
             doc.image(path, f"Relative training loss, window {window}.")
 
 
-def _validation_section(doc, plotter, cells, cells_info, done) -> None:
+def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
     records = [r for c in cells for r in done[c]]
     domains = sorted({d for r in records for d in M.domains(r.metrics)})
     if not any(r.final_val() is not None for r in records):
@@ -406,7 +431,8 @@ def _validation_section(doc, plotter, cells, cells_info, done) -> None:
             if len(series):
                 val_curves[cell] = series.mean(axis=1)
     if val_curves:
-        doc.image(plotter.curves("val_loss", val_curves, "validation loss", "loss"), "Validation loss over training, mean over seeds.")
+        path = plotter.curves("val_loss", val_curves, "validation loss", "loss", reference=unigram)
+        doc.image(path, "Validation loss over training, mean over seeds.")
 
 
 def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
@@ -442,6 +468,29 @@ def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
                 "critical_point", lines, f"critical point against {key}", key, "critical step", logy=True
             )
             doc.image(path, f"Critical step (baseline overtakes the cell) for each value of {key}.")
+
+
+def _unigram_reference(done) -> tuple[str, float] | None:
+    """The loss plots' reference line: the unigram loss of the validation tokens, mean over the finished runs."""
+    values = [u for records in done.values() for r in records if (u := (r.summary or {}).get("unigram_val_loss")) is not None]
+    return (f"unigram loss ({np.mean(values):.3f})", float(np.mean(values))) if values else None
+
+
+def _claims_section(doc, grid_dir) -> None:
+    verdicts = evaluate_grid(grid_dir)
+    if not verdicts:
+        return
+    doc.heading(2, "Claims")
+    doc.text(
+        "The paper's claims for this figure (listed in the grid file), judged on the finished runs paired by seed: "
+        "**reproduced** when the 95% t interval of the mean difference (or of the mean slope, for a critical point "
+        "growing with a matrix key) excludes zero on the claimed side, **contradicted** when it excludes zero on the "
+        "other side, **inconclusive** when it covers zero, with fewer than 2 seeds, or when a run in the comparison "
+        f"is not past the unigram plateau (final validation loss at least {PLATEAU_MARGIN:g} nat below the unigram "
+        "loss of its validation tokens)."
+    )
+    doc.table(*claims_table(verdicts, with_grid=False))
+    doc.text(claim_counts(verdicts))
 
 
 def _cost_section(doc, cells, cells_info, done) -> None:

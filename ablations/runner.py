@@ -46,9 +46,11 @@ def make_executor(
     gpus_per_run: int = 1,
     cpu_slots: int = 1,
     slurm: dict | None = None,
+    threads_per_run: int | None = None,
 ):
     if kind == "local":
-        return LocalExecutor(devices=devices, gpus_per_run=gpus_per_run, cpu_slots=cpu_slots)
+        return LocalExecutor(devices=devices, gpus_per_run=gpus_per_run, cpu_slots=cpu_slots,
+                             threads_per_run=threads_per_run)
     if kind == "slurm":
         return SlurmExecutor(folder=grid_dir / ".submitit", gpus_per_run=gpus_per_run, **(slurm or {}))
     raise GridError(f"unknown executor '{kind}'; choose local or slurm")
@@ -124,6 +126,7 @@ def run_grid(
     devices: Sequence[str] | None = None,
     gpus_per_run: int = 1,
     cpu_slots: int = 1,
+    threads_per_run: int | None = None,
     slurm: dict | None = None,
     progress: bool = True,
     out: TextIO | None = None,
@@ -143,7 +146,7 @@ def run_grid(
     for kind in hooks:
         hook_function(kind)  # fail now, not after training, if a plug-in is missing
     planned = plan(runs, grid_dir, hooks)
-    pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm)
+    pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm, threads_per_run)
     check_devices(runs, pool, gpus_per_run)
     command = list(train_command) if train_command is not None else default_train_command()
     jobs = [

@@ -15,6 +15,7 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
       data.seq_len: [64, 256]                    # or value -> overrides that go with it:
       # data.seq_len: {64: {data.micro_batch_size: 32}, 256: {data.micro_batch_size: 8}}
     report: {critical_point_window: 10}          # optional report settings
+    claims: [...]                                # optional: the paper's claims to judge (ablations/claims.py)
 
 Everything is checked before any run starts; a problem raises `GridError` naming it.
 """
@@ -36,9 +37,11 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from .claims import parse_claims
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-GRID_FIELDS = {"name", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report"}
+GRID_FIELDS = {"name", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report", "claims"}
 REPORT_FIELDS = {"critical_point_window"}
 # Sections of a `lit-resformer fit` config, and its top-level scalar keys.
 SECTIONS = ("trainer", "model", "data", "checkpoint")
@@ -86,6 +89,7 @@ class Grid:
     description: str = ""
     report: dict[str, Any] = field(default_factory=dict)
     configs: dict[str, dict] = field(default_factory=dict)  # cell name -> resolved config (no seed)
+    claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (ablations.claims.Claim)
 
     def runs(self, seeds: Sequence[int] | None = None) -> list[Run]:
         """One run per (cell, seed), cells in grid order, seeds inner."""
@@ -109,6 +113,7 @@ class Grid:
             "matrix_keys": sorted({k for c in self.cells for k in c.coords}),
             "report": self.report,
             "cells": [dataclasses.asdict(c) for c in self.cells],
+            "claims": self.claims,
         }
 
 
@@ -179,7 +184,16 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
         description=str(spec.get("description", "")),
         report={"critical_point_window": window},
         configs=configs,
+        claims=_load_claims(spec.get("claims"), cells, where),
     )
+
+
+def _load_claims(raw: Any, cells: list[Cell], where: str) -> list[dict]:
+    """The grid's `claims:`, checked against its cells."""
+    try:
+        return [claim.to_dict() for claim in parse_claims(raw, [dataclasses.asdict(c) for c in cells])]
+    except ValueError as e:
+        raise GridError(f"{where}: {e}") from e
 
 
 # ----------------------------------------------------------------------------------------------
@@ -363,6 +377,8 @@ class _KeyChecker:
             return
         found, base_value = _lookup(self.base, parts)
         if found:
+            if value is None and _optional_argument(parts):  # null switches off an option the base sets
+                return
             if base_value is not None and not _same_kind(value, base_value):
                 raise GridError(
                     f"{where}: '{key}' expects {_kind(base_value)} (the base has {base_value!r}), "
@@ -419,6 +435,13 @@ def _section_class(section: str) -> type | None:
 
         return ModelCheckpoint
     return None
+
+
+def _optional_argument(parts: list[str]) -> bool:
+    """Whether `section.argument` is an argument of its section's class that accepts None."""
+    cls = _section_class(parts[0]) if len(parts) == 2 else None
+    hint = _type_hints(cls.__init__).get(parts[1]) if cls is not None else None
+    return hint is not None and _matches(None, hint)
 
 
 def _lookup(tree: Any, parts: list[str]) -> tuple[bool, Any]:

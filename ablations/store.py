@@ -10,7 +10,9 @@
 summary.json fields: grid, cell, seed, status (running | done | failed | diverged | interrupted),
 diverged_step, error (one line), error_tail (last lines of stderr), returncode, attempts, resumed,
 steps, final_train_loss / best_train_loss (moving average over `train_loss_window` logged steps),
-final_val_loss / best_val_loss, final_val_loss_by_domain / best_val_loss_by_domain, params,
+final_val_loss / best_val_loss, final_val_loss_by_domain / best_val_loss_by_domain, unigram_val_loss /
+unigram_val_loss_by_domain (the plateau reference: the validation tokens' loss under the training split's
+unigram, logged at step 0), params,
 kv_cache_bytes_per_token, model_stats_source (checkpoint | config), tokens_per_sec (median over logged steps), tokens_seen, wall_time_sec
 (all attempts), started_at, finished_at, host, pid, slurm_job_id, command.
 """
@@ -184,6 +186,13 @@ class RunDir:
                 best_by_domain[domain] = float(values.min())
         out["final_val_loss_by_domain"] = final_by_domain
         out["best_val_loss_by_domain"] = best_by_domain
+        unigram = M.series(metrics, M.UNIGRAM_LOSS)
+        out["unigram_val_loss"] = float(unigram.iloc[-1]) if len(unigram) else None
+        out["unigram_val_loss_by_domain"] = {
+            domain: float(values.iloc[-1])
+            for domain in final_by_domain
+            if len(values := M.series(metrics, M.UNIGRAM_DOMAIN_PREFIX + domain))
+        }
         throughput = M.series(metrics, M.TOKENS_PER_SEC)
         out["tokens_per_sec"] = float(throughput.median()) if len(throughput) else None
         seen = M.series(metrics, M.TOKENS_SEEN)

@@ -235,9 +235,30 @@ def report_command(argv: list[str]) -> None:
     print(write_report(args.grid_dir))
 
 
+def claims_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer claims",
+        description="One scoreboard of the paper's claims (the grid files' `claims:`) across grid run directories: "
+                    "reproduced / contradicted / inconclusive, with the paired difference, its 95%% CI and n.")
+    parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
+                        help="a grid's run directory (RUNS/<grid>) or a folder of them")
+    parser.add_argument("--json", action="store_true", help="print the verdicts as a JSON list instead of markdown")
+    args = parser.parse_args(argv)
+    import json
+
+    from ablations.claims import markdown, scoreboard
+
+    verdicts = scoreboard(args.runs_dirs)
+    if args.json:
+        print(json.dumps([v.to_dict() for v in verdicts], indent=2))
+    else:
+        print(markdown(verdicts), end="")
+
+
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
 SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
-                  "analyze": analyze_command, "grid": grid_command, "report": report_command}
+                  "analyze": analyze_command, "grid": grid_command, "report": report_command,
+                  "claims": claims_command}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -169,9 +169,19 @@ class LitResFormer(L.LightningModule):
             losses = [self._eval_loss(self._to_device(b)) for b in loader]
             metrics[f"val/loss/{domain}"] = torch.stack(losses).mean().item()
         metrics["val/loss"] = sum(metrics.values()) / len(metrics)
+        metrics.update(self._unigram_reference())
         for logger in self.loggers:
             logger.log_metrics(metrics, step=0)
         self.train(was_training)
+
+    def _unigram_reference(self) -> dict[str, float]:
+        """The loss of a context-free (unigram) model on the same validation tokens, per domain and averaged like
+        val/loss: the plateau a model must get well below. Constant, so logged once, with the step-0 validation."""
+        reference = getattr(self.trainer.datamodule, "unigram_val_losses", None)
+        if reference is None:  # a datamodule without a training split to count
+            return {}
+        per_domain = {f"val/unigram_loss/{domain}": loss for domain, loss in reference().items()}
+        return {**per_domain, "val/unigram_loss": sum(per_domain.values()) / len(per_domain)}
 
     def _to_device(self, batch):
         return {k: v.to(self.device) for k, v in batch.items()}

@@ -14,6 +14,7 @@ from .sources import (
     wiki_documents,
 )
 from .tokenizer import EOS_TOKEN, PAPER_TOKENIZER, load_tokenizer, parse_tokenizer_spec, train_bpe
+from .unigram import token_counts, unigram_loss
 
 __all__ = [
     "CACHE_ENV",
@@ -35,6 +36,8 @@ __all__ = [
     "parse_tokenizer_spec",
     "scan_corpus",
     "stdlib_code_documents",
+    "token_counts",
     "train_bpe",
+    "unigram_loss",
     "wiki_documents",
 ]

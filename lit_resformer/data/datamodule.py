@@ -58,6 +58,7 @@ from .tokenizer import (
     tokenizer_fingerprint,
     train_bpe,
 )
+from .unigram import token_counts, unigram_loss
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +228,7 @@ class LMDataModule(L.LightningDataModule):
         self._scan: CorpusScan | None = None
         self._tokenizer: Tokenizer | None = None
         self._packed: dict[str, Any] | None = None
+        self._unigram_val_losses: dict[str, float] | None = None
         self._train_loader: StatefulDataLoader | None = None
         self._train_loader_state: dict[str, Any] | None = None
 
@@ -413,6 +415,31 @@ class LMDataModule(L.LightningDataModule):
                     packed_meta = {**meta, "seq_len": self.seq_len, "rows": rows}
                     atomic_write_text(building / "meta.json", json.dumps(packed_meta, indent=1))
         return final
+
+    def train_token_counts(self) -> np.ndarray:
+        """Occurrences of every token id in the training split: counted once per token cache, kept in it."""
+        tokens_dir = self._tokens_dir()
+        path = tokens_dir / "train_counts.npy"
+        with self._lock(f"counts-{tokens_dir.name}"):
+            if not path.is_file():
+                meta = read_json(tokens_dir / "meta.json")
+                train = read_token_stream(tokens_dir, "train", meta["lengths"].get("train", 0), np.dtype(meta["dtype"]))
+                with atomic_file(path, binary=True) as out:
+                    np.save(out, token_counts(train, self.vocab_size))
+        return np.load(path)
+
+    def unigram_val_losses(self) -> dict[str, float]:
+        """Per domain, the loss of the training split's add-one unigram (`unigram.py`) on exactly the tokens the
+        validation loss is computed on (the labels of the validated sequences): the plateau reference."""
+        if self._unigram_val_losses is None:
+            counts = self.train_token_counts()
+            losses = {}
+            for index, domain in enumerate(self.domains):
+                dataset = self._dataset("val", index)
+                labels = np.load(dataset.path, mmap_mode="r")[: len(dataset), 1:]
+                losses[domain] = unigram_loss(counts, labels.reshape(-1))
+            self._unigram_val_losses = losses
+        return self._unigram_val_losses
 
     def prepare_data(self) -> None:
         """Build (or find) the tokenizer and token caches; Lightning calls this on one process per node."""

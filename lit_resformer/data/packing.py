@@ -7,6 +7,7 @@ Cache layout (under `cache_dir`, see `default_cache_dir`):
     tokenizers/bpe-<corpus key>-v<V>.json   byte-level BPE trained on the corpus's train split
     tokens/<corpus key>-<tokenizer key>/    flat token streams, every document followed by EOS
         meta.json, train.bin, val.<d>.bin, test.<d>.bin     (<d> = index of the domain in meta["domains"])
+        train_counts.npy    occurrences of every token id in train.bin (the unigram reference, see unigram.py)
     packed/<corpus key>-<tokenizer key>-T<seq_len>/   sequences of seq_len+1 tokens, np.load(mmap_mode="r")
         meta.json, train.npy, val.<d>.npy, test.<d>.npy
 
@@ -25,7 +26,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -74,12 +75,12 @@ def atomic_directory(final: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path) -> Iterator[TextIO]:
-    """Yield a text file to write; it appears at `path` only if the block succeeds."""
+def atomic_file(path: Path, binary: bool = False) -> Iterator[TextIO | BinaryIO]:
+    """Yield a file (text, or bytes if `binary`) to write; it appears at `path` only if the block succeeds."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        with os.fdopen(descriptor, "wb") if binary else os.fdopen(descriptor, "w", encoding="utf-8") as out:
             yield out
         os.replace(temporary, path)
     except BaseException:
