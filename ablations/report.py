@@ -25,12 +25,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from lit_resformer.reporting import atomic_write
+from lit_resformer.run_dir import RunDir
+
 from . import metrics as M
 from .stats import Difference, critical_point, mean_std, paired_difference
-from .store import TRAIN_LOSS_WINDOW, atomic_write_text
+from .store import TRAIN_LOSS_WINDOW
 
 RELATIVE_WINDOWS = (10, 100)
-EVAL_RESULTS = Path("eval/results.json")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -41,7 +43,7 @@ EVAL_RESULTS = Path("eval/results.json")
 class RunRecord:
     cell: str
     seed: int
-    path: Path
+    run: RunDir
     summary: dict | None
     metrics: pd.DataFrame
 
@@ -69,12 +71,8 @@ def load_runs(grid_dir: Path, cells: Sequence[str]) -> dict[str, list[RunRecord]
             (d for d in (grid_dir / cell).glob("seed*") if d.is_dir() and d.name[4:].isdigit()),
             key=lambda d: int(d.name[4:]),
         )
-        records = []
-        for d in seed_dirs:
-            summary_path = d / "summary.json"
-            summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-            records.append(RunRecord(cell, int(d.name[4:]), d, summary, M.read_metrics(d)))
-        runs[cell] = records
+        runs[cell] = [RunRecord(cell, int(d.name[4:]), run, run.read_summary(), M.read_metrics(run))
+                      for d in seed_dirs for run in [RunDir(d)]]
     return runs
 
 
@@ -292,9 +290,9 @@ def write_report(grid_dir: str | Path) -> Path:
     _runs_section(doc, runs)
 
     text = doc.markdown()
-    atomic_write_text(grid_dir / "report.md", text)
+    atomic_write(grid_dir / "report.md", text)
     index = grid_dir / "index.html"
-    atomic_write_text(index, markdown_to_html(text, grid_dir, f"Ablation grid {name}"))
+    atomic_write(index, markdown_to_html(text, grid_dir, f"Ablation grid {name}"))
     return index
 
 
@@ -474,7 +472,7 @@ def _zero_shot_section(doc, cells, done) -> None:
     task order, labels, averages and split notes follow eval.report."""
     per_cell = {}
     for cell in cells:
-        results = [json.loads(p.read_text()) for r in done[cell] if (p := r.path / EVAL_RESULTS).is_file()]
+        results = [json.loads(p.read_text()) for r in done[cell] if (p := r.run.eval_results).is_file()]
         if results:
             per_cell[cell] = _mean_results(results)
     if not per_cell:
@@ -516,7 +514,7 @@ def _analysis_section(doc, grid_dir, cells, done) -> None:
     weights) over the finished runs; nothing when no run has analysis results or mixing weights."""
     from lit_resformer.analysis import analysis_section
 
-    run_dirs = {cell: [r.path for r in done[cell]] for cell in cells if done[cell]}
+    run_dirs = {cell: [r.run.path for r in done[cell]] for cell in cells if done[cell]}
     if not run_dirs:
         return
     text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir)

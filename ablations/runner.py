@@ -19,10 +19,13 @@ from typing import TextIO
 import yaml
 from tqdm import tqdm
 
+from lit_resformer.reporting import atomic_write
+from lit_resformer.run_dir import RunConflict, RunDir
+
 from .executors import LocalExecutor, SlurmExecutor
-from .job import HOOKS, RunJob, default_train_command, hook_function
+from .job import RunJob, default_train_command, post_training_result, post_training_step
 from .spec import Grid, GridError, Run, load_grid
-from .store import FINISHED, RunConflict, RunDir, atomic_write_text
+from .store import FINISHED, check_config, last_step, write_config
 
 
 @dataclass
@@ -60,17 +63,17 @@ class PlannedRun:
     run_dir: RunDir
     action: str  # what will happen, for --dry-run and the log
     train: bool  # False: training is finished (done or diverged)
-    hooks: list[str]  # eval/analysis plug-ins still to run on it
+    post_training: list[str]  # eval/analysis steps still to run on it
 
 
-def plan(runs: list[Run], grid_dir: Path, hooks: Sequence[str]) -> list[PlannedRun]:
+def plan(runs: list[Run], grid_dir: Path, post_training: Sequence[str]) -> list[PlannedRun]:
     """What happens to every run. Refuses (RunConflict) if any existing run directory holds a
     different config — checked for all runs before anything starts."""
     conflicts, planned = [], []
     for run in runs:
         run_dir = RunDir(grid_dir.parent / run.relative_dir())
         try:
-            run_dir.check_config(run.config, run.name)
+            check_config(run_dir, run.config, run.name)
         except RunConflict as e:
             conflicts.append(str(e))
             continue
@@ -80,14 +83,15 @@ def plan(runs: list[Run], grid_dir: Path, hooks: Sequence[str]) -> list[PlannedR
             action = "skip: done"
         elif status == "diverged":
             action = f"skip: diverged at step {summary.get('diverged_step')}"
-        elif run_dir.resumable():
-            action = f"resume from checkpoint (logged up to step {run_dir.last_step()})"
+        elif run_dir.has_checkpoint():
+            action = f"resume from checkpoint (logged up to step {last_step(run_dir)})"
         elif status in ("failed", "interrupted", "running"):
             action = f"retry ({status}{': ' + summary['error'] if summary.get('error') else ''})"
         else:
             action = "run"
         train = status not in FINISHED
-        pending = [k for k in hooks if (train or status == "done") and not (run_dir.path / HOOKS[k][2]).is_file()]
+        pending = [k for k in post_training
+                   if (train or status == "done") and not post_training_result(k, run_dir).is_file()]
         planned.append(PlannedRun(run, run_dir, action, train, pending))
     if conflicts:
         raise RunConflict("\n".join(conflicts))
@@ -139,23 +143,24 @@ def run_grid(
     spec = load_grid(grid, seeds=seeds)
     runs = spec.runs()
     grid_dir = Path(runs_dir) / spec.name
-    hooks = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
-    for kind in hooks:
-        hook_function(kind)  # fail now, not after training, if a plug-in is missing
-    planned = plan(runs, grid_dir, hooks)
+    post_training = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
+    for kind in post_training:
+        post_training_step(kind)  # fail now, not after training, if a step cannot run here
+    planned = plan(runs, grid_dir, post_training)
     pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm)
     check_devices(runs, pool, gpus_per_run)
     command = list(train_command) if train_command is not None else default_train_command()
     jobs = [
-        RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train, hooks=tuple(p.hooks))
+        RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train,
+               post_training=tuple(p.post_training))
         for p in planned
-        if p.train or p.hooks
+        if p.train or p.post_training
     ]
 
     print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(runs)} runs -> {grid_dir}", file=out)
     print(f"executor: {pool.describe()}", file=out)
     for p in planned:
-        extra = f" then {'+'.join(p.hooks)}" if p.hooks else ""
+        extra = f" then {'+'.join(p.post_training)}" if p.post_training else ""
         print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
     outcome = GridOutcome(spec, grid_dir)
     if dry_run:
@@ -166,9 +171,9 @@ def run_grid(
         return outcome
 
     grid_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(grid_dir / "grid.yaml", yaml.safe_dump(spec.manifest(), sort_keys=False))
+    atomic_write(grid_dir / "grid.yaml", yaml.safe_dump(spec.manifest(), sort_keys=False))
     for p in planned:
-        p.run_dir.write_config(p.run.config, p.run.name)
+        write_config(p.run_dir, p.run.config, p.run.name)
 
     counts: Counter[str] = Counter()
     lock = threading.Lock()

@@ -1,8 +1,7 @@
 """`lit-resformer`: the Lightning CLI (fit / validate / test) plus the suite's own subcommands.
 
-One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`):
-`config.yaml` (resolved), `checkpoints/` (every N steps + `last.ckpt`), `csv/version_*/metrics.csv`
-and `tb/` (TensorBoard). Every config problem is reported before anything is written there.
+One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`), laid out as
+`lit_resformer.run_dir` describes. Every config problem is reported before anything is written there.
 """
 
 from __future__ import annotations
@@ -16,30 +15,28 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_warn
 
 from .data import LMDataModule
 from .lit_module import LitResFormer
 from .model import ModelConfig
+from .reporting import atomic_write
+from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem
 from .runtime import retain_freed_memory
-
-RUN_FILES = ("config.yaml", "checkpoints", "csv", "tb")
 
 
 class RunConfig(SaveConfigCallback):
-    """Writes the resolved config as `<run>/config.yaml`; a different config already there is an error."""
+    """Writes the resolved config as the run's config.yaml; a different config already there is an error."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if not trainer.is_global_zero:
             return
-        path = Path(trainer.default_root_dir) / self.config_filename
+        path = RunDir(trainer.default_root_dir).config_file
         text = self.parser.dump(self.config, skip_none=False)
         if path.exists() and path.read_text() != text and self.config.get("ckpt_path") is None:
             raise RuntimeError(f"{path} holds a different run's config; resume it with --ckpt_path last or "
                                f"choose another --trainer.default_root_dir")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        atomic_write(path, text)
 
 
 def world_size(trainer: dict[str, Any]) -> int:
@@ -53,17 +50,6 @@ def world_size(trainer: dict[str, Any]) -> int:
         gpus = torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0
         per_node = gpus or 1
     return per_node * nodes
-
-
-def check_checkpoint(path: Path) -> None:
-    """A checkpoint given to --ckpt_path must be a readable Lightning checkpoint, or the run is refused."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
-        raise ValueError(f"--ckpt_path {path} is not a readable checkpoint ({type(err).__name__}: {err})") from None
-    missing = [k for k in ("state_dict", "global_step", "loops") if k not in ckpt]
-    if missing:
-        raise ValueError(f"--ckpt_path {path} is not a Lightning training checkpoint (missing {missing})")
 
 
 class ResFormerCLI(LightningCLI):
@@ -97,16 +83,16 @@ class ResFormerCLI(LightningCLI):
         if not cfg.trainer.default_root_dir:
             stem = Path(cfg.config[-1].relative or cfg.config[-1].absolute).stem if cfg.get("config") else "default"
             cfg.trainer.default_root_dir = str(Path("runs") / stem)
-        root = Path(cfg.trainer.default_root_dir)
+        run = RunDir(cfg.trainer.default_root_dir)
         ckpt = cfg.get("ckpt_path")
         if ckpt == "last":
-            last = root / "checkpoints" / "last.ckpt"
-            if last.exists():
-                check_checkpoint(last)
+            self.resume_point = run.resume_point()
         elif ckpt is not None:
-            check_checkpoint(Path(ckpt))
-        elif sub == "fit" and any((root / name).exists() for name in RUN_FILES):
-            raise ValueError(f"{root} already holds a run; resume it with --ckpt_path last, or choose another "
+            problem = checkpoint_problem(ckpt)
+            if problem:
+                raise ValueError(f"--ckpt_path {ckpt} is {problem}")
+        elif sub == "fit" and run.has_training_output():
+            raise ValueError(f"{run.path} already holds a run; resume it with --ckpt_path last, or choose another "
                              f"--trainer.default_root_dir")
         self._check_run_config(cfg)
 
@@ -133,16 +119,20 @@ class ResFormerCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand]
-        root = Path(cfg.trainer.default_root_dir)
+        run = RunDir(cfg.trainer.default_root_dir)
+        resume = getattr(self, "resume_point", None)
+        if resume is not None and resume.fallback_reason:
+            rank_zero_warn(f"resuming from {resume.path}: {resume.fallback_reason}")
+            cfg.ckpt_path = str(resume.path)
         if cfg.trainer.logger in (None, True):
             cfg.trainer.logger = [
                 {"class_path": "lightning.pytorch.loggers.CSVLogger",
-                 "init_args": {"save_dir": str(root), "name": "csv"}},
+                 "init_args": {"save_dir": str(run.path), "name": CSV_LOGS}},
                 {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                 "init_args": {"save_dir": str(root), "name": "tb"}},
+                 "init_args": {"save_dir": str(run.path), "name": TB_LOGS}},
             ]
         if cfg.checkpoint.dirpath is None:
-            cfg.checkpoint.dirpath = str(root / "checkpoints")
+            cfg.checkpoint.dirpath = str(run.checkpoints_dir)
 
 
 def eval_command(argv: list[str]) -> None:
@@ -165,12 +155,13 @@ def eval_command(argv: list[str]) -> None:
     parser.add_argument("--data-dir", help="offline task data made by `lit-resformer eval prepare-data`")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--out", help="output folder (default: <run>/eval next to the checkpoint's run)")
+    parser.add_argument("--out", help="output folder (default: the checkpoint's run's eval folder)")
     args = parser.parse_args(argv)
     from eval.run import run_eval
 
     ckpt = Path(args.ckpt)
-    out = Path(args.out) if args.out else ckpt.parent.parent / "eval"
+    run = RunDir.from_checkpoint(ckpt)
+    out = Path(args.out) if args.out else run.eval_dir if run else ckpt.parent / "eval"
     limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
     run_eval(ckpt, tasks=args.tasks, limit=limit, data_dir=args.data_dir, batch_size=args.batch_size,
              out_dir=out, device=args.device)
@@ -199,10 +190,10 @@ def analyze_command(argv: list[str]) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--out", help="output folder (default <run>/analysis for one checkpoint)")
     args = parser.parse_args(argv)
-    from .analysis import analyze_checkpoints
+    from .analysis import analyze_checkpoints, default_output_dir
 
     analyze_checkpoints(args.ckpt, args.num_seqs, args.seq_len, args.out, batch_size=args.batch_size)
-    print(f"analysis.json and plots written to {args.out or Path(args.ckpt[0]).parent.parent / 'analysis'}")
+    print(f"analysis.json and plots written to {args.out or default_output_dir([Path(p) for p in args.ckpt])}")
 
 
 def grid_command(argv: list[str]) -> None:

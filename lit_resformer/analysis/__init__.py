@@ -7,12 +7,14 @@ plots.py    the PNGs of one report
 report.py   the grid report's analysis section and the learnable mixing-weight plot
 """
 
-from .report import analysis_section, analyze_run_dir, plot_mixing_weights
+from .report import analysis_section, plot_mixing_weights
 from .runner import (
     analyze,
     analyze_checkpoints,
     analyze_hf_model,
     analyze_model,
+    analyze_run_dir,
+    default_output_dir,
     load_hf_causal_lm,
     sample_validation_batches,
 )
@@ -20,5 +22,6 @@ from .trace import AnalysisTrace
 
 __all__ = [
     "AnalysisTrace", "analysis_section", "analyze", "analyze_run_dir", "analyze_checkpoints", "analyze_hf_model", "analyze_model",
+    "default_output_dir",
     "load_hf_causal_lm", "plot_mixing_weights", "sample_validation_batches",
 ]

@@ -1,7 +1,7 @@
 """The grid report's analysis section, the per-run analysis hook, and the learnable mixing-weight plot.
 
-A run directory holds `analysis/analysis.json` once `analyze_run_dir` (or `lit-resformer analyze --ckpt
-<run>/checkpoints/last.ckpt`) has run; the section overlays the cells' entropy by layer and first-token
+A run directory holds its analysis results once `analyze_run_dir` (or `lit-resformer analyze --ckpt` with one
+of its checkpoints) has run; the section overlays the cells' entropy by layer and first-token
 ratios (mean over each cell's runs). Learnable mixing weights come from the run's logged metrics, columns
 `mix/layer<n>/<kind>` (kind: self, history, gate_weight_norm) and `dwa/block<n>/self`.
 """
@@ -17,29 +17,16 @@ from typing import Any
 
 from matplotlib.ticker import MaxNLocator
 
-from lit_resformer.run_metrics import read_metrics
+from lit_resformer.run_dir import RunDir
 
 from .plots import PAPER_RESFORMER_BOUNDS, first_token_ratios, plot_by_layer, plot_first_token_ratios, plt
 
-ANALYSIS_FILE = Path("analysis") / "analysis.json"
 MIXING_COLUMN = re.compile(r"^(mix/layer|dwa/block)(\d+)/(\w+)$")
-
-
-def analyze_run_dir(run_dir: str | Path, num_seqs: int = 16, seq_len: int | None = None) -> Path:
-    """Analyse a finished run's last checkpoint into <run_dir>/analysis/ (the ablation grid's `--analyze` hook)."""
-    from .runner import analyze_checkpoints
-
-    run_dir = Path(run_dir)
-    ckpt = run_dir / "checkpoints" / "last.ckpt"
-    if not ckpt.is_file():
-        raise ValueError(f"{run_dir} has no checkpoints/last.ckpt to analyse")
-    analyze_checkpoints([str(ckpt)], num_seqs, seq_len, run_dir / ANALYSIS_FILE.parent)
-    return run_dir / ANALYSIS_FILE
 
 
 def run_analysis(run_dir: Path) -> dict[str, Any] | None:
     """The run's own model in its analysis.json (the first one listed), or None when it has not been analysed."""
-    path = Path(run_dir) / ANALYSIS_FILE
+    path = RunDir(run_dir).analysis_results
     if not path.is_file():
         return None
     models = json.loads(path.read_text())["models"]
@@ -72,7 +59,7 @@ def _cell_curves(results: dict[str, list[dict]]) -> dict[str, dict[str, list[flo
 def mixing_series(run_dir: Path) -> dict[str, dict[int, list[tuple[int, float]]]]:
     """{kind: {layer: [(step, value), ...]}} for every logged learnable mixing weight of a run."""
     found: dict[str, dict[int, list[tuple[int, float]]]] = {}
-    for column, points in read_metrics(run_dir).items():
+    for column, points in RunDir(run_dir).read_metrics().items():
         match = MIXING_COLUMN.match(column)
         if match:
             prefix, layer, kind = match.groups()
