@@ -66,14 +66,14 @@ class PlannedRun:
     post_training: list[str]  # eval/analysis steps still to run on it
 
 
-def plan(runs: list[Run], grid_dir: Path, post_training: Sequence[str]) -> list[PlannedRun]:
+def plan(grid: Grid, runs: list[Run], grid_dir: Path, post_training: Sequence[str]) -> list[PlannedRun]:
     """What happens to every run. Refuses (RunConflict) if any existing run directory holds a
     different config — checked for all runs before anything starts."""
     conflicts, planned = [], []
     for run in runs:
         run_dir = RunDir(grid_dir.parent / run.relative_dir())
         try:
-            check_config(run_dir, run.config, run.name)
+            check_config(run_dir, run.config, run.name, grid.same_run)
         except RunConflict as e:
             conflicts.append(str(e))
             continue
@@ -146,7 +146,7 @@ def run_grid(
     post_training = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
     for kind in post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here
-    planned = plan(runs, grid_dir, post_training)
+    planned = plan(spec, runs, grid_dir, post_training)
     pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm)
     check_devices(runs, pool, gpus_per_run)
     command = list(train_command) if train_command is not None else default_train_command()
@@ -173,7 +173,7 @@ def run_grid(
     grid_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(grid_dir / "grid.yaml", yaml.safe_dump(spec.manifest(), sort_keys=False))
     for p in planned:
-        write_config(p.run_dir, p.run.config, p.run.name)
+        write_config(p.run_dir, p.run.config, p.run.name, spec.same_run)
 
     counts: Counter[str] = Counter()
     lock = threading.Lock()

@@ -12,6 +12,7 @@ tokens_seen, wall_time_sec (all attempts), started_at, finished_at, host, pid, s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,13 @@ def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
 
 
-def check_config(run: RunDir, config: dict, run_name: str) -> None:
+SameRun = Callable[[dict, dict], bool]  # whether two configs run the same
+
+
+def check_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:
     """Refuse to reuse a directory whose run was made with another config."""
     existing = run.read_experiment()
-    if existing is not None and existing != config:
+    if existing is not None and not same_run(existing, config):
         diff = config_differences(existing, config)
         shown = "; ".join(diff[:5]) + (f"; ... ({len(diff)} differences)" if len(diff) > 5 else "")
         raise RunConflict(
@@ -50,8 +54,8 @@ def check_config(run: RunDir, config: dict, run_name: str) -> None:
         )
 
 
-def write_config(run: RunDir, config: dict, run_name: str) -> None:
-    check_config(run, config, run_name)
+def write_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:
+    check_config(run, config, run_name, same_run)
     if not run.experiment_file.is_file():
         run.write_experiment(config)
 

@@ -1,4 +1,5 @@
-"""`lit-resformer`: the Lightning CLI (fit / validate / test) plus the suite's own subcommands.
+"""`lit-resformer`: the Lightning CLI (fit / validate / test, `lit_resformer.experiment`) plus the suite's own
+subcommands, each importing its package only when it runs.
 
 One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`), laid out as
 `lit_resformer.run_dir` describes. Every config problem is reported before anything is written there.
@@ -10,129 +11,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.utilities import rank_zero_warn
-
-from .data import LMDataModule
-from .lit_module import LitResFormer
-from .model import ModelConfig
-from .reporting import atomic_write
-from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem
+from .experiment import run_cli
+from .run_dir import RunDir
 from .runtime import retain_freed_memory
-
-
-class RunConfig(SaveConfigCallback):
-    """Writes the resolved config as the run's config.yaml; a different config already there is an error."""
-
-    def setup(self, trainer, pl_module, stage: str) -> None:
-        if not trainer.is_global_zero:
-            return
-        path = RunDir(trainer.default_root_dir).config_file
-        text = self.parser.dump(self.config, skip_none=False)
-        if path.exists() and path.read_text() != text and self.config.get("ckpt_path") is None:
-            raise RuntimeError(f"{path} holds a different run's config; resume it with --ckpt_path last or "
-                               f"choose another --trainer.default_root_dir")
-        atomic_write(path, text)
-
-
-def world_size(trainer: dict[str, Any]) -> int:
-    devices, nodes = trainer.get("devices", "auto"), int(trainer.get("num_nodes") or 1)
-    if isinstance(devices, (list, tuple)):
-        per_node = len(devices)
-    elif str(devices).lstrip("-").isdigit() and int(devices) > 0:
-        per_node = int(devices)
-    else:  # "auto" or -1: every visible GPU, else one CPU process
-        accelerator = trainer.get("accelerator", "auto")
-        gpus = torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0
-        per_node = gpus or 1
-    return per_node * nodes
-
-
-class ResFormerCLI(LightningCLI):
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--global_batch_tokens", type=int | None, default=None,
-                            help="tokens per optimizer step over all devices; sets trainer.accumulate_grad_batches")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({"checkpoint.filename": "step{step:06d}", "checkpoint.auto_insert_metric_name": False,
-                             "checkpoint.every_n_train_steps": 100, "checkpoint.save_last": True,
-                             "checkpoint.save_top_k": 1, "checkpoint.monitor": None})
-        parser.link_arguments("data.vocab_size", "model.config.vocab_size", apply_on="instantiate")
-
-    def parse_arguments(self, parser, args) -> None:
-        super().parse_arguments(parser, args)
-        try:
-            self._check_arguments()
-        except ValueError as err:  # a config mistake: one clear line, before anything is written
-            parser.exit(2, f"lit-resformer: error: {err}\n")
-
-    def instantiate_classes(self) -> None:
-        try:
-            super().instantiate_classes()
-        except ValueError as err:  # bad data or model settings found while building them
-            self.parser.exit(2, f"lit-resformer: error: {err}\n")
-
-    def _check_arguments(self) -> None:
-        sub = self.config.get("subcommand")
-        if sub is None:
-            return
-        cfg = self.config[sub]
-        if not cfg.trainer.default_root_dir:
-            stem = Path(cfg.config[-1].relative or cfg.config[-1].absolute).stem if cfg.get("config") else "default"
-            cfg.trainer.default_root_dir = str(Path("runs") / stem)
-        run = RunDir(cfg.trainer.default_root_dir)
-        ckpt = cfg.get("ckpt_path")
-        if ckpt == "last":
-            self.resume_point = run.resume_point()
-        elif ckpt is not None:
-            problem = checkpoint_problem(ckpt)
-            if problem:
-                raise ValueError(f"--ckpt_path {ckpt} is {problem}")
-        elif sub == "fit" and run.has_training_output():
-            raise ValueError(f"{run.path} already holds a run; resume it with --ckpt_path last, or choose another "
-                             f"--trainer.default_root_dir")
-        self._check_run_config(cfg)
-
-    def _check_run_config(self, cfg) -> None:
-        """Cross-field checks that the parser cannot express, before any class is built."""
-        model_cfg = cfg.model.config
-        model_cfg = model_cfg.as_dict() if hasattr(model_cfg, "as_dict") else dict(vars(model_cfg))
-        try:
-            preview = ModelConfig(**{**model_cfg, "vocab_size": model_cfg.get("vocab_size") or 1})
-        except ValueError as err:
-            raise ValueError(f"model.config: {err}") from None
-        seq_len = cfg.data.seq_len
-        if seq_len > preview.max_seq_len:
-            raise ValueError(f"data.seq_len={seq_len} exceeds model.config.max_seq_len={preview.max_seq_len}; "
-                             f"lower data.seq_len or raise model.config.max_seq_len")
-        trainer = dict(vars(cfg.trainer))
-        tokens = cfg.global_batch_tokens
-        if tokens is not None:
-            per_step = cfg.data.micro_batch_size * seq_len * world_size(trainer)
-            if tokens % per_step:
-                raise ValueError(f"global_batch_tokens={tokens} is not divisible by data.micro_batch_size x "
-                                 f"data.seq_len x devices = {per_step}")
-            cfg.trainer.accumulate_grad_batches = tokens // per_step
-
-    def before_instantiate_classes(self) -> None:
-        cfg = self.config[self.subcommand]
-        run = RunDir(cfg.trainer.default_root_dir)
-        resume = getattr(self, "resume_point", None)
-        if resume is not None and resume.fallback_reason:
-            rank_zero_warn(f"resuming from {resume.path}: {resume.fallback_reason}")
-            cfg.ckpt_path = str(resume.path)
-        if cfg.trainer.logger in (None, True):
-            cfg.trainer.logger = [
-                {"class_path": "lightning.pytorch.loggers.CSVLogger",
-                 "init_args": {"save_dir": str(run.path), "name": CSV_LOGS}},
-                {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                 "init_args": {"save_dir": str(run.path), "name": TB_LOGS}},
-            ]
-        if cfg.checkpoint.dirpath is None:
-            cfg.checkpoint.dirpath = str(run.checkpoints_dir)
 
 
 def eval_command(argv: list[str]) -> None:
@@ -230,12 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, FileNotFoundError) as err:
             sys.exit(f"lit-resformer {args[0]}: error: {err}")
         return
-    ResFormerCLI(
-        LitResFormer, LMDataModule, args=argv,  # None: sys.argv
-        save_config_callback=RunConfig, save_config_kwargs={"overwrite": True},
-        trainer_defaults={"use_distributed_sampler": False, "log_every_n_steps": 1},
-        parser_kwargs={"parser_mode": "omegaconf"},
-    )
+    run_cli(argv)
 
 
 if __name__ == "__main__":

@@ -238,6 +238,16 @@ def test_changed_config_is_refused_naming_the_run(tmp_path, fake):
     assert len(calls(runs / "g/vanilla/seed0")) == 1
 
 
+def test_config_that_runs_the_same_is_no_conflict(tmp_path, fake):
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
+    runs = tmp_path / "runs"
+    run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False)
+    spelled_out = {**BASE, "data": {**BASE["data"], "holdout_fraction": 0.02}}  # LMDataModule's default, written out
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=spelled_out)
+    assert run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False).failed == []
+    assert len(calls(runs / "g/vanilla/seed0")) == 1  # done already: not retrained
+
+
 def test_dry_run_lists_runs_and_writes_nothing(tmp_path, fake):
     grid = write_grid(tmp_path, {**THREE_CELLS, "seeds": [0, 1]})
     out = tmp_path / "dry.txt"
