@@ -11,11 +11,8 @@ runs hold analysis/analysis.json, and the status of every run.
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,7 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from lit_resformer.reporting import atomic_write
+from lit_resformer.reporting import atomic_write, markdown_table, markdown_to_html, pyplot, save_figure
 from lit_resformer.run_dir import RunDir
 
 from . import metrics as M
@@ -92,10 +89,7 @@ class Document:
         self.parts.append(text + "\n")
 
     def table(self, header: list[str], rows: list[list[str]]) -> None:
-        cell = lambda v: str(v).replace("|", "\\|")  # noqa: E731
-        lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-        self.parts.append("\n".join(lines) + "\n")
+        self.parts.append(markdown_table(header, rows) + "\n")
 
     def image(self, path: Path, caption: str) -> None:
         self.parts.append(f"![{caption}]({path.relative_to(self.base).as_posix()})\n")
@@ -105,34 +99,6 @@ class Document:
 
     def markdown(self) -> str:
         return "\n".join(self.parts)
-
-
-HTML_STYLE = (
-    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
-    "td,th{border:1px solid #bbb;padding:0.25em 0.6em;text-align:right}"
-    "td:first-child,th:first-child{text-align:left}th{background:#eee}"
-    "img{max-width:100%;border:1px solid #ddd}code{background:#f3f3f3}"
-)
-
-
-def markdown_to_html(text: str, base: Path, title: str) -> str:
-    """A self-contained page: the markdown rendered, local images embedded as base64 PNG data."""
-    import markdown
-
-    body = markdown.markdown(text, extensions=["tables"])
-
-    def inline(match: re.Match) -> str:
-        path = base / html.unescape(match.group(1))
-        if not path.is_file():
-            return match.group(0)
-        return f'src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}"'
-
-    body = re.sub(r'src="(?!data:)([^"]+\.png)"', inline, body)
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{HTML_STYLE}</style></head><body>\n{body}\n</body></html>\n"
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -179,22 +145,13 @@ def _status_note(record: RunRecord) -> str:
 
 class Plotter:
     def __init__(self, directory: Path, cells: Sequence[str]):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        self.plt = plt
+        self.plt = pyplot()
         self.directory = directory
-        palette = plt.get_cmap("tab10" if len(cells) <= 10 else "tab20")
+        palette = self.plt.get_cmap("tab10" if len(cells) <= 10 else "tab20")
         self.colors = {cell: palette(i % palette.N) for i, cell in enumerate(cells)}
 
     def save(self, fig, name: str) -> Path:
-        path = self.directory / f"{name}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        self.plt.close(fig)
-        return path
+        return save_figure(fig, self.directory / f"{name}.png")
 
     def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None) -> Path:
         fig, ax = self.plt.subplots(figsize=(8, 4.5))
@@ -510,9 +467,9 @@ def _mean_results(results: list[dict]) -> dict:
 
 
 def _analysis_section(doc, grid_dir, cells, done) -> None:
-    """lit_resformer.analysis' own section (entropy by layer, first-token ratios, learnable mixing
-    weights) over the finished runs; nothing when no run has analysis results or mixing weights."""
-    from lit_resformer.analysis import analysis_section
+    """Entropy by layer, first-token ratios and learnable mixing weights over the finished runs (report_analysis);
+    nothing when no run has analysis results or mixing weights."""
+    from .report_analysis import analysis_section
 
     run_dirs = {cell: [r.run.path for r in done[cell]] for cell in cells if done[cell]}
     if not run_dirs:

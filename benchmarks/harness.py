@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import platform
 import re
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from lit_resformer import runtime
+from lit_resformer import reporting, runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -196,9 +195,7 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
             return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.3f}"
         return str(value)
 
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return reporting.markdown_table(headers, [[cell(v) for v in row] for row in rows])
 
 
 def target_mark(metric: Metric) -> str:
@@ -213,13 +210,8 @@ def write_json(result: Result, meta: dict, results_dir: Path = RESULTS_DIR) -> P
     for m in result.metrics:
         if not m.metric.startswith(result.name + "."):
             raise ValueError(f"metric {m.metric!r} must start with {result.name!r}.")
-    results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"{result.name}.json"
     entries = [asdict(m) for m in result.metrics] + [{"meta": {**meta, **result.meta}}]
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(entries, indent=1) + "\n")
-    tmp.replace(path)
-    return path
+    return reporting.atomic_write_json(results_dir / f"{result.name}.json", entries, indent=1)
 
 
 def _markers(name: str) -> tuple[str, str]:
@@ -245,9 +237,7 @@ def update_markdown(result: Result, meta: dict, path: Path = MARKDOWN) -> Path:
     sections[result.name] = f"## {result.name}\n\n{machine}\n\n{result.markdown.strip()}\n\n"
     order = [n for n in BENCHMARKS if n in sections] + sorted(set(sections) - set(BENCHMARKS))
     body = "".join(f"{_markers(n)[0]}\n{sections[n]}{_markers(n)[1]}\n\n" for n in order)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(MARKDOWN_HEADER + "\n" + body.rstrip() + "\n")
-    return path
+    return reporting.atomic_write(path, MARKDOWN_HEADER + "\n" + body.rstrip() + "\n")
 
 
 # ------------------------------------------------------------------------------------------- training steps

@@ -26,6 +26,7 @@ from lm_eval.utils import handle_non_serializable
 from eval.lm_eval_model import DEFAULT_BATCH_SIZE, LitResFormerLM
 from eval.report import write_report
 from eval.tasks import build_task_manager, load_manifest, project_task_names, resolve_tasks
+from lit_resformer.reporting import atomic_write, atomic_write_json
 from lit_resformer.run_dir import EVAL_RESULTS, RunDir
 
 
@@ -40,14 +41,12 @@ def _default_name(ckpt) -> str:
 def write_results(results: dict, out_dir: str | Path) -> Path:
     """results.json without samples, plus one samples_<task>.jsonl per task; returns results.json's path."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     summary = {k: v for k, v in results.items() if k != "samples"}
-    path = out_dir / EVAL_RESULTS
-    path.write_text(json.dumps(summary, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n")
     for task, samples in results.get("samples", {}).items():
         lines = (json.dumps(s, default=handle_non_serializable, ensure_ascii=False) for s in samples)
-        (out_dir / f"samples_{task}.jsonl").write_text("\n".join(lines) + "\n")
-    return path
+        atomic_write(out_dir / f"samples_{task}.jsonl", "\n".join(lines) + "\n")
+    # written last: its presence says the evaluation is complete
+    return atomic_write_json(out_dir / EVAL_RESULTS, summary, default=handle_non_serializable, ensure_ascii=False)
 
 
 def run_eval(

@@ -49,13 +49,13 @@ model is vanilla. For Hugging Face models only attention and hidden states are a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lit_resformer.model import Transformer
+from lit_resformer.reporting import atomic_write_json
 from lit_resformer.run_dir import ANALYSIS_RESULTS, RunDir
 
 from .plots import write_plots
@@ -188,7 +188,7 @@ def analyze(models: dict[str, torch.nn.Module], batches: torch.Tensor, out_dir: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report["plots"] = [p.name for p in write_plots(report, out)]
-    (out / ANALYSIS_RESULTS).write_text(json.dumps(report, indent=1))
+    atomic_write_json(out / ANALYSIS_RESULTS, report, indent=1)
     return report
 
 
