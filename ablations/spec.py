@@ -4,7 +4,8 @@ A grid file names a base experiment (LightningCLI YAML), a baseline cell, seeds,
 as dicts of dotted overrides and/or a `matrix` of values whose cartesian product makes the cells:
 
     name: fig7                                   # optional, defaults to the file's stem
-    base: configs/experiments/cpu-base.yaml      # relative to the grid file, the cwd or the repo
+    base: configs/experiments/cpu-base.yaml      # relative to the grid file, the cwd or the repo; a list of
+                                                 # configs is merged in order, as several `fit --config`
     baseline: vanilla
     seeds: [0, 1, 2]
     overrides: {trainer.max_steps: 200}          # applied to every cell (cells may override them)
@@ -34,7 +35,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from lit_resformer.experiment import ConfigChecker
+from lit_resformer.experiment import ConfigChecker, load_experiment
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +76,7 @@ class Run:
 class Grid:
     name: str
     path: Path
-    base_path: Path
+    base_paths: list[Path]
     baseline: str
     seeds: list[int]
     cells: list[Cell]
@@ -109,7 +110,7 @@ class Grid:
             "name": self.name,
             "description": self.description,
             "grid_file": str(self.path),
-            "base": str(self.base_path),
+            "base": " + ".join(str(p) for p in self.base_paths),
             "baseline": self.baseline,
             "seeds": self.seeds,
             "overrides": self.overrides,
@@ -140,8 +141,8 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
     _check_name(name, f"{where}: name")
     if "base" not in spec:
         raise GridError(f"{where}: missing field 'base' (the experiment YAML every cell starts from)")
-    base_path = _resolve_base(spec["base"], path)
-    base = _load_base(base_path)
+    base_paths = [_resolve_base(b, path) for b in (spec["base"] if isinstance(spec["base"], list) else [spec["base"]])]
+    base = _load_base(base_paths)
 
     seeds = list(seeds) if seeds is not None else spec.get("seeds", [0])
     if (
@@ -178,7 +179,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
     return Grid(
         name=name,
         path=path.resolve(),
-        base_path=base_path,
+        base_paths=base_paths,
         baseline=baseline,
         seeds=seeds,
         cells=cells,
@@ -307,7 +308,7 @@ def _check_name(name: Any, what: str) -> None:
 
 def _resolve_base(base: Any, grid_path: Path) -> Path:
     if not isinstance(base, str):
-        raise GridError(f"{grid_path}: base must be a path to an experiment YAML, got {base!r}")
+        raise GridError(f"{grid_path}: base must be a path to an experiment YAML or a list of them, got {base!r}")
     candidates = [Path(base)] if Path(base).is_absolute() else [grid_path.parent / base, Path.cwd() / base, REPO_ROOT / base]
     for candidate in candidates:
         if candidate.is_file():
@@ -315,13 +316,14 @@ def _resolve_base(base: Any, grid_path: Path) -> Path:
     raise GridError(f"{grid_path}: base experiment '{base}' not found (looked in {[str(c) for c in candidates]})")
 
 
-def _load_base(path: Path) -> dict:
+def _load_base(paths: list[Path]) -> dict:
+    where = " + ".join(str(p) for p in paths)
     try:
-        base = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        base = load_experiment(*paths)
     except (OmegaConfBaseException, yaml.YAMLError, ValueError) as e:
-        raise GridError(f"base experiment {path}: cannot read it: {e}") from e
+        raise GridError(f"base experiment {where}: cannot read it: {e}") from e
     if not isinstance(base, dict):
-        raise GridError(f"base experiment {path} must be a mapping of config sections (trainer, model, data, ...)")
+        raise GridError(f"base experiment {where} must be a mapping of config sections (trainer, model, data, ...)")
     return base
 
 

@@ -1,4 +1,16 @@
-"""An experiment config: the LightningCLI that runs it (`lit-resformer fit|validate|test`) and the checks it must pass.
+"""An experiment config: how it composes, the LightningCLI that runs it (`lit-resformer fit|validate|test`) and
+the checks it must pass.
+
+Configs compose from pieces (configs/recipes, configs/data, configs/models), each a partial config. An experiment
+file names its pieces under `compose`, paths relative to itself, and adds its own settings:
+
+    compose: [../recipes/cpu.yaml, ../data/embedded.yaml, ../models/tiny.yaml]
+    model:
+      config: {residual: {target: v}}
+
+`--config` of such a file means one `--config` per piece, in order, then one for its own settings: LightningCLI
+merges several configs exactly so, later ones overriding earlier ones. A piece may compose others. The run's
+config.yaml holds the whole resolved config.
 
 `ConfigChecker` applies the same parser and the same checks to a config dict without training, building a Trainer
 or reading data: the ablation grid validates its cells with it, so a cell is refused exactly when `fit` would
@@ -8,6 +20,7 @@ refuse it.
 from __future__ import annotations
 
 import difflib
+import sys
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -20,12 +33,72 @@ from jsonargparse import ActionConfigFile, Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
+from omegaconf import OmegaConf
 
 from .data import LMDataModule
 from .lit_module import LitResFormer
 from .model import ModelConfig
 from .reporting import atomic_write
 from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem
+
+COMPOSE = "compose"
+
+
+def config_layers(path: str | Path, _within: tuple[Path, ...] = ()) -> list[Path | dict]:
+    """The configs a config file stands for, in merge order: the pieces under its `compose` (each expanded the same
+    way), then its own settings as a dict; a file without `compose` stands for itself."""
+    path = Path(path).resolve()
+    if path in _within:
+        raise ValueError(f"{path} composes itself: {' -> '.join(str(p) for p in (*_within, path))}")
+    config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    if not isinstance(config, dict) or COMPOSE not in config:
+        return [path]
+    pieces = config.pop(COMPOSE)
+    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+        raise ValueError(f"{path}: {COMPOSE} must be a list of config files (relative to it), got {pieces!r}")
+    layers: list[Path | dict] = []
+    for piece in pieces:
+        piece_path = path.parent / piece
+        if not piece_path.is_file():
+            raise ValueError(f"{path}: {COMPOSE} names {piece!r}, but {piece_path} does not exist")
+        layers += config_layers(piece_path, (*_within, path))
+    return layers + ([config] if config else [])
+
+
+def load_experiment(*paths: str | Path) -> dict:
+    """One dict holding what `fit --config P1 --config P2 ...` reads, pieces composed and interpolations resolved."""
+    merged = OmegaConf.create({})
+    for path in paths:
+        for layer in config_layers(path):
+            merged = OmegaConf.merge(merged, OmegaConf.load(layer) if isinstance(layer, Path) else layer)
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def expand_config_args(args: Sequence[str]) -> list[str]:
+    """Command-line arguments with every `--config FILE` replaced by one `--config` per layer of the file."""
+    out: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--config" and rest:
+            value = rest.pop(0)
+        elif arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+        else:
+            out.append(arg)
+            continue
+        layers = config_layers(value) if Path(value).is_file() else [value]  # else: YAML text, jsonargparse's own
+        for layer in layers:
+            out += ["--config", yaml.safe_dump(layer, sort_keys=False) if isinstance(layer, dict) else str(layer)]
+    return out
+
+
+def config_name(args: Sequence[str]) -> str:
+    """The stem of the last config file given on the command line ("default" for none): the run's default name."""
+    files = [value for flag, value in zip(args, args[1:], strict=False) if flag == "--config"]
+    files += [arg.split("=", 1)[1] for arg in args if arg.startswith("--config=")]
+    files = [f for f in files if Path(f).is_file()]
+    return Path(files[-1]).stem if files else "default"
 
 
 class RunConfig(SaveConfigCallback):
@@ -112,8 +185,13 @@ class ResFormerCLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.config.vocab_size", apply_on="instantiate")
 
     def parse_arguments(self, parser, args) -> None:
-        super().parse_arguments(parser, args)
         try:
+            if isinstance(args, (dict, Namespace)):
+                self.config = parser.parse_object(args)
+            else:
+                args = sys.argv[1:] if args is None else list(args)
+                self.config_name = config_name(args)
+                self.config = parser.parse_args(expand_config_args(args))
             self._check_arguments()
         except ValueError as err:  # a config mistake: one clear line, before anything is written
             parser.exit(2, f"lit-resformer: error: {err}\n")
@@ -130,8 +208,7 @@ class ResFormerCLI(LightningCLI):
             return
         cfg = self.config[sub]
         if not cfg.trainer.default_root_dir:
-            stem = Path(cfg.config[-1].relative or cfg.config[-1].absolute).stem if cfg.get("config") else "default"
-            cfg.trainer.default_root_dir = str(Path("runs") / stem)
+            cfg.trainer.default_root_dir = str(Path("runs") / getattr(self, "config_name", "default"))
         run = RunDir(cfg.trainer.default_root_dir)
         ckpt = cfg.get("ckpt_path")
         if ckpt == "last":

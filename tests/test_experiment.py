@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from ablations import GridError, load_grid
 from lit_resformer.cli import main
-from lit_resformer.experiment import describe_type
+from lit_resformer.experiment import config_layers, describe_type, load_experiment
 
 # Each: dotted overrides of the tiny experiment (2 layers, max_seq_len 64, seq_len 16, micro-batch 4, local corpus).
 REFUSED = {
@@ -89,3 +89,54 @@ def test_types_in_words():
     assert describe_type(Literal["none", "v"]) == "one of ['none', 'v']"
     assert describe_type(float | Literal["uniform"]) == "a number or one of ['uniform']"
     assert describe_type(list[int]) == "a list" and describe_type(dict[str, float]) == "a mapping"
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+PIECES = [CONFIGS / "recipes/cpu.yaml", CONFIGS / "data/embedded.yaml", CONFIGS / "models/tiny.yaml"]
+
+
+def printed_config(capsys, *args: str) -> dict:
+    with pytest.raises(SystemExit) as done:
+        main(["fit", *args, "--print_config"])
+    assert done.value.code in (0, None)
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def test_an_experiment_is_its_pieces_in_order(capsys):
+    experiment = CONFIGS / "experiments/cpu-demo-resformer.yaml"
+    composed = printed_config(capsys, "--config", str(experiment))
+    by_hand = printed_config(capsys, *(a for p in PIECES for a in ("--config", str(p))),
+                             "--model.config.residual.target", "v")
+    assert composed == by_hand
+    assert (composed["trainer"]["max_steps"], composed["data"]["micro_batch_size"], composed["data"]["bpe_vocab_size"],
+            composed["model"]["config"]["size"], composed["model"]["config"]["residual"]["target"]) == (
+            400, 16, 4096, "tiny", "v")
+    # the grid reads the same experiment the same way, whether as one file or as its list of pieces
+    pieces_then_variant = load_experiment(*PIECES)
+    pieces_then_variant["model"]["config"]["residual"] = {"target": "v"}
+    assert load_experiment(experiment) == pieces_then_variant
+
+
+def test_grid_base_may_be_a_list_of_configs(tmp_path):
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump({"base": [str(p) for p in PIECES], "baseline": "vanilla",
+                                    "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}}))
+    loaded = load_grid(grid)
+    assert loaded.configs["resformer"] == load_experiment(CONFIGS / "experiments/cpu-demo-resformer.yaml")
+    assert loaded.manifest()["base"] == " + ".join(str(p.resolve()) for p in PIECES)
+
+
+def test_composition_mistakes_are_named(tmp_path, capsys):
+    (tmp_path / "a.yaml").write_text("compose: [b.yaml]\n")
+    (tmp_path / "b.yaml").write_text("compose: [a.yaml]\n")
+    (tmp_path / "c.yaml").write_text("compose: [missing.yaml]\n")
+    with pytest.raises(ValueError, match="composes itself"):
+        config_layers(tmp_path / "a.yaml")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(tmp_path / "c.yaml")])
+    assert "compose names 'missing.yaml'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("grid", sorted(p.name for p in (CONFIGS / "grids").glob("*.yaml")))
+def test_every_shipped_grid_validates(grid):
+    assert load_grid(CONFIGS / "grids" / grid).runs()
