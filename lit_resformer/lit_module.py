@@ -1,4 +1,4 @@
-"""LightningModule: loss, AdamW groups, warmup + cosine schedule, per-step and per-domain logging (DESIGN §4)."""
+"""LightningModule: loss, AdamW groups, warmup + cosine schedule, per-step and per-domain logging (paper §4.1.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Attention-concentration analysis (paper §4.1.3-4.5, DESIGN §8).
+"""Attention-concentration analysis (paper §4.1.3-4.5).
 
 metrics.py  the measures as functions on tensors (importance entropy, similarity, norms, spectra, Fig. 4)
 trace.py    AnalysisTrace: reduces a model's per-layer internals on the fly (bounded memory)
