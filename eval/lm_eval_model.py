@@ -75,14 +75,9 @@ class LitResFormerLM(TemplateLM):
         if (ckpt is None) == (model is None):
             raise ValueError("give exactly one of ckpt=PATH or model=... (with tokenizer=...)")
         if ckpt is not None:
-            ckpt = Path(ckpt)
-            if not ckpt.is_file():
-                raise FileNotFoundError(f"ckpt={str(ckpt)!r}: no such checkpoint file")
             from lit_resformer import load_checkpoint
 
             model, tokenizer = load_checkpoint(ckpt)
-            if tokenizer is None:
-                raise ValueError(f"ckpt={str(ckpt)!r} holds no tokenizer; lm-eval needs the run's tokenizer")
         if tokenizer is None:
             raise ValueError("tokenizer=None: an in-memory model needs its tokenizers.Tokenizer")
         eot_id = tokenizer.token_to_id(EOS_TOKEN)

@@ -319,7 +319,7 @@ def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int 
             tokenizer = Tokenizer.from_file(str(tokenizer_file)).to_str() if tokenizer_file.is_file() else None
         else:
             models[name], loaded_tokenizer = load_checkpoint(str(path))
-            tokenizer = loaded_tokenizer.to_str() if loaded_tokenizer is not None else None
+            tokenizer = loaded_tokenizer.to_str()
             if data_hparams is None:
                 data_hparams = _datamodule_hparams(path)
         sources[name] = str(path)
