@@ -178,6 +178,14 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
     summary["wall_time_sec"] += time.monotonic() - started
     summary["finished_at"] = now()
     summary["returncode"] = returncode
+    summary.update(_outcome(run, returncode, _read_from(run.stderr_log, stderr_offset)))
+    run.write_summary(summary)
+    return summary
+
+
+def _outcome(run: RunDir, returncode: int, stderr: str) -> dict:
+    """The attempt's results and status: diverged (the run's divergence record), done, or failed with its error."""
+    summary: dict = {}
     try:
         summary.update(results(run))
     except Exception as e:  # a half-written metrics file must not stop the grid; say what happened
@@ -192,12 +200,11 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
         summary["error"] = None
     else:
         summary["status"] = "failed"
-        error, tail = error_lines(_read_from(run.stderr_log, stderr_offset))
+        error, tail = error_lines(stderr)
         if returncode < 0:
             error = f"killed by {signal.Signals(-returncode).name}" + (f" (last output: {error})" if error else "")
         summary["error"] = error or f"exit code {returncode}"
         summary["error_tail"] = tail
-    run.write_summary(summary)
     return summary
 
 

@@ -115,6 +115,33 @@ def check_devices(runs: list[Run], pool, gpus_per_run: int) -> None:
                             f"{gpus_per_run}; pass --gpus-per-run {devices}")
 
 
+def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) -> None:
+    """Run the jobs through the executor, recording each outcome as it arrives under a progress bar."""
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    bar = tqdm(total=len(jobs), desc=f"grid {outcome.grid.name}", unit="run", disable=not progress or not jobs,
+               file=sys.stderr)
+
+    def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
+        with lock:
+            if summary is None:
+                outcome.errors[job.name] = error
+                counts["error"] += 1
+                bar.write(f"{job.name}: could not run: {error}")
+            else:
+                outcome.summaries[job.name] = summary
+                counts[summary.get("status", "?")] += 1
+                if summary.get("status") != "done":
+                    bar.write(f"{job.name}: {summary.get('status')}: {summary.get('error')}")
+            bar.update(1)
+            bar.set_postfix(dict(counts))
+
+    try:
+        pool.run(jobs, on_done)
+    finally:
+        bar.close()
+
+
 def run_grid(
     grid: str | Path,
     runs_dir: str | Path = "runs",
@@ -175,28 +202,7 @@ def run_grid(
     for p in planned:
         write_config(p.run_dir, p.run.config, p.run.name, spec.same_run)
 
-    counts: Counter[str] = Counter()
-    lock = threading.Lock()
-    bar = tqdm(total=len(jobs), desc=f"grid {spec.name}", unit="run", disable=not progress or not jobs, file=sys.stderr)
-
-    def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
-        with lock:
-            if summary is None:
-                outcome.errors[job.name] = error
-                counts["error"] += 1
-                bar.write(f"{job.name}: could not run: {error}")
-            else:
-                outcome.summaries[job.name] = summary
-                counts[summary.get("status", "?")] += 1
-                if summary.get("status") != "done":
-                    bar.write(f"{job.name}: {summary.get('status')}: {summary.get('error')}")
-            bar.update(1)
-            bar.set_postfix(dict(counts))
-
-    try:
-        pool.run(jobs, on_done)
-    finally:
-        bar.close()
+    _run_jobs(pool, jobs, outcome, progress)
     for p in planned:
         if p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
             outcome.summaries[p.run.name] = p.run_dir.read_summary()

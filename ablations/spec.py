@@ -167,15 +167,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
     cells = _assign_baselines(cells, baseline, where)
 
     checker = ConfigChecker()
-    _check_keys(checker, overrides, f"{where}: overrides")
-    configs = {}
-    for cell in cells:
-        cell_where = f"{where}: cell '{cell.name}'"
-        _check_keys(checker, cell.overrides, cell_where)
-        cell_overrides = {**overrides, **cell.overrides}
-        configs[cell.name] = _resolve_config(base, cell_overrides, cell_where)
-        _check_cell(checker, configs[cell.name], cell_overrides, cell_where)
-
+    configs = _cell_configs(checker, base, overrides, cells, where)
     return Grid(
         name=name,
         path=path.resolve(),
@@ -335,6 +327,20 @@ def _resolve_config(base: dict, overrides: dict[str, Any], where: str) -> dict:
         except OmegaConfBaseException as e:
             raise GridError(f"{where}: cannot apply override {key}={value!r}: {e}") from e
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def _cell_configs(checker: ConfigChecker, base: dict, overrides: dict[str, Any], cells: list[Cell],
+                  where: str) -> dict[str, dict]:
+    """cell name -> the base with the grid's and the cell's overrides, each config checked as `fit` checks it."""
+    _check_keys(checker, overrides, f"{where}: overrides")
+    configs = {}
+    for cell in cells:
+        cell_where = f"{where}: cell '{cell.name}'"
+        _check_keys(checker, cell.overrides, cell_where)
+        cell_overrides = {**overrides, **cell.overrides}
+        configs[cell.name] = _resolve_config(base, cell_overrides, cell_where)
+        _check_cell(checker, configs[cell.name], cell_overrides, cell_where)
+    return configs
 
 
 def _check_keys(checker: ConfigChecker, overrides: dict[str, Any], where: str) -> None:
