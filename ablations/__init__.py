@@ -7,13 +7,14 @@
 Command line: `python -m ablations run GRID.yaml [...]` and `python -m ablations report RUNS/<grid>`.
 """
 
+from lit_resformer.run_dir import RunConflict, RunDir
+
 from .executors import LocalExecutor, SlurmExecutor
 from .job import RunJob, execute
 from .metrics import read_metrics
 from .report import write_report
 from .runner import GridOutcome, run_grid
 from .spec import Grid, GridError, load_grid
-from .store import RunConflict, RunDir
 
 __all__ = [
     "Grid", "GridError", "GridOutcome", "LocalExecutor", "RunConflict", "RunDir", "RunJob", "SlurmExecutor",

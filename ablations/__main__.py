@@ -6,11 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from .job import HOOKS, run_hook_in_process
+from lit_resformer.run_dir import RunConflict
+
+from .job import POST_TRAINING, post_training_step
 from .report import write_report
 from .runner import run_grid
 from .spec import GridError
-from .store import RunConflict
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,9 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write report.md and index.html for RUNS_DIR/<grid>")
     report.add_argument("grid_dir", type=Path)
 
-    hook = sub.add_parser("hook", help=argparse.SUPPRESS)  # used by the runner: one plug-in on one run
-    hook.add_argument("kind", choices=sorted(HOOKS))
-    hook.add_argument("run_dir", type=Path)
+    step = sub.add_parser("post-train", help=argparse.SUPPRESS)  # used by the runner: one step on one finished run
+    step.add_argument("kind", choices=sorted(POST_TRAINING))
+    step.add_argument("run_dir", type=Path)
     return parser
 
 
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         return 0
-    run_hook_in_process(args.kind, args.run_dir)
+    post_training_step(args.kind)(args.run_dir)
     return 0
 
 

@@ -41,6 +41,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from lit_resformer.reporting import markdown_table
+
 from . import metrics as M
 from .stats import critical_point, paired_difference
 
@@ -335,12 +337,7 @@ def _metric_label(claim: Claim) -> str:
 
 def markdown(verdicts: Sequence[Verdict]) -> str:
     """The scoreboard as a markdown table and a count of each verdict."""
-    from .report import Document  # the report imports this module for its Claims section
-
-    doc = Document(Path("."))
-    doc.table(*table(verdicts))
-    doc.text(counts(verdicts))
-    return doc.markdown()
+    return markdown_table(*table(verdicts)) + "\n" + counts(verdicts) + "\n"
 
 
 def counts(verdicts: Sequence[Verdict]) -> str:

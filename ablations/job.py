@@ -1,11 +1,10 @@
 """One run of a grid: train (or resume) through the training command, record its outcome, then run
-the optional eval/analysis hooks. Executors call `execute` locally or inside a SLURM job."""
+the optional eval/analysis steps. Executors call `execute` locally or inside a SLURM job."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib
 import os
 import shlex
 import shutil
@@ -17,17 +16,41 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import metrics as M
-from .store import FINISHED, RunBusy, RunDir, diverged_step, error_lines, now
+from lit_resformer.run_dir import RunBusy, RunDir
+
+from .store import FINISHED, error_lines, now, results
 
 TRAIN_COMMAND_ENV = "LIT_RESFORMER_TRAIN_CMD"
 
-# Post-training plug-ins provided by other packages: kind -> (module, function, result file). The
-# function takes the run directory and writes the result file into it.
-HOOKS = {
-    "eval": ("eval.run", "evaluate_run_dir", "eval/results.json"),
-    "analyze": ("lit_resformer.analysis", "analyze_run_dir", "analysis/analysis.json"),
-}
+
+def _evaluate():
+    from eval.run import evaluate_run_dir
+
+    return evaluate_run_dir
+
+
+def _analyze():
+    from lit_resformer.analysis import analyze_run_dir
+
+    return analyze_run_dir
+
+
+# The steps that can follow training: kind -> the function(run_dir) that writes the run's results, imported only
+# when a grid asks for it (lm-eval takes seconds to import).
+POST_TRAINING = {"eval": _evaluate, "analyze": _analyze}
+
+
+def post_training_step(kind: str):
+    """The function of `--eval` / `--analyze`; a clear error, before any training, when it cannot run here."""
+    try:
+        return POST_TRAINING[kind]()
+    except ImportError as e:
+        raise RuntimeError(f"--{kind} cannot run here: {e}") from e
+
+
+def post_training_result(kind: str, run: RunDir) -> Path:
+    """The file whose presence says the step is done."""
+    return run.eval_results if kind == "eval" else run.analysis_results
 
 
 def default_train_command() -> list[str]:
@@ -46,18 +69,6 @@ def default_train_command() -> list[str]:
     return [str(script), "fit"]
 
 
-def hook_function(kind: str):
-    """The plug-in function for `--eval` / `--analyze`, with a clear error while it does not exist."""
-    module_name, function_name, _ = HOOKS[kind]
-    try:
-        module = importlib.import_module(module_name)
-        return getattr(module, function_name)
-    except (ImportError, AttributeError) as e:
-        raise RuntimeError(
-            f"--{kind} needs {module_name}.{function_name}(run_dir), which is not available yet ({e})"
-        ) from e
-
-
 @dataclass
 class RunJob:
     grid: str
@@ -65,8 +76,8 @@ class RunJob:
     seed: int
     run_dir: Path
     command: list[str]  # the training command before --config ...
-    train: bool = True  # False: training is finished, only hooks are pending
-    hooks: tuple[str, ...] = ()
+    train: bool = True  # False: training is finished, only post-training steps are pending
+    post_training: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)  # set for the training process (e.g. devices)
 
     @property
@@ -88,8 +99,8 @@ def execute(job: RunJob, env: dict[str, str] | None = None, lock_wait_s: float =
         if job.train and summary.get("status") not in FINISHED:
             summary = _train(job, run, summary, env, lock_fd)
         if summary.get("status") == "done":
-            for kind in job.hooks:
-                summary = _run_hook(kind, job, run, summary, env)
+            for kind in job.post_training:
+                summary = _post_train(kind, run, summary, env)
         return summary
 
 
@@ -109,8 +120,8 @@ def _lock_with_wait(run: RunDir, wait_s: float):
 
 def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) -> dict:
     attempt = previous.get("attempts", 0) + 1
-    resume = run.resumable()
-    command = [*job.command, "--config", str(run.experiment), "--trainer.default_root_dir", str(run.path)]
+    resume = run.has_checkpoint()
+    command = [*job.command, "--config", str(run.experiment_file), "--trainer.default_root_dir", str(run.path)]
     if resume or run.has_training_output():
         command += ["--ckpt_path", "last"]
     summary = {
@@ -138,13 +149,12 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
     # Lightning draws a Rich progress bar, which renders live only on a terminal: declare the log one,
     # so that `tail -f logs/stdout.log` (or `less -R`) shows the run's own bar while it trains.
     env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", **env}
-    run.logs.mkdir(parents=True, exist_ok=True)
-    stderr_offset = run.stderr.stat().st_size if run.stderr.exists() else 0
-    stdout_offset = run.stdout.stat().st_size if run.stdout.exists() else 0
+    run.logs_dir.mkdir(parents=True, exist_ok=True)
+    stderr_offset = run.stderr_log.stat().st_size if run.stderr_log.exists() else 0
     started = time.monotonic()
     banner = f"===== attempt {attempt} at {summary['started_at']}{' (resuming)' if resume else ''}: {shlex.join(command)}\n"
-    with open(run.stdout, "a") as out, open(run.stderr, "a") as err:
-        for path, log in ((run.stdout, out), (run.stderr, err)):
+    with open(run.stdout_log, "a") as out, open(run.stderr_log, "a") as err:
+        for path, log in ((run.stdout_log, out), (run.stderr_log, err)):
             # a killed attempt may have stopped mid-line (a progress bar): start the banner on its own line
             log.write(("\n" if not _ends_with_newline(path) else "") + banner)
             log.flush()
@@ -168,15 +178,19 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
     summary["wall_time_sec"] += time.monotonic() - started
     summary["finished_at"] = now()
     summary["returncode"] = returncode
-    log_text = _read_from(run.stderr, stderr_offset) + _read_from(run.stdout, stdout_offset)
+    summary.update(_outcome(run, returncode, _read_from(run.stderr_log, stderr_offset)))
+    run.write_summary(summary)
+    return summary
+
+
+def _outcome(run: RunDir, returncode: int, stderr: str) -> dict:
+    """The attempt's results and status: diverged (the run's divergence record), done, or failed with its error."""
+    summary: dict = {}
     try:
-        summary.update(run.results())
+        summary.update(results(run))
     except Exception as e:  # a half-written metrics file must not stop the grid; say what happened
         summary["results_error"] = f"{type(e).__name__}: {e}"
-    nan_step = M.first_non_finite_step(run.path)
-    step = diverged_step(log_text)
-    if step is None and nan_step is not None:
-        step = nan_step
+    step = run.diverged_step()
     summary["diverged_step"] = step
     if step is not None:
         summary["status"] = "diverged"
@@ -186,40 +200,36 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
         summary["error"] = None
     else:
         summary["status"] = "failed"
-        error, tail = error_lines(_read_from(run.stderr, stderr_offset))
+        error, tail = error_lines(stderr)
         if returncode < 0:
             error = f"killed by {signal.Signals(-returncode).name}" + (f" (last output: {error})" if error else "")
         summary["error"] = error or f"exit code {returncode}"
         summary["error_tail"] = tail
-    run.write_summary(summary)
     return summary
 
 
-def _run_hook(kind: str, job: RunJob, run: RunDir, summary: dict, env: dict) -> dict:
-    """Run a plug-in as its own process (on the run's devices); skipped when its result exists."""
-    _, _, result_file = HOOKS[kind]
-    if (run.path / result_file).is_file():
-        summary[kind] = {"status": "done", "result": result_file}
+def _post_train(kind: str, run: RunDir, summary: dict, env: dict) -> dict:
+    """Run a post-training step as its own process (on the run's devices); skipped when its result exists."""
+    result = post_training_result(kind, run)
+    done = {"status": "done", "result": str(result.relative_to(run.path))}
+    if result.is_file():
+        summary[kind] = done
         run.write_summary(summary)
         return summary
-    log = run.logs / f"{kind}.log"
+    log = run.logs_dir / f"{kind}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as out:
         returncode = subprocess.call(
-            [sys.executable, "-m", "ablations", "hook", kind, str(run.path)], stdout=out, stderr=subprocess.STDOUT, env=env
+            [sys.executable, "-m", "ablations", "post-train", kind, str(run.path)], stdout=out,
+            stderr=subprocess.STDOUT, env=env,
         )
-    if returncode == 0 and (run.path / result_file).is_file():
-        summary[kind] = {"status": "done", "result": result_file}
+    if returncode == 0 and result.is_file():
+        summary[kind] = done
     else:
         error, _ = error_lines(log.read_text())
         summary[kind] = {"status": "failed", "error": error or f"exit code {returncode}", "log": str(log)}
     run.write_summary(summary)
     return summary
-
-
-def run_hook_in_process(kind: str, run_dir: Path) -> None:
-    """Entry point of `python -m ablations hook KIND RUN_DIR`."""
-    hook_function(kind)(Path(run_dir))
 
 
 def _ends_with_newline(path: Path) -> bool:

@@ -1,18 +1,16 @@
 """A run's logged metrics as one table, and the smoothing the paper uses for loss curves (§4.1.2).
 
-Reading the CSV files (one `csv/version_N/metrics.csv` per start of a run, merged so that a resumed
-run's repeated steps replace the interrupted ones) is `lit_resformer.run_metrics`' job; this module
-turns its series into a pandas table indexed by step.
+`RunDir.read_metrics` reads the logs (restarts merged); this module turns its series into a pandas table
+indexed by step.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 
-from lit_resformer.run_metrics import read_metrics as read_series
+from lit_resformer.run_dir import RunDir
 
 TRAIN_LOSS = "train/loss"
 VAL_LOSS = "val/loss"
@@ -25,9 +23,9 @@ TOKENS_SEEN = "train/tokens_seen"
 TOKENS_PER_SEC = ("train/tokens_per_sec", "train/items_per_sec", "train/device/items_per_sec")
 
 
-def read_metrics(run_dir: str | Path) -> pd.DataFrame:
+def read_metrics(run: str | Path | RunDir) -> pd.DataFrame:
     """One row per logged step, one column per metric (NaN where a metric was not logged)."""
-    series = read_series(run_dir)
+    series = (run if isinstance(run, RunDir) else RunDir(run)).read_metrics()
     frame = pd.DataFrame({name: pd.Series(dict(points), dtype=float) for name, points in series.items()})
     frame.index.name = "step"
     return frame.sort_index()
@@ -48,8 +46,3 @@ def smooth(values: pd.Series, window: int) -> pd.Series:
 
 def domains(metrics: pd.DataFrame) -> list[str]:
     return sorted(c.removeprefix(VAL_DOMAIN_PREFIX) for c in metrics.columns if c.startswith(VAL_DOMAIN_PREFIX))
-
-
-def first_non_finite_step(run_dir: str | Path) -> int | None:
-    """First step whose logged training loss is NaN or infinite (a trainer that logs it before stopping)."""
-    return next((step for step, value in read_series(run_dir).get(TRAIN_LOSS, []) if not math.isfinite(value)), None)

@@ -13,11 +13,8 @@ below it are flagged as "not past the unigram plateau".
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,15 +24,17 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from lit_resformer.reporting import atomic_write, markdown_table, markdown_to_html, pyplot, save_figure
+from lit_resformer.run_dir import RunDir
+
 from . import metrics as M
 from .claims import PLATEAU_MARGIN, evaluate_grid, plateau_gap
 from .claims import counts as claim_counts
 from .claims import table as claims_table
 from .stats import Difference, critical_point, mean_std, paired_difference
-from .store import TRAIN_LOSS_WINDOW, atomic_write_text
+from .store import TRAIN_LOSS_WINDOW
 
 RELATIVE_WINDOWS = (10, 100)
-EVAL_RESULTS = Path("eval/results.json")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -46,7 +45,7 @@ EVAL_RESULTS = Path("eval/results.json")
 class RunRecord:
     cell: str
     seed: int
-    path: Path
+    run: RunDir
     summary: dict | None
     metrics: pd.DataFrame
 
@@ -74,12 +73,8 @@ def load_runs(grid_dir: Path, cells: Sequence[str]) -> dict[str, list[RunRecord]
             (d for d in (grid_dir / cell).glob("seed*") if d.is_dir() and d.name[4:].isdigit()),
             key=lambda d: int(d.name[4:]),
         )
-        records = []
-        for d in seed_dirs:
-            summary_path = d / "summary.json"
-            summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-            records.append(RunRecord(cell, int(d.name[4:]), d, summary, M.read_metrics(d)))
-        runs[cell] = records
+        runs[cell] = [RunRecord(cell, int(d.name[4:]), run, run.read_summary(), M.read_metrics(run))
+                      for d in seed_dirs for run in [RunDir(d)]]
     return runs
 
 
@@ -99,10 +94,7 @@ class Document:
         self.parts.append(text + "\n")
 
     def table(self, header: list[str], rows: list[list[str]]) -> None:
-        cell = lambda v: str(v).replace("|", "\\|")  # noqa: E731
-        lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-        self.parts.append("\n".join(lines) + "\n")
+        self.parts.append(markdown_table(header, rows) + "\n")
 
     def image(self, path: Path, caption: str) -> None:
         self.parts.append(f"![{caption}]({path.relative_to(self.base).as_posix()})\n")
@@ -112,34 +104,6 @@ class Document:
 
     def markdown(self) -> str:
         return "\n".join(self.parts)
-
-
-HTML_STYLE = (
-    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-    "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
-    "td,th{border:1px solid #bbb;padding:0.25em 0.6em;text-align:right}"
-    "td:first-child,th:first-child{text-align:left}th{background:#eee}"
-    "img{max-width:100%;border:1px solid #ddd}code{background:#f3f3f3}"
-)
-
-
-def markdown_to_html(text: str, base: Path, title: str) -> str:
-    """A self-contained page: the markdown rendered, local images embedded as base64 PNG data."""
-    import markdown
-
-    body = markdown.markdown(text, extensions=["tables"])
-
-    def inline(match: re.Match) -> str:
-        path = base / html.unescape(match.group(1))
-        if not path.is_file():
-            return match.group(0)
-        return f'src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}"'
-
-    body = re.sub(r'src="(?!data:)([^"]+\.png)"', inline, body)
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{HTML_STYLE}</style></head><body>\n{body}\n</body></html>\n"
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -192,22 +156,13 @@ def _status_note(record: RunRecord) -> str:
 
 class Plotter:
     def __init__(self, directory: Path, cells: Sequence[str]):
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        self.plt = plt
+        self.plt = pyplot()
         self.directory = directory
-        palette = plt.get_cmap("tab10" if len(cells) <= 10 else "tab20")
+        palette = self.plt.get_cmap("tab10" if len(cells) <= 10 else "tab20")
         self.colors = {cell: palette(i % palette.N) for i, cell in enumerate(cells)}
 
     def save(self, fig, name: str) -> Path:
-        path = self.directory / f"{name}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        self.plt.close(fig)
-        return path
+        return save_figure(fig, self.directory / f"{name}.png")
 
     def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None,
                reference: tuple[str, float] | None = None) -> Path:
@@ -316,9 +271,9 @@ def write_report(grid_dir: str | Path) -> Path:
     _runs_section(doc, runs)
 
     text = doc.markdown()
-    atomic_write_text(grid_dir / "report.md", text)
+    atomic_write(grid_dir / "report.md", text)
     index = grid_dir / "index.html"
-    atomic_write_text(index, markdown_to_html(text, grid_dir, f"Ablation grid {name}"))
+    atomic_write(index, markdown_to_html(text, grid_dir, f"Ablation grid {name}"))
     return index
 
 
@@ -524,7 +479,7 @@ def _zero_shot_section(doc, cells, done) -> None:
     task order, labels, averages and split notes follow eval.report."""
     per_cell = {}
     for cell in cells:
-        results = [json.loads(p.read_text()) for r in done[cell] if (p := r.path / EVAL_RESULTS).is_file()]
+        results = [json.loads(p.read_text()) for r in done[cell] if (p := r.run.eval_results).is_file()]
         if results:
             per_cell[cell] = _mean_results(results)
     if not per_cell:
@@ -562,11 +517,11 @@ def _mean_results(results: list[dict]) -> dict:
 
 
 def _analysis_section(doc, grid_dir, cells, done) -> None:
-    """lit_resformer.analysis' own section (entropy by layer, first-token ratios, learnable mixing
-    weights) over the finished runs; nothing when no run has analysis results or mixing weights."""
-    from lit_resformer.analysis import analysis_section
+    """Entropy by layer, first-token ratios and learnable mixing weights over the finished runs (report_analysis);
+    nothing when no run has analysis results or mixing weights."""
+    from .report_analysis import analysis_section
 
-    run_dirs = {cell: [r.path for r in done[cell]] for cell in cells if done[cell]}
+    run_dirs = {cell: [r.run.path for r in done[cell]] for cell in cells if done[cell]}
     if not run_dirs:
         return
     text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir)

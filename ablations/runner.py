@@ -19,10 +19,13 @@ from typing import TextIO
 import yaml
 from tqdm import tqdm
 
+from lit_resformer.reporting import atomic_write
+from lit_resformer.run_dir import RunConflict, RunDir
+
 from .executors import LocalExecutor, SlurmExecutor
-from .job import HOOKS, RunJob, default_train_command, hook_function
+from .job import RunJob, default_train_command, post_training_result, post_training_step
 from .spec import Grid, GridError, Run, load_grid
-from .store import FINISHED, RunConflict, RunDir, atomic_write_text
+from .store import FINISHED, check_config, last_step, write_config
 
 
 @dataclass
@@ -62,17 +65,17 @@ class PlannedRun:
     run_dir: RunDir
     action: str  # what will happen, for --dry-run and the log
     train: bool  # False: training is finished (done or diverged)
-    hooks: list[str]  # eval/analysis plug-ins still to run on it
+    post_training: list[str]  # eval/analysis steps still to run on it
 
 
-def plan(runs: list[Run], grid_dir: Path, hooks: Sequence[str]) -> list[PlannedRun]:
+def plan(grid: Grid, runs: list[Run], grid_dir: Path, post_training: Sequence[str]) -> list[PlannedRun]:
     """What happens to every run. Refuses (RunConflict) if any existing run directory holds a
     different config — checked for all runs before anything starts."""
     conflicts, planned = [], []
     for run in runs:
         run_dir = RunDir(grid_dir.parent / run.relative_dir())
         try:
-            run_dir.check_config(run.config, run.name)
+            check_config(run_dir, run.config, run.name, grid.same_run)
         except RunConflict as e:
             conflicts.append(str(e))
             continue
@@ -82,14 +85,15 @@ def plan(runs: list[Run], grid_dir: Path, hooks: Sequence[str]) -> list[PlannedR
             action = "skip: done"
         elif status == "diverged":
             action = f"skip: diverged at step {summary.get('diverged_step')}"
-        elif run_dir.resumable():
-            action = f"resume from checkpoint (logged up to step {run_dir.last_step()})"
+        elif run_dir.has_checkpoint():
+            action = f"resume from checkpoint (logged up to step {last_step(run_dir)})"
         elif status in ("failed", "interrupted", "running"):
             action = f"retry ({status}{': ' + summary['error'] if summary.get('error') else ''})"
         else:
             action = "run"
         train = status not in FINISHED
-        pending = [k for k in hooks if (train or status == "done") and not (run_dir.path / HOOKS[k][2]).is_file()]
+        pending = [k for k in post_training
+                   if (train or status == "done") and not post_training_result(k, run_dir).is_file()]
         planned.append(PlannedRun(run, run_dir, action, train, pending))
     if conflicts:
         raise RunConflict("\n".join(conflicts))
@@ -111,6 +115,33 @@ def check_devices(runs: list[Run], pool, gpus_per_run: int) -> None:
         if isinstance(devices, int) and not isinstance(devices, bool) and devices > gpus_per_run:
             raise GridError(f"{run.name} uses trainer.devices={devices} GPUs but each run gets --gpus-per-run "
                             f"{gpus_per_run}; pass --gpus-per-run {devices}")
+
+
+def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) -> None:
+    """Run the jobs through the executor, recording each outcome as it arrives under a progress bar."""
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    bar = tqdm(total=len(jobs), desc=f"grid {outcome.grid.name}", unit="run", disable=not progress or not jobs,
+               file=sys.stderr)
+
+    def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
+        with lock:
+            if summary is None:
+                outcome.errors[job.name] = error
+                counts["error"] += 1
+                bar.write(f"{job.name}: could not run: {error}")
+            else:
+                outcome.summaries[job.name] = summary
+                counts[summary.get("status", "?")] += 1
+                if summary.get("status") != "done":
+                    bar.write(f"{job.name}: {summary.get('status')}: {summary.get('error')}")
+            bar.update(1)
+            bar.set_postfix(dict(counts))
+
+    try:
+        pool.run(jobs, on_done)
+    finally:
+        bar.close()
 
 
 def run_grid(
@@ -142,23 +173,24 @@ def run_grid(
     spec = load_grid(grid, seeds=seeds)
     runs = spec.runs()
     grid_dir = Path(runs_dir) / spec.name
-    hooks = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
-    for kind in hooks:
-        hook_function(kind)  # fail now, not after training, if a plug-in is missing
-    planned = plan(runs, grid_dir, hooks)
+    post_training = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
+    for kind in post_training:
+        post_training_step(kind)  # fail now, not after training, if a step cannot run here
+    planned = plan(spec, runs, grid_dir, post_training)
     pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm, threads_per_run)
     check_devices(runs, pool, gpus_per_run)
     command = list(train_command) if train_command is not None else default_train_command()
     jobs = [
-        RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train, hooks=tuple(p.hooks))
+        RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train,
+               post_training=tuple(p.post_training))
         for p in planned
-        if p.train or p.hooks
+        if p.train or p.post_training
     ]
 
     print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(runs)} runs -> {grid_dir}", file=out)
     print(f"executor: {pool.describe()}", file=out)
     for p in planned:
-        extra = f" then {'+'.join(p.hooks)}" if p.hooks else ""
+        extra = f" then {'+'.join(p.post_training)}" if p.post_training else ""
         print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
     outcome = GridOutcome(spec, grid_dir)
     if dry_run:
@@ -173,32 +205,11 @@ def run_grid(
         return outcome
 
     grid_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(grid_dir / "grid.yaml", yaml.safe_dump(spec.manifest(), sort_keys=False))
+    atomic_write(grid_dir / "grid.yaml", yaml.safe_dump(spec.manifest(), sort_keys=False))
     for p in planned:
-        p.run_dir.write_config(p.run.config, p.run.name)
+        write_config(p.run_dir, p.run.config, p.run.name, spec.same_run)
 
-    counts: Counter[str] = Counter()
-    lock = threading.Lock()
-    bar = tqdm(total=len(jobs), desc=f"grid {spec.name}", unit="run", disable=not progress or not jobs, file=sys.stderr)
-
-    def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
-        with lock:
-            if summary is None:
-                outcome.errors[job.name] = error
-                counts["error"] += 1
-                bar.write(f"{job.name}: could not run: {error}")
-            else:
-                outcome.summaries[job.name] = summary
-                counts[summary.get("status", "?")] += 1
-                if summary.get("status") != "done":
-                    bar.write(f"{job.name}: {summary.get('status')}: {summary.get('error')}")
-            bar.update(1)
-            bar.set_postfix(dict(counts))
-
-    try:
-        pool.run(jobs, on_done)
-    finally:
-        bar.close()
+    _run_jobs(pool, jobs, outcome, progress)
     for p in planned:
         if p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
             outcome.summaries[p.run.name] = p.run_dir.read_summary()

@@ -4,7 +4,8 @@ A grid file names a base experiment (LightningCLI YAML), a baseline cell, seeds,
 as dicts of dotted overrides and/or a `matrix` of values whose cartesian product makes the cells:
 
     name: fig7                                   # optional, defaults to the file's stem
-    base: configs/experiments/cpu-base.yaml      # relative to the grid file, the cwd or the repo
+    base: configs/experiments/cpu-base.yaml      # relative to the grid file, the cwd or the repo; a list of
+                                                 # configs is merged in order, as several `fit --config`
     baseline: vanilla
     seeds: [0, 1, 2]
     overrides: {trainer.max_steps: 200}          # applied to every cell (cells may override them)
@@ -22,13 +23,11 @@ Everything is checked before any run starts; a problem raises `GridError` naming
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import inspect
 import itertools
 import re
-import types
-import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,15 +36,14 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from lit_resformer.experiment import ConfigChecker, load_experiment
+
 from .claims import parse_claims
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 GRID_FIELDS = {"name", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report", "claims"}
 REPORT_FIELDS = {"critical_point_window"}
-# Sections of a `lit-resformer fit` config, and its top-level scalar keys.
-SECTIONS = ("trainer", "model", "data", "checkpoint")
-TOP_LEVEL_KEYS = ("seed_everything", "global_batch_tokens")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
 
 
@@ -81,7 +79,7 @@ class Run:
 class Grid:
     name: str
     path: Path
-    base_path: Path
+    base_paths: list[Path]
     baseline: str
     seeds: list[int]
     cells: list[Cell]
@@ -90,6 +88,16 @@ class Grid:
     report: dict[str, Any] = field(default_factory=dict)
     configs: dict[str, dict] = field(default_factory=dict)  # cell name -> resolved config (no seed)
     claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (ablations.claims.Claim)
+    checker: ConfigChecker | None = field(default=None, repr=False)  # the parser and checks of `fit`
+
+    def same_run(self, old: dict, new: dict) -> bool:
+        """Whether two configs run the same (equal once every field has its value, defaults included)."""
+        if old == new:
+            return True
+        try:
+            return self.checker.resolved(old) == self.checker.resolved(new)
+        except (argparse.ArgumentError, ValueError):  # a config that no longer validates runs differently
+            return False
 
     def runs(self, seeds: Sequence[int] | None = None) -> list[Run]:
         """One run per (cell, seed), cells in grid order, seeds inner."""
@@ -106,7 +114,7 @@ class Grid:
             "name": self.name,
             "description": self.description,
             "grid_file": str(self.path),
-            "base": str(self.base_path),
+            "base": " + ".join(str(p) for p in self.base_paths),
             "baseline": self.baseline,
             "seeds": self.seeds,
             "overrides": self.overrides,
@@ -138,8 +146,8 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
     _check_name(name, f"{where}: name")
     if "base" not in spec:
         raise GridError(f"{where}: missing field 'base' (the experiment YAML every cell starts from)")
-    base_path = _resolve_base(spec["base"], path)
-    base = _load_base(base_path)
+    base_paths = [_resolve_base(b, path) for b in (spec["base"] if isinstance(spec["base"], list) else [spec["base"]])]
+    base = _load_base(base_paths)
 
     seeds = list(seeds) if seeds is not None else spec.get("seeds", [0])
     if (
@@ -163,20 +171,12 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
 
-    checker = _KeyChecker(base)
-    for key, value in overrides.items():
-        checker.check(key, value, f"{where}: overrides")
-    configs = {}
-    for cell in cells:
-        for key, value in cell.overrides.items():
-            checker.check(key, value, f"{where}: cell '{cell.name}'")
-        configs[cell.name] = _resolve_config(base, {**overrides, **cell.overrides}, f"{where}: cell '{cell.name}'")
-        _validate_model_config(configs[cell.name], f"{where}: cell '{cell.name}'")
-
+    checker = ConfigChecker()
+    configs = _cell_configs(checker, base, overrides, cells, where)
     return Grid(
         name=name,
         path=path.resolve(),
-        base_path=base_path,
+        base_paths=base_paths,
         baseline=baseline,
         seeds=seeds,
         cells=cells,
@@ -185,6 +185,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
         report={"critical_point_window": window},
         configs=configs,
         claims=_load_claims(spec.get("claims"), cells, where),
+        checker=checker,
     )
 
 
@@ -313,7 +314,7 @@ def _check_name(name: Any, what: str) -> None:
 
 def _resolve_base(base: Any, grid_path: Path) -> Path:
     if not isinstance(base, str):
-        raise GridError(f"{grid_path}: base must be a path to an experiment YAML, got {base!r}")
+        raise GridError(f"{grid_path}: base must be a path to an experiment YAML or a list of them, got {base!r}")
     candidates = [Path(base)] if Path(base).is_absolute() else [grid_path.parent / base, Path.cwd() / base, REPO_ROOT / base]
     for candidate in candidates:
         if candidate.is_file():
@@ -321,13 +322,14 @@ def _resolve_base(base: Any, grid_path: Path) -> Path:
     raise GridError(f"{grid_path}: base experiment '{base}' not found (looked in {[str(c) for c in candidates]})")
 
 
-def _load_base(path: Path) -> dict:
+def _load_base(paths: list[Path]) -> dict:
+    where = " + ".join(str(p) for p in paths)
     try:
-        base = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        base = load_experiment(*paths)
     except (OmegaConfBaseException, yaml.YAMLError, ValueError) as e:
-        raise GridError(f"base experiment {path}: cannot read it: {e}") from e
+        raise GridError(f"base experiment {where}: cannot read it: {e}") from e
     if not isinstance(base, dict):
-        raise GridError(f"base experiment {path} must be a mapping with sections {SECTIONS}")
+        raise GridError(f"base experiment {where} must be a mapping of config sections (trainer, model, data, ...)")
     return base
 
 
@@ -341,197 +343,38 @@ def _resolve_config(base: dict, overrides: dict[str, Any], where: str) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def _validate_model_config(config: dict, where: str) -> None:
-    """Build the cell's ModelConfig, which rejects bad values and combinations naming the fields."""
-    from lit_resformer.model import ModelConfig
-
-    model_cfg = (config.get("model") or {}).get("config")
-    if model_cfg is None:
-        return
-    try:  # vocab_size comes from the tokenizer at run time; any value stands in for it here
-        ModelConfig(**{**model_cfg, "vocab_size": model_cfg.get("vocab_size") or 1})
-    except (ValueError, TypeError) as e:
-        raise GridError(f"{where}: invalid model config: {e}") from e
-
-
-class _KeyChecker:
-    """Knows which dotted keys exist and what type their values must have.
-
-    `model.config.*` is checked against the ModelConfig dataclass (nested dataclasses included);
-    other keys must exist in the base experiment, or be an argument of the class the section
-    configures (Trainer, LitResFormer, LMDataModule, ModelCheckpoint).
-    """
-
-    def __init__(self, base: dict):
-        self.base = base
-
-    def check(self, key: str, value: Any, where: str) -> None:
-        parts = key.split(".")
-        known = [*SECTIONS, *TOP_LEVEL_KEYS, *(k for k in self.base if k not in SECTIONS + TOP_LEVEL_KEYS)]
-        if parts[0] not in known:
-            raise GridError(f"{where}: unknown override key '{key}': it must start with one of {known}")
-        if parts[:2] == ["model", "config"] and len(parts) > 2:
-            from lit_resformer.model import ModelConfig
-
-            self._check_dataclass(ModelConfig, parts[2:], key, value, where)
-            return
-        found, base_value = _lookup(self.base, parts)
-        if found:
-            if value is None and _optional_argument(parts):  # null switches off an option the base sets
-                return
-            if base_value is not None and not _same_kind(value, base_value):
-                raise GridError(
-                    f"{where}: '{key}' expects {_kind(base_value)} (the base has {base_value!r}), "
-                    f"got {_kind(value)} {value!r}"
-                )
-            return
-        signature_cls = _section_class(parts[0]) if len(parts) > 1 else None
-        if signature_cls is not None:
-            params = inspect.signature(signature_cls.__init__).parameters
-            if parts[1] in params:
-                hint = _type_hints(signature_cls.__init__).get(parts[1])
-                if len(parts) == 2 and hint is not None and not _matches(value, hint):
-                    raise GridError(f"{where}: '{key}' expects {_hint_name(hint)}, got {_kind(value)} {value!r}")
-                return
-        raise GridError(f"{where}: unknown override key '{key}': not in the base experiment{_suggest(self.base, parts)}")
-
-    def _check_dataclass(self, cls: type, parts: list[str], key: str, value: Any, where: str) -> None:
-        hints = _type_hints(cls)
-        allowed = {f.name for f in dataclasses.fields(cls)} | set(inspect.signature(cls).parameters)
-        name = parts[0]
-        if name not in allowed:
-            raise GridError(
-                f"{where}: unknown override key '{key}': {cls.__name__} has no field '{name}'; "
-                f"fields: {sorted(allowed)}"
-            )
-        hint = hints.get(name, Any)
-        if isinstance(hint, dataclasses.InitVar):
-            hint = hint.type
-        nested = _dataclass_in(hint)
-        if len(parts) > 1:
-            if nested is None:
-                raise GridError(f"{where}: unknown override key '{key}': '{name}' of {cls.__name__} has no sub-fields")
-            self._check_dataclass(nested, parts[1:], key, value, where)
-        elif nested is None and not _matches(value, hint):
-            raise GridError(f"{where}: '{key}' expects {_hint_name(hint)}, got {_kind(value)} {value!r}")
+def _cell_configs(checker: ConfigChecker, base: dict, overrides: dict[str, Any], cells: list[Cell],
+                  where: str) -> dict[str, dict]:
+    """cell name -> the base with the grid's and the cell's overrides, each config checked as `fit` checks it."""
+    _check_keys(checker, overrides, f"{where}: overrides")
+    configs = {}
+    for cell in cells:
+        cell_where = f"{where}: cell '{cell.name}'"
+        _check_keys(checker, cell.overrides, cell_where)
+        cell_overrides = {**overrides, **cell.overrides}
+        configs[cell.name] = _resolve_config(base, cell_overrides, cell_where)
+        _check_cell(checker, configs[cell.name], cell_overrides, cell_where)
+    return configs
 
 
-def _section_class(section: str) -> type | None:
-    """The class a section of a `lit-resformer fit` config configures."""
-    if section == "trainer":
-        from lightning import Trainer
-
-        return Trainer
-    if section == "model":
-        from lit_resformer.lit_module import LitResFormer
-
-        return LitResFormer
-    if section == "data":
-        from lit_resformer.data import LMDataModule
-
-        return LMDataModule
-    if section == "checkpoint":
-        from lightning.pytorch.callbacks import ModelCheckpoint
-
-        return ModelCheckpoint
-    return None
+def _check_keys(checker: ConfigChecker, overrides: dict[str, Any], where: str) -> None:
+    for key in overrides:
+        problem = checker.unknown_field(key)
+        if problem:
+            raise GridError(f"{where}: unknown override key '{key}': {problem}")
 
 
-def _optional_argument(parts: list[str]) -> bool:
-    """Whether `section.argument` is an argument of its section's class that accepts None."""
-    cls = _section_class(parts[0]) if len(parts) == 2 else None
-    hint = _type_hints(cls.__init__).get(parts[1]) if cls is not None else None
-    return hint is not None and _matches(None, hint)
-
-
-def _lookup(tree: Any, parts: list[str]) -> tuple[bool, Any]:
-    for part in parts:
-        if not isinstance(tree, dict) or part not in tree:
-            return False, None
-        tree = tree[part]
-    return True, tree
-
-
-def _suggest(base: dict, parts: list[str]) -> str:
-    found, parent = _lookup(base, parts[:-1])
-    if found and isinstance(parent, dict):
-        return f"; keys at '{'.'.join(parts[:-1])}': {sorted(parent)}"
-    return ""
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
-
-
-def _same_kind(value: Any, base_value: Any) -> bool:
-    if isinstance(base_value, bool) or isinstance(value, bool):
-        return isinstance(value, bool) and isinstance(base_value, bool)
-    if isinstance(base_value, int):
-        return isinstance(value, int)
-    if isinstance(base_value, float):
-        return isinstance(value, (int, float))
-    if value is None:  # null switches an option off
-        return True
-    return _kind(value) == _kind(base_value)
-
-
-def _type_hints(obj: Any) -> dict[str, Any]:
+def _check_cell(checker: ConfigChecker, config: dict, overrides: dict[str, Any], where: str) -> None:
+    """The cell's config through `fit`'s parser and checks (nothing is trained or written)."""
     try:
-        return typing.get_type_hints(obj)
-    except Exception:  # unresolvable forward references: fall back to "no constraint"
-        return {}
-
-
-def _dataclass_in(hint: Any) -> type | None:
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return hint
-    for arg in typing.get_args(hint):
-        if dataclasses.is_dataclass(arg) and isinstance(arg, type):
-            return arg
-    return None
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether a YAML value fits a type annotation; unknown annotations are left to the class itself."""
-    if hint is Any or hint is inspect.Parameter.empty:
-        return True
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if hint is type(None) or hint is None:
-        return value is None
-    if origin is typing.Literal:
-        return value in args
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    if hint in (list, tuple) or origin in (list, tuple, Sequence, typing.Sequence):
-        if not isinstance(value, (list, tuple)):
-            return False
-        item = [a for a in args if a is not Ellipsis]
-        return len(item) != 1 or all(_matches(v, item[0]) for v in value)
-    if hint is dict or origin in (dict, Mapping, typing.Mapping):
-        return isinstance(value, dict)
-    return True
-
-
-def _hint_name(hint: Any) -> str:
-    if typing.get_origin(hint) is typing.Literal:
-        return f"one of {list(typing.get_args(hint))}"
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+        checker.check(config)
+    except argparse.ArgumentError as e:  # a value of the wrong type, or outside its choices
+        message = str(e)
+        # the parser names the field it refused; say what that field takes
+        key = next((k for k in overrides if f'"{k}"' in message), None)
+        expected = checker.expected(key) if key else None
+        if expected is None:
+            raise GridError(f"{where}: {message}") from None
+        raise GridError(f"{where}: '{key}' expects {expected}, got {overrides[key]!r}") from None
+    except ValueError as e:  # a check across fields, or a class's own argument check
+        raise GridError(f"{where}: {e}") from None

@@ -1,1 +1,1 @@
-"""Throughput, memory and KV-cache benchmarks of DESIGN §9; run them with `python -m benchmarks`."""
+"""Throughput, memory and KV-cache benchmarks with targets for each variant's cost; run them with `python -m benchmarks`."""

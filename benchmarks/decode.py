@@ -4,7 +4,7 @@ An 8-layer model (preset `mini`, max_seq_len raised to the longest context) in f
 SVFormer, CLA2, GQA (n_kv_head = n_head/2) and GQA + SVFormer. Per context, every variant prefills the same
 random prompt, then the variants decode greedily one token at a time, interleaved (each round = one new
 token per variant). The largest batch under a fixed byte budget is found by allocating real `KVCache`s and
-summing the storage they hold, not from the formula. Targets (issue 6): SVFormer KV bytes exactly
+summing the storage they hold, not from the formula. Targets, SVFormer's claimed saving: KV bytes exactly
 (L+1)/(2L) of vanilla's, decode tokens/s at 8192 context >= vanilla's, largest batch at 8192 >= 1.7x.
 """
 

@@ -1,4 +1,4 @@
-"""Zero-shot evaluation of lit-resformer checkpoints with lm-eval (DESIGN §7).
+"""Zero-shot evaluation of lit-resformer checkpoints with lm-eval (paper Table 1).
 
     eval.lm_eval_model   the registered lm-eval model "lit-resformer" (import it to register)
     eval.run             run_eval(): tasks -> lm-eval -> results.json + zero_shot.md/.csv

@@ -49,8 +49,8 @@ class LitResFormerLM(TemplateLM):
 
     Built either from a Lightning checkpoint (``ckpt=PATH``, through ``lit_resformer.load_checkpoint``)
     or from an in-memory pair (``model=..., tokenizer=...``). The model must map ``idx [B, T]`` to logits
-    ``[B, T, vocab]``, expose ``config.max_seq_len`` and support ``new_cache(batch, max_seq)`` /
-    ``model(idx, cache=cache)`` for generation.
+    ``[B, T, vocab]``, expose ``config.max_seq_len`` and, for generation, ``Transformer.generate``'s
+    ``generate(idx, max_new_tokens, temperature=, top_k=, eos_id=)``.
     """
 
     def __init__(
@@ -75,14 +75,9 @@ class LitResFormerLM(TemplateLM):
         if (ckpt is None) == (model is None):
             raise ValueError("give exactly one of ckpt=PATH or model=... (with tokenizer=...)")
         if ckpt is not None:
-            ckpt = Path(ckpt)
-            if not ckpt.is_file():
-                raise FileNotFoundError(f"ckpt={str(ckpt)!r}: no such checkpoint file")
             from lit_resformer import load_checkpoint
 
             model, tokenizer = load_checkpoint(ckpt)
-            if tokenizer is None:
-                raise ValueError(f"ckpt={str(ckpt)!r} holds no tokenizer; lm-eval needs the run's tokenizer")
         if tokenizer is None:
             raise ValueError("tokenizer=None: an in-memory model needs its tokenizers.Tokenizer")
         eot_id = tokenizer.token_to_id(EOS_TOKEN)
@@ -192,7 +187,7 @@ class LitResFormerLM(TemplateLM):
     # ----------------------------------------------------------------------------------- generation
     @torch.no_grad()
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """Greedy (or temperature/top-k sampled) decoding through the KV cache, one request at a time."""
+        """Greedy (or temperature/top-k sampled) decoding, one request at a time, cut at the stop strings."""
         eos_text = self.tokenizer.id_to_token(self.eot_token_id)
         outputs = []
         for req in tqdm(requests, disable=disable_tqdm, desc="Running generate_until requests"):
@@ -209,33 +204,20 @@ class LitResFormerLM(TemplateLM):
                 raise ValueError(f"max_gen_toks={max_gen_toks} must be < max_seq_len={self.max_length}")
             context_enc = self.tok_encode(context)[-(self.max_length - max_gen_toks):] or [self.prefix_token_id]
             temperature = float(kwargs.get("temperature", 1.0)) if kwargs["do_sample"] else 0.0
-            text = self._generate_one(context_enc, max_gen_toks, stop, temperature, top_k=kwargs.get("top_k"))
+            text = self._generate_one(context_enc, max_gen_toks, temperature, top_k=kwargs.get("top_k"))
             text = postprocess_generated_text(text, stop=stop, think_end_token=None)
             outputs.append(text)
             self.cache_hook.add_partial("generate_until", req.args, text)
         return outputs
 
-    def _generate_one(self, context_enc: list[int], max_new: int, stop: list[str], temperature: float,
-                      top_k: int | None) -> str:
-        cache = self.model.new_cache(1, len(context_enc) + max_new)
-        logits = self.model(torch.tensor([context_enc], device=self.device), cache=cache)[0, -1]
-        generated: list[int] = []
-        for step in range(max_new):
-            if temperature > 0:
-                scaled = logits.float() / temperature
-                if top_k:
-                    kth = torch.topk(scaled, min(int(top_k), scaled.numel())).values[-1]
-                    scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-                next_id = int(torch.multinomial(F.softmax(scaled, dim=-1), 1))
-            else:
-                next_id = int(logits.argmax())
-            if next_id == self.eot_token_id:
-                break
-            generated.append(next_id)
-            if any(s and s in self.tok_decode(generated) for s in stop):
-                break
-            if step + 1 < max_new:
-                logits = self.model(torch.tensor([[next_id]], device=self.device), cache=cache)[0, -1]
+    def _generate_one(self, context_enc: list[int], max_new: int, temperature: float, top_k: int | None) -> str:
+        """The model's own `generate` (KV cache; greedy at temperature 0), decoded up to the first EOS. Stop
+        strings are cut from the text afterwards, so decoding runs on for at most max_new tokens past one."""
+        idx = torch.tensor([context_enc], device=self.device)
+        tokens = self.model.generate(idx, max_new, temperature=temperature, top_k=top_k, eos_id=self.eot_token_id)
+        generated = tokens[0, len(context_enc):].tolist()
+        if self.eot_token_id in generated:
+            generated = generated[: generated.index(self.eot_token_id)]
         return self.tok_decode(generated)
 
     def get_model_info(self) -> dict:

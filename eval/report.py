@@ -3,7 +3,7 @@
 Input is lm-eval's results dict (as written to ``results.json`` by ``eval.run.run_eval``). Besides
 lm-eval's own keys it may carry ``lit_resformer.offline`` (the manifest entries of the offline data used),
 from which the table's notes say where a task was scored on another split than lm-eval's default.
-Only the standard library is used here, so the grid report can import this module cheaply.
+lm-eval is not imported here, so the grid report can import this module cheaply.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import io
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from lit_resformer import reporting
 
 # Paper Table 1 column order and labels.
 PAPER_TASK_LABELS = {
@@ -111,13 +113,10 @@ def _collect(results_by_name: Mapping[str, dict]) -> tuple[list[str], list[dict]
 
 def markdown_table(results_by_name: Mapping[str, dict]) -> str:
     columns, rows, notes = _collect(results_by_name)
-    lines = [
-        "| run | metric | " + " | ".join(_label(t) for t in columns) + " | Avg |",
-        "|---|---|" + "---|" * (len(columns) + 1),
-    ]
-    for row in rows:
-        cells = [_cell(row, t) for t in columns] + [_cell(row, "avg")]
-        lines.append(f"| {row['run']} | {row['metric']} | " + " | ".join(cells) + " |")
+    lines = [reporting.markdown_table(
+        ["run", "metric", *(_label(t) for t in columns), "Avg"],
+        [[row["run"], row["metric"], *(_cell(row, t) for t in [*columns, "avg"])] for row in rows],
+    )]
     if notes:
         lines += [""] + [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"
@@ -158,7 +157,6 @@ def zero_shot_table(results_json_paths: Sequence[str | Path] | Mapping[str, str 
 def write_report(results: dict, out_dir: str | Path, name: str) -> tuple[Path, Path]:
     """Write <out_dir>/zero_shot.md and zero_shot.csv for one run; returns their paths."""
     out_dir = Path(out_dir)
-    md_path, csv_path = out_dir / "zero_shot.md", out_dir / "zero_shot.csv"
-    md_path.write_text(f"# Zero-shot accuracy: {name}\n\n" + markdown_table({name: results}))
-    csv_path.write_text(csv_table({name: results}))
-    return md_path, csv_path
+    md_path = reporting.atomic_write(out_dir / "zero_shot.md",
+                                     f"# Zero-shot accuracy: {name}\n\n" + markdown_table({name: results}))
+    return md_path, reporting.atomic_write(out_dir / "zero_shot.csv", csv_table({name: results}))

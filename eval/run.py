@@ -26,27 +26,27 @@ from lm_eval.utils import handle_non_serializable
 from eval.lm_eval_model import DEFAULT_BATCH_SIZE, LitResFormerLM
 from eval.report import write_report
 from eval.tasks import build_task_manager, load_manifest, project_task_names, resolve_tasks
+from lit_resformer.reporting import atomic_write, atomic_write_json
+from lit_resformer.run_dir import EVAL_RESULTS, RunDir
 
 
 def _default_name(ckpt) -> str:
+    """A run's checkpoint is named by its run's folder, any other file by its stem, an in-memory LM by its class."""
     if isinstance(ckpt, (str, Path)):
-        path = Path(ckpt)
-        # <run_dir>/checkpoints/last.ckpt -> the run's folder name
-        return path.parent.parent.name if path.parent.name == "checkpoints" else path.stem
+        run = RunDir.from_checkpoint(ckpt)
+        return run.path.name if run else Path(ckpt).stem
     return type(ckpt).__name__
 
 
 def write_results(results: dict, out_dir: str | Path) -> Path:
     """results.json without samples, plus one samples_<task>.jsonl per task; returns results.json's path."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     summary = {k: v for k, v in results.items() if k != "samples"}
-    path = out_dir / "results.json"
-    path.write_text(json.dumps(summary, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n")
     for task, samples in results.get("samples", {}).items():
         lines = (json.dumps(s, default=handle_non_serializable, ensure_ascii=False) for s in samples)
-        (out_dir / f"samples_{task}.jsonl").write_text("\n".join(lines) + "\n")
-    return path
+        atomic_write(out_dir / f"samples_{task}.jsonl", "\n".join(lines) + "\n")
+    # written last: its presence says the evaluation is complete
+    return atomic_write_json(out_dir / EVAL_RESULTS, summary, default=handle_non_serializable, ensure_ascii=False)
 
 
 def run_eval(
@@ -100,16 +100,16 @@ def run_eval(
 
 
 def evaluate_run_dir(run_dir: str | Path) -> Path:
-    """The grid's `--eval` hook: score `<run>/checkpoints/last.ckpt` on the paper tasks into `<run>/eval/`.
+    """The grid's `--eval` step: score a run's last checkpoint on the paper tasks into its eval folder.
 
     Offline data comes from $LIT_RESFORMER_EVAL_DATA (made by `lit-resformer eval prepare-data`); without it the
     standard tasks load from the hub. $LIT_RESFORMER_EVAL_TASKS replaces the paper task set, $LIT_RESFORMER_EVAL_LIMIT
     caps the examples per task.
     """
-    run_dir = Path(run_dir)
+    run = RunDir(run_dir)
     limit = os.environ.get("LIT_RESFORMER_EVAL_LIMIT")
-    run_eval(run_dir / "checkpoints" / "last.ckpt", tasks=os.environ.get("LIT_RESFORMER_EVAL_TASKS", "paper"),
+    run_eval(run.last_checkpoint, tasks=os.environ.get("LIT_RESFORMER_EVAL_TASKS", "paper"),
              limit=int(limit) if limit else None,
-             data_dir=os.environ.get("LIT_RESFORMER_EVAL_DATA") or None, out_dir=run_dir / "eval",
-             name=run_dir.parent.name)
-    return run_dir / "eval" / "results.json"
+             data_dir=os.environ.get("LIT_RESFORMER_EVAL_DATA") or None, out_dir=run.eval_dir,
+             name=run.path.parent.name)
+    return run.eval_results

@@ -10,7 +10,8 @@ from .model import ModelConfig, Transformer
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
-    """The model in eval mode and its `tokenizers.Tokenizer` (None if the checkpoint holds none)."""
+    """The model in eval mode and its `tokenizers.Tokenizer`. Scoring, sampling data for analysis and export all
+    need the run's own tokenizer, so a checkpoint without one is refused."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
@@ -26,9 +27,8 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     # The data module's state (saved by Lightning under its class name) carries the tokenizer.
     tokenizer_json = next((v["tokenizer_json"] for v in ckpt.values() if isinstance(v, dict) and "tokenizer_json" in v),
                           None)
-    tokenizer = None
-    if tokenizer_json is not None:
-        from tokenizers import Tokenizer
+    if tokenizer_json is None:
+        raise ValueError(f"{path} holds no tokenizer (a checkpoint of `lit-resformer fit` carries its run's)")
+    from tokenizers import Tokenizer
 
-        tokenizer = Tokenizer.from_str(tokenizer_json)
-    return model.to(device).eval(), tokenizer
+    return model.to(device).eval(), Tokenizer.from_str(tokenizer_json)

@@ -1,8 +1,8 @@
-"""`lit-resformer`: the Lightning CLI (fit / validate / test) plus the suite's own subcommands.
+"""`lit-resformer`: the Lightning CLI (fit / validate / test, `lit_resformer.experiment`) plus the suite's own
+subcommands, each importing its package only when it runs.
 
-One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`):
-`config.yaml` (resolved), `checkpoints/` (every N steps + `last.ckpt`), `csv/version_*/metrics.csv`
-and `tb/` (TensorBoard). Every config problem is reported before anything is written there.
+One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`), laid out as
+`lit_resformer.run_dir` describes. Every config problem is reported before anything is written there.
 """
 
 from __future__ import annotations
@@ -11,138 +11,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-
-from .data import LMDataModule
-from .lit_module import LitResFormer
-from .model import ModelConfig
+from .experiment import run_cli
+from .run_dir import RunDir
 from .runtime import retain_freed_memory
-
-RUN_FILES = ("config.yaml", "checkpoints", "csv", "tb")
-
-
-class RunConfig(SaveConfigCallback):
-    """Writes the resolved config as `<run>/config.yaml`; a different config already there is an error."""
-
-    def setup(self, trainer, pl_module, stage: str) -> None:
-        if not trainer.is_global_zero:
-            return
-        path = Path(trainer.default_root_dir) / self.config_filename
-        text = self.parser.dump(self.config, skip_none=False)
-        if path.exists() and path.read_text() != text and self.config.get("ckpt_path") is None:
-            raise RuntimeError(f"{path} holds a different run's config; resume it with --ckpt_path last or "
-                               f"choose another --trainer.default_root_dir")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-
-
-def world_size(trainer: dict[str, Any]) -> int:
-    devices, nodes = trainer.get("devices", "auto"), int(trainer.get("num_nodes") or 1)
-    if isinstance(devices, (list, tuple)):
-        per_node = len(devices)
-    elif str(devices).lstrip("-").isdigit() and int(devices) > 0:
-        per_node = int(devices)
-    else:  # "auto" or -1: every visible GPU, else one CPU process
-        accelerator = trainer.get("accelerator", "auto")
-        gpus = torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0
-        per_node = gpus or 1
-    return per_node * nodes
-
-
-def check_checkpoint(path: Path) -> None:
-    """A checkpoint given to --ckpt_path must be a readable Lightning checkpoint, or the run is refused."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same user error
-        raise ValueError(f"--ckpt_path {path} is not a readable checkpoint ({type(err).__name__}: {err})") from None
-    missing = [k for k in ("state_dict", "global_step", "loops") if k not in ckpt]
-    if missing:
-        raise ValueError(f"--ckpt_path {path} is not a Lightning training checkpoint (missing {missing})")
-
-
-class ResFormerCLI(LightningCLI):
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--global_batch_tokens", type=int | None, default=None,
-                            help="tokens per optimizer step over all devices; sets trainer.accumulate_grad_batches")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({"checkpoint.filename": "step{step:06d}", "checkpoint.auto_insert_metric_name": False,
-                             "checkpoint.every_n_train_steps": 100, "checkpoint.save_last": True,
-                             "checkpoint.save_top_k": 1, "checkpoint.monitor": None})
-        parser.link_arguments("data.vocab_size", "model.config.vocab_size", apply_on="instantiate")
-
-    def parse_arguments(self, parser, args) -> None:
-        super().parse_arguments(parser, args)
-        try:
-            self._check_arguments()
-        except ValueError as err:  # a config mistake: one clear line, before anything is written
-            parser.exit(2, f"lit-resformer: error: {err}\n")
-
-    def instantiate_classes(self) -> None:
-        try:
-            super().instantiate_classes()
-        except ValueError as err:  # bad data or model settings found while building them
-            self.parser.exit(2, f"lit-resformer: error: {err}\n")
-
-    def _check_arguments(self) -> None:
-        sub = self.config.get("subcommand")
-        if sub is None:
-            return
-        cfg = self.config[sub]
-        if not cfg.trainer.default_root_dir:
-            stem = Path(cfg.config[-1].relative or cfg.config[-1].absolute).stem if cfg.get("config") else "default"
-            cfg.trainer.default_root_dir = str(Path("runs") / stem)
-        root = Path(cfg.trainer.default_root_dir)
-        ckpt = cfg.get("ckpt_path")
-        if ckpt == "last":
-            last = root / "checkpoints" / "last.ckpt"
-            if last.exists():
-                check_checkpoint(last)
-        elif ckpt is not None:
-            check_checkpoint(Path(ckpt))
-        elif sub == "fit" and any((root / name).exists() for name in RUN_FILES):
-            raise ValueError(f"{root} already holds a run; resume it with --ckpt_path last, or choose another "
-                             f"--trainer.default_root_dir")
-        self._check_run_config(cfg)
-
-    def _check_run_config(self, cfg) -> None:
-        """Cross-field checks that the parser cannot express, before any class is built."""
-        model_cfg = cfg.model.config
-        model_cfg = model_cfg.as_dict() if hasattr(model_cfg, "as_dict") else dict(vars(model_cfg))
-        try:
-            preview = ModelConfig(**{**model_cfg, "vocab_size": model_cfg.get("vocab_size") or 1})
-        except ValueError as err:
-            raise ValueError(f"model.config: {err}") from None
-        seq_len = cfg.data.seq_len
-        if seq_len > preview.max_seq_len:
-            raise ValueError(f"data.seq_len={seq_len} exceeds model.config.max_seq_len={preview.max_seq_len}; "
-                             f"lower data.seq_len or raise model.config.max_seq_len")
-        trainer = dict(vars(cfg.trainer))
-        tokens = cfg.global_batch_tokens
-        if tokens is not None:
-            per_step = cfg.data.micro_batch_size * seq_len * world_size(trainer)
-            if tokens % per_step:
-                raise ValueError(f"global_batch_tokens={tokens} is not divisible by data.micro_batch_size x "
-                                 f"data.seq_len x devices = {per_step}")
-            cfg.trainer.accumulate_grad_batches = tokens // per_step
-
-    def before_instantiate_classes(self) -> None:
-        cfg = self.config[self.subcommand]
-        root = Path(cfg.trainer.default_root_dir)
-        if cfg.trainer.logger in (None, True):
-            cfg.trainer.logger = [
-                {"class_path": "lightning.pytorch.loggers.CSVLogger",
-                 "init_args": {"save_dir": str(root), "name": "csv"}},
-                {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                 "init_args": {"save_dir": str(root), "name": "tb"}},
-            ]
-        if cfg.checkpoint.dirpath is None:
-            cfg.checkpoint.dirpath = str(root / "checkpoints")
 
 
 def eval_command(argv: list[str]) -> None:
@@ -165,12 +37,13 @@ def eval_command(argv: list[str]) -> None:
     parser.add_argument("--data-dir", help="offline task data made by `lit-resformer eval prepare-data`")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--out", help="output folder (default: <run>/eval next to the checkpoint's run)")
+    parser.add_argument("--out", help="output folder (default: the checkpoint's run's eval folder)")
     args = parser.parse_args(argv)
     from eval.run import run_eval
 
     ckpt = Path(args.ckpt)
-    out = Path(args.out) if args.out else ckpt.parent.parent / "eval"
+    run = RunDir.from_checkpoint(ckpt)
+    out = Path(args.out) if args.out else run.eval_dir if run else ckpt.parent / "eval"
     limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
     run_eval(ckpt, tasks=args.tasks, limit=limit, data_dir=args.data_dir, batch_size=args.batch_size,
              out_dir=out, device=args.device)
@@ -210,10 +83,10 @@ def analyze_command(argv: list[str]) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--out", help="output folder (default <run>/analysis for one checkpoint)")
     args = parser.parse_args(argv)
-    from .analysis import analyze_checkpoints
+    from .analysis import analyze_checkpoints, default_output_dir
 
     analyze_checkpoints(args.ckpt, args.num_seqs, args.seq_len, args.out, batch_size=args.batch_size)
-    print(f"analysis.json and plots written to {args.out or Path(args.ckpt[0]).parent.parent / 'analysis'}")
+    print(f"analysis.json and plots written to {args.out or default_output_dir([Path(p) for p in args.ckpt])}")
 
 
 def grid_command(argv: list[str]) -> None:
@@ -271,12 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, FileNotFoundError) as err:
             sys.exit(f"lit-resformer {args[0]}: error: {err}")
         return
-    ResFormerCLI(
-        LitResFormer, LMDataModule, args=argv,  # None: sys.argv
-        save_config_callback=RunConfig, save_config_kwargs={"overwrite": True},
-        trainer_defaults={"use_distributed_sampler": False, "log_every_n_steps": 1},
-        parser_kwargs={"parser_mode": "omegaconf"},
-    )
+    run_cli(argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""LightningModule: loss, AdamW groups, warmup + cosine schedule, per-step and per-domain logging (DESIGN §4)."""
+"""LightningModule: loss, AdamW groups, warmup + cosine schedule, per-step and per-domain logging (paper §4.1.1)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import ThroughputMonitor
 from lightning.pytorch.trainer.states import RunningStage
 
 from .model import ModelConfig, Transformer, causal_lm_loss
+from .run_dir import RunDir
 
 
 class TrainingThroughput(ThroughputMonitor):
@@ -116,7 +117,8 @@ class LitResFormer(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = causal_lm_loss(self.model(batch["input_ids"]), batch["labels"])
-        if not torch.isfinite(loss):
+        if not torch.isfinite(loss):  # the record tells the grid the run diverged (a result, not a failure)
+            RunDir(self.trainer.default_root_dir).record_divergence(self.global_step, loss.item())
             raise FloatingPointError(f"diverged: non-finite loss at step {self.global_step} ({loss.item()})")
         # With gradient accumulation, log the mean over the micro-batches of one optimizer step.
         self._loss_sum += loss.detach()

@@ -1,7 +1,7 @@
 """Runner, store and executors with a fake training command that honours the `lit-resformer fit`
 contract: `--config YAML --trainer.default_root_dir RUN [--ckpt_path last]`, a new
-`csv/version_N/metrics.csv` per start, `checkpoints/last.ckpt`, and a non-zero exit with
-`diverged: non-finite loss at step N` when the loss blows up."""
+`csv/version_N/metrics.csv` per start, `checkpoints/last.ckpt`, and, when the loss blows up, the run's
+divergence record and a non-zero exit."""
 
 import io
 import json
@@ -25,6 +25,7 @@ FAKE_TRAINER = textwrap.dedent(
     import csv, json, math, os, signal, sys, time
     from pathlib import Path
     import yaml
+    from lit_resformer.run_dir import RunDir
 
     args = sys.argv[1:]
     config = yaml.safe_load(open(args[args.index("--config") + 1]))
@@ -74,6 +75,7 @@ FAKE_TRAINER = textwrap.dedent(
 
     for step in range(start, max_steps):
         if config["model"]["lr"] >= 1.0 and step == 3:
+            RunDir(run).record_divergence(step, float("nan"))
             print("Traceback (most recent call last):", file=sys.stderr)
             print(f"FloatingPointError: diverged: non-finite loss at step {step} (nan)", file=sys.stderr)
             sys.exit(1)
@@ -236,6 +238,16 @@ def test_changed_config_is_refused_naming_the_run(tmp_path, fake):
     assert len(calls(runs / "g/vanilla/seed0")) == 1
 
 
+def test_config_that_runs_the_same_is_no_conflict(tmp_path, fake):
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
+    runs = tmp_path / "runs"
+    run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False)
+    spelled_out = {**BASE, "data": {**BASE["data"], "holdout_fraction": 0.02}}  # LMDataModule's default, written out
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=spelled_out)
+    assert run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False).failed == []
+    assert len(calls(runs / "g/vanilla/seed0")) == 1  # done already: not retrained
+
+
 def test_dry_run_lists_runs_and_writes_nothing(tmp_path, fake):
     grid = write_grid(tmp_path, {**THREE_CELLS, "seeds": [0, 1]})
     out = tmp_path / "dry.txt"
@@ -323,12 +335,10 @@ def test_gpu_runs_are_checked_against_the_executor(tmp_path, fake):
     assert not (tmp_path / "runs").exists()
 
 
-def test_eval_hook_missing_is_a_clear_error_before_training(tmp_path, fake, monkeypatch):
-    import ablations.job
-
-    monkeypatch.setitem(ablations.job.HOOKS, "eval", ("eval", "no_such_hook", "eval/results.json"))
+def test_eval_that_cannot_run_is_a_clear_error_before_training(tmp_path, fake, monkeypatch):
+    monkeypatch.setitem(sys.modules, "eval.run", None)  # as if lm-eval, which eval.run imports, were missing
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
-    with pytest.raises(RuntimeError, match=r"--eval needs eval.no_such_hook\(run_dir\)"):
+    with pytest.raises(RuntimeError, match=r"--eval cannot run here: .*eval\.run"):
         run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, evaluate=True)
     assert not (tmp_path / "runs").exists()
 

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from ablations.report_analysis import analysis_section
 from lit_resformer.analysis import (
     AnalysisTrace,
-    analysis_section,
     analyze,
     analyze_checkpoints,
     analyze_hf_model,

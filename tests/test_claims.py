@@ -264,7 +264,7 @@ def test_reproduction_tier_trains_a_million_tokens_and_validates_on_the_whole_sp
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump({**grid, "overrides": {"data.val_sequences_per_domain": None}}))
     assert load_grid(tmp_path / "ok.yaml").configs["v"]["data"]["val_sequences_per_domain"] is None
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**grid, "overrides": {"data.micro_batch_size": None}}))
-    with pytest.raises(GridError, match="'data.micro_batch_size' expects a number"):
+    with pytest.raises(GridError, match="data.micro_batch_size: must be an integer >= 1, got None"):
         load_grid(tmp_path / "bad.yaml")
 
 

@@ -11,7 +11,7 @@ from helpers.experiments import tiny_experiment
 
 from ablations import LocalExecutor, run_grid
 from ablations.store import RunDir
-from lit_resformer.run_metrics import read_metrics
+from lit_resformer.run_dir import RunDir
 
 
 def test_slots_and_threads_per_run_are_set_for_every_run(monkeypatch):
@@ -44,7 +44,7 @@ def test_results_do_not_depend_on_concurrent_runs(tmp_path, tiny_corpus, data_ca
         runs = tmp_path / f"slots{slots}"
         outcome = run_grid(grid, runs_dir=runs, devices=[], cpu_slots=slots, threads_per_run=1, progress=False, report=False)
         assert outcome.failed == [], outcome.summaries
-        results[slots] = {cell: read_metrics(runs / "pair" / cell / "seed0") for cell in ("vanilla", "resformer")}
+        results[slots] = {cell: RunDir(runs / "pair" / cell / "seed0").read_metrics() for cell in ("vanilla", "resformer")}
         (first_start, first_end), (second_start, second_end) = (interval(runs / "pair" / c / "seed0") for c in ("vanilla", "resformer"))
         side_by_side = second_start < first_end and first_start < second_end
         assert side_by_side == (slots == 2)

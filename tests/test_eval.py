@@ -1,4 +1,4 @@
-"""Zero-shot evaluation (DESIGN §7): the registered lm-eval model, task sets, offline data, report, export."""
+"""Zero-shot evaluation (paper Table 1): the registered lm-eval model, task sets, offline data, report, export."""
 
 from __future__ import annotations
 

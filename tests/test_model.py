@@ -1,4 +1,4 @@
-"""Model core: every variant proved by equivalences (DESIGN §2-3)."""
+"""Model core: the base model against transformers' Llama, and every variant proved by equivalences."""
 
 from __future__ import annotations
 

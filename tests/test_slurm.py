@@ -23,9 +23,18 @@ import pytest
 import yaml
 from helpers.experiments import tiny_experiment
 
-from lit_resformer.run_metrics import metric_files, read_metrics
+from lit_resformer.run_dir import RunDir
 
 pytestmark = pytest.mark.slurm
+
+
+def metric_files(run: Path) -> list[Path]:
+    return RunDir(run).metric_files()
+
+
+def read_metrics(run: Path) -> dict:
+    return RunDir(run).read_metrics()
+
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "local-slurm.sh"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 import subprocess
@@ -16,9 +17,13 @@ from helpers.experiments import tiny_experiment
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
 from lit_resformer.lit_module import warmup_cosine
-from lit_resformer.run_metrics import read_metrics
+from lit_resformer.run_dir import RunDir
 
 HELPERS = Path(__file__).parent / "helpers"
+
+
+def read_metrics(run: Path) -> dict:
+    return RunDir(run).read_metrics()
 
 
 def experiment(tmp_path: Path, corpus: Path, cache: Path, **sections) -> Path:
@@ -99,6 +104,23 @@ def test_resume_after_sigkill_is_exact(tmp_path, tiny_corpus, data_cache):
     a, b = read_metrics(straight), read_metrics(crashed)
     assert a["train/loss"] == b["train/loss"]
     assert a["val/loss"] == b["val/loss"]
+
+
+def test_resume_skips_a_truncated_last_checkpoint(tmp_path, tiny_corpus, data_cache):
+    """A run killed while writing last.ckpt resumes from its newest intact step checkpoint, and says so."""
+    config = experiment(tmp_path, tiny_corpus, data_cache, trainer={"max_steps": 4})
+    run = RunDir(tmp_path / "run")
+    fit(config, run.path)
+    intact = run.checkpoints_dir / "step000004.ckpt"
+    assert intact.is_file()
+    run.last_checkpoint.write_bytes(run.last_checkpoint.read_bytes()[:1000])
+    with pytest.warns(UserWarning, match=r"resuming from .*step000004.ckpt: last.ckpt: not a readable checkpoint"):
+        fit(config, run.path, "--ckpt_path", "last", "--trainer.max_steps", "6")
+    _, resumed = run.metric_files()
+    with open(resumed, newline="") as f:
+        resumed_steps = [int(row["step"]) for row in csv.DictReader(f) if row["train/loss"]]
+    assert resumed_steps == [4, 5]  # from the step-4 checkpoint, not from scratch
+    assert [s for s, _ in read_metrics(run.path)["train/loss"]] == list(range(6))
 
 
 def _refused(capsys, config, run, *extra) -> str:

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from helpers.experiments import tiny_experiment
 
-from ablations.store import RunDir
+from ablations.store import results
 from lit_resformer.cli import main
 from lit_resformer.data import token_counts, unigram_loss
 from lit_resformer.data.packing import stream_name
-from lit_resformer.run_metrics import read_metrics
+from lit_resformer.run_dir import RunDir
 
 
 def test_unigram_loss_by_hand():
@@ -65,12 +65,12 @@ def test_every_run_logs_the_reference_at_step_zero_and_summarises_it(tmp_path, t
                              trainer={"max_steps": 4, "val_check_interval": 2}, data={"val_sequences_per_domain": 3})
     main(["fit", "--config", str(config), "--trainer.default_root_dir", str(run)])
     expected = tiny_datamodule(val_sequences_per_domain=3).unigram_val_losses()
-    metrics = read_metrics(run)
+    metrics = RunDir(run).read_metrics()
     for domain, loss in expected.items():
         assert metrics[f"val/unigram_loss/{domain}"] == [(0, pytest.approx(loss))]
     # averaged over domains like val/loss
     assert metrics["val/unigram_loss"] == [(0, pytest.approx(np.mean(list(expected.values()))))]
 
-    summary = RunDir(run).results()
+    summary = results(RunDir(run))
     assert summary["unigram_val_loss"] == pytest.approx(np.mean(list(expected.values())))
     assert summary["unigram_val_loss_by_domain"] == pytest.approx(expected)

@@ -10,13 +10,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
+from lit_resformer.reporting import pyplot, save_figure
 
-from . import metrics as M  # noqa: E402
+from . import metrics as M
+
+plt = pyplot()
 
 # The paper's description of ResFormer's first token (Fig. 2, 19, 21), drawn as reference lines on the ratio plots.
 PAPER_RESFORMER_BOUNDS = {"importance": (10.0, "ResFormer (paper): < 10x"),
@@ -53,13 +53,6 @@ def _layer_axis(ax, log_y: bool = False) -> None:
         _log_y(ax)
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def _draw_by_layer(ax, curves: Curves, title: str, ylabel: str, style: str = "-") -> None:
     for label, values in curves.items():
         values = [math.nan if v is None else v for v in values]
@@ -77,7 +70,7 @@ def plot_by_layer(curves: Curves, path: Path, title: str, ylabel: str, reference
         ax.axhline(reference[0], color="grey", linestyle=":", label=reference[1])
     _layer_axis(ax, log_y)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_first_token_ratios(ratios: dict[str, Curves], path: Path, seq_len: int) -> Path:
@@ -96,7 +89,7 @@ def plot_first_token_ratios(ratios: dict[str, Curves], path: Path, seq_len: int)
             ax.axhline(uniform, color="grey", linestyle="--", label="uniform causal attention")
         _layer_axis(ax, log_y=True)
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _depth_colours(count: int):
@@ -116,7 +109,7 @@ def plot_norms_by_position(models: dict[str, dict], path: Path) -> Path:
             ax.set(title=f"{name}: {kind} norm (first token ringed)", xlabel="position", ylabel="L2 norm")
             _log_y(ax)
             ax.legend(fontsize=6, ncol=2)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _mixes_values(result: dict[str, Any]) -> bool:
@@ -142,7 +135,7 @@ def plot_value_spectrum(models: dict[str, dict], path: Path) -> Path:
                    "Largest value eigenvalue (Fig. 12)", "eigenvalue", style="--")
     _layer_axis(right, log_y=True)
     right.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_fig4(models: dict[str, dict], path: Path) -> Path:
@@ -152,7 +145,7 @@ def plot_fig4(models: dict[str, dict], path: Path) -> Path:
         _draw_by_layer(ax, {f"{n}: {label}": r[key] for n, r in models.items() if key in r},
                        "cos to cross-layer attention (Eq. 2), Fig. 4", "cosine similarity", style)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_top_i(models: dict[str, dict], path: Path) -> Path:
@@ -165,7 +158,7 @@ def plot_top_i(models: dict[str, dict], path: Path) -> Path:
                ylabel="share of importance", ylim=(0, 1.02))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=6, ncol=2)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:

@@ -52,13 +52,14 @@ m = 1), so it is the paper's check when the model is vanilla. For Hugging Face m
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lit_resformer.model import Transformer
+from lit_resformer.reporting import atomic_write_json
+from lit_resformer.run_dir import ANALYSIS_RESULTS, RunDir
 
 from .plots import write_plots
 from .trace import DEFAULT_ATTENTION_BUDGET, AnalysisTrace
@@ -190,7 +191,7 @@ def analyze(models: dict[str, torch.nn.Module], batches: torch.Tensor, out_dir: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report["plots"] = [p.name for p in write_plots(report, out)]
-    (out / "analysis.json").write_text(json.dumps(report, indent=1))
+    atomic_write_json(out / ANALYSIS_RESULTS, report, indent=1)
     return report
 
 
@@ -260,9 +261,9 @@ def _datamodule_hparams(path: Path) -> dict[str, Any]:
 
 
 def _run_names(paths: list[Path]) -> list[str]:
-    """<run dir>/checkpoints/last.ckpt -> the run dir's name, with as many parent folders as make every name
-    unique (grid runs are <grid>/<cell>/seed<k>, so they become vanilla/seed0, resformer/seed0, ...)."""
-    parts = [(p.parent.parent if p.parent.name == "checkpoints" else p).resolve().parts for p in paths]
+    """A run's checkpoint -> the run dir's name, with as many parent folders as make every name unique (grid runs
+    are <grid>/<cell>/seed<k>, so they become vanilla/seed0, resformer/seed0, ...); other paths name themselves."""
+    parts = [(run.path if (run := RunDir.from_checkpoint(p)) else p).resolve().parts for p in paths]
     for depth in range(1, max(len(x) for x in parts) + 1):
         names = ["/".join(x[-depth:]) for x in parts]
         if len(set(names)) == len(names):
@@ -276,6 +277,15 @@ def _run_names(paths: list[Path]) -> list[str]:
         seen.add(name)
         names.append(name)
     return names
+
+
+def default_output_dir(paths: list[Path]) -> Path:
+    """Where one checkpoint's analysis goes without --out: its run's analysis folder (for a file outside a run's
+    checkpoints folder, `analysis` next to it). Several checkpoints need an explicit folder."""
+    if len(paths) != 1:
+        raise ValueError("out_dir (--out) is required when analysing several checkpoints")
+    run = RunDir.from_checkpoint(paths[0])
+    return run.analysis_dir if run else paths[0].parent / "analysis"
 
 
 def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int | None = None,
@@ -297,11 +307,7 @@ def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int 
     for p in paths:
         if not p.exists():
             raise ValueError(f"checkpoint {p} does not exist")
-    if out_dir is None:
-        if len(paths) > 1:
-            raise ValueError("out_dir (--out) is required when analysing several checkpoints")
-        run_dir = paths[0].parent.parent if paths[0].parent.name == "checkpoints" else paths[0].parent
-        out_dir = run_dir / "analysis"
+    out_dir = default_output_dir(paths) if out_dir is None else out_dir
 
     models: dict[str, torch.nn.Module] = {}
     sources: dict[str, str] = {}
@@ -316,7 +322,7 @@ def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int 
             tokenizer = Tokenizer.from_file(str(tokenizer_file)).to_str() if tokenizer_file.is_file() else None
         else:
             models[name], loaded_tokenizer = load_checkpoint(str(path))
-            tokenizer = loaded_tokenizer.to_str() if loaded_tokenizer is not None else None
+            tokenizer = loaded_tokenizer.to_str()
             if data_hparams is None:
                 data_hparams = _datamodule_hparams(path)
         sources[name] = str(path)
@@ -330,3 +336,12 @@ def analyze_checkpoints(ckpt_paths: list[str], num_seqs: int = 16, seq_len: int 
         data_hparams = {"source": "embedded", "tokenizer": str(paths[0] / "tokenizer.json")}
     batches = sample_validation_batches(data_hparams, num_seqs, seq_len, seed, reference_tokenizer)
     return analyze(models, batches, out_dir, batch_size=batch_size, top_i=top_i, sources=sources)
+
+
+def analyze_run_dir(run_dir: str | Path, num_seqs: int = 16, seq_len: int | None = None) -> Path:
+    """Analyse a finished run's last checkpoint into its analysis folder; returns the analysis.json path."""
+    run = RunDir(run_dir)
+    if not run.last_checkpoint.is_file():
+        raise ValueError(f"{run.path} has no {run.last_checkpoint.relative_to(run.path)} to analyse")
+    analyze_checkpoints([str(run.last_checkpoint)], num_seqs, seq_len, run.analysis_dir)
+    return run.analysis_results

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_resformer.analysis import analysis_section, analyze_model, plot_mixing_weights
-from lit_resformer.analysis.report import mixing_series
+from ablations.report_analysis import analysis_section, mixing_series, plot_mixing_weights
+from lit_resformer.analysis import analyze_model
 from lit_resformer.model import ModelConfig, Transformer
 
 SMALL = dict(n_layer=3, n_head=2, d_model=16, ffn_dim=32, vocab_size=50, max_seq_len=32)

@@ -1,8 +1,8 @@
-"""The grid report's analysis section, the per-run analysis hook, and the learnable mixing-weight plot.
+"""The grid report's attention-concentration section and the learnable mixing-weight plots.
 
-A run directory holds `analysis/analysis.json` once `analyze_run_dir` (or `lit-resformer analyze --ckpt
-<run>/checkpoints/last.ckpt`) has run; the section overlays the cells' entropy by layer and first-token
-ratios (mean over each cell's runs). Learnable mixing weights come from the run's logged metrics, columns
+A run holds analysis results once `--analyze` (lit_resformer.analysis.analyze_run_dir) has run; the section
+overlays the cells' entropy by layer and first-token ratios (mean over each cell's runs), drawn with the same
+plot functions as one analysis report. Learnable mixing weights come from the run's logged metrics, columns
 `mix/layer<n>/<kind>` (kind: self, history, gate_weight_norm, lambda) and `dwa/block<n>/self`.
 """
 
@@ -15,31 +15,21 @@ import re
 from pathlib import Path
 from typing import Any
 
-from matplotlib.ticker import MaxNLocator
+from lit_resformer.analysis.plots import (
+    PAPER_RESFORMER_BOUNDS,
+    first_token_ratios,
+    plot_by_layer,
+    plot_first_token_ratios,
+)
+from lit_resformer.reporting import markdown_table, pyplot, save_figure
+from lit_resformer.run_dir import RunDir
 
-from lit_resformer.run_metrics import read_metrics
-
-from .plots import PAPER_RESFORMER_BOUNDS, first_token_ratios, plot_by_layer, plot_first_token_ratios, plt
-
-ANALYSIS_FILE = Path("analysis") / "analysis.json"
 MIXING_COLUMN = re.compile(r"^(mix/layer|dwa/block)(\d+)/(\w+)$")
-
-
-def analyze_run_dir(run_dir: str | Path, num_seqs: int = 16, seq_len: int | None = None) -> Path:
-    """Analyse a finished run's last checkpoint into <run_dir>/analysis/ (the ablation grid's `--analyze` hook)."""
-    from .runner import analyze_checkpoints
-
-    run_dir = Path(run_dir)
-    ckpt = run_dir / "checkpoints" / "last.ckpt"
-    if not ckpt.is_file():
-        raise ValueError(f"{run_dir} has no checkpoints/last.ckpt to analyse")
-    analyze_checkpoints([str(ckpt)], num_seqs, seq_len, run_dir / ANALYSIS_FILE.parent)
-    return run_dir / ANALYSIS_FILE
 
 
 def run_analysis(run_dir: Path) -> dict[str, Any] | None:
     """The run's own model in its analysis.json (the first one listed), or None when it has not been analysed."""
-    path = Path(run_dir) / ANALYSIS_FILE
+    path = RunDir(run_dir).analysis_results
     if not path.is_file():
         return None
     models = json.loads(path.read_text())["models"]
@@ -72,7 +62,7 @@ def _cell_curves(results: dict[str, list[dict]]) -> dict[str, dict[str, list[flo
 def mixing_series(run_dir: Path) -> dict[str, dict[int, list[tuple[int, float]]]]:
     """{kind: {layer: [(step, value), ...]}} for every logged learnable mixing weight of a run."""
     found: dict[str, dict[int, list[tuple[int, float]]]] = {}
-    for column, points in read_metrics(run_dir).items():
+    for column, points in RunDir(run_dir).read_metrics().items():
         match = MIXING_COLUMN.match(column)
         if match:
             prefix, layer, kind = match.groups()
@@ -86,6 +76,9 @@ def plot_mixing_weights(run_dir: str | Path, out_png: str | Path, title: str | N
     series = mixing_series(Path(run_dir))
     if not series:
         return None
+    from matplotlib.ticker import MaxNLocator
+
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(series), figsize=(4.5 * len(series), 3.5), squeeze=False)
     order = {"self": 0, "history": 1}  # the two ResFormer weights first, side by side
     for ax, (kind, layers) in zip(axes[0], sorted(series.items(), key=lambda item: (order.get(item[0], 2), item[0])), strict=True):
@@ -96,12 +89,7 @@ def plot_mixing_weights(run_dir: str | Path, out_png: str | Path, title: str | N
         ax.set(title=f"{title + ': ' if title else ''}{kind}", xlabel="step", ylabel="weight")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
-    return out_png
+    return save_figure(fig, out_png)
 
 
 def _fmt(value: float, digits: int = 3) -> str:
@@ -154,18 +142,17 @@ def analysis_section(run_dirs_by_cell: dict[str, list[Path]], out_dir: str | Pat
             "> 0.5x their value norm and < 3x their hidden norm. For scale: uniform causal attention over "
             f"{len(first['importance_by_position'][0])} tokens has entropy {_fmt(first['entropy_uniform_causal'])}.",
             "",
-            "| cell | runs | mean entropy | min entropy | max importance ratio | min value-norm ratio "
-            "| max hidden-norm ratio |",
-            "|---|---|---|---|---|---|---|",
         ]
+        rows = []
         for cell, c in curves.items():
             entropy = [e for e in c["entropy"] if math.isfinite(e)]
-            lines.append(
-                f"| {cell} | {len(results[cell])} | {_fmt(sum(entropy) / len(entropy) if entropy else math.nan)} "
-                f"| {_fmt_extreme(_extreme(c['entropy'], min))} | {_fmt_extreme(_extreme(c.get('importance'), max))} "
-                f"| {_fmt_extreme(_extreme(c.get('value_norm'), min))} "
-                f"| {_fmt_extreme(_extreme(c.get('hidden_norm'), max))} |"
-            )
+            rows.append([
+                cell, len(results[cell]), _fmt(sum(entropy) / len(entropy) if entropy else math.nan),
+                _fmt_extreme(_extreme(c["entropy"], min)), _fmt_extreme(_extreme(c.get("importance"), max)),
+                _fmt_extreme(_extreme(c.get("value_norm"), min)), _fmt_extreme(_extreme(c.get("hidden_norm"), max)),
+            ])
+        lines.append(markdown_table(["cell", "runs", "mean entropy", "min entropy", "max importance ratio",
+                                     "min value-norm ratio", "max hidden-norm ratio"], rows))
         entropy_png = plot_by_layer({cell: c["entropy"] for cell, c in curves.items()},
                                     out_dir / "analysis_entropy_by_layer.png",
                                     "Entropy of token importance by layer (Eq. 11)", "entropy (nats)")

@@ -1,0 +1,327 @@
+"""An experiment config: how it composes, the LightningCLI that runs it (`lit-resformer fit|validate|test`) and
+the checks it must pass.
+
+Configs compose from pieces (configs/recipes, configs/data, configs/models), each a partial config. An experiment
+file names its pieces under `compose`, paths relative to itself, and adds its own settings:
+
+    compose: [../recipes/cpu.yaml, ../data/embedded.yaml, ../models/tiny.yaml]
+    model:
+      config: {residual: {target: v}}
+
+`--config` of such a file means one `--config` per piece, in order, then one for its own settings: LightningCLI
+merges several configs exactly so, later ones overriding earlier ones. A piece may compose others. The run's
+config.yaml holds the whole resolved config.
+
+`ConfigChecker` applies the same parser and the same checks to a config dict without training, building a Trainer
+or reading data: the ablation grid validates its cells with it, so a cell is refused exactly when `fit` would
+refuse it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from jsonargparse import ActionConfigFile, Namespace
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_warn
+from omegaconf import OmegaConf
+
+from .data import LMDataModule
+from .lit_module import LitResFormer
+from .model import ModelConfig
+from .reporting import atomic_write
+from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem
+
+COMPOSE = "compose"
+
+
+def config_layers(path: str | Path, _within: tuple[Path, ...] = ()) -> list[Path | dict]:
+    """The configs a config file stands for, in merge order: the pieces under its `compose` (each expanded the same
+    way), then its own settings as a dict; a file without `compose` stands for itself."""
+    path = Path(path).resolve()
+    if path in _within:
+        raise ValueError(f"{path} composes itself: {' -> '.join(str(p) for p in (*_within, path))}")
+    config = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    if not isinstance(config, dict) or COMPOSE not in config:
+        return [path]
+    pieces = config.pop(COMPOSE)
+    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+        raise ValueError(f"{path}: {COMPOSE} must be a list of config files (relative to it), got {pieces!r}")
+    layers: list[Path | dict] = []
+    for piece in pieces:
+        piece_path = path.parent / piece
+        if not piece_path.is_file():
+            raise ValueError(f"{path}: {COMPOSE} names {piece!r}, but {piece_path} does not exist")
+        layers += config_layers(piece_path, (*_within, path))
+    return layers + ([config] if config else [])
+
+
+def load_experiment(*paths: str | Path) -> dict:
+    """One dict holding what `fit --config P1 --config P2 ...` reads, pieces composed and interpolations resolved."""
+    merged = OmegaConf.create({})
+    for path in paths:
+        for layer in config_layers(path):
+            merged = OmegaConf.merge(merged, OmegaConf.load(layer) if isinstance(layer, Path) else layer)
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def expand_config_args(args: Sequence[str]) -> list[str]:
+    """Command-line arguments with every `--config FILE` replaced by one `--config` per layer of the file."""
+    out: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--config" and rest:
+            value = rest.pop(0)
+        elif arg.startswith("--config="):
+            value = arg.split("=", 1)[1]
+        else:
+            out.append(arg)
+            continue
+        layers = config_layers(value) if Path(value).is_file() else [value]  # else: YAML text, jsonargparse's own
+        for layer in layers:
+            out += ["--config", yaml.safe_dump(layer, sort_keys=False) if isinstance(layer, dict) else str(layer)]
+    return out
+
+
+def config_name(args: Sequence[str]) -> str:
+    """The stem of the last config file given on the command line ("default" for none): the run's default name."""
+    files = [value for flag, value in zip(args, args[1:], strict=False) if flag == "--config"]
+    files += [arg.split("=", 1)[1] for arg in args if arg.startswith("--config=")]
+    files = [f for f in files if Path(f).is_file()]
+    return Path(files[-1]).stem if files else "default"
+
+
+class RunConfig(SaveConfigCallback):
+    """Writes the resolved config as the run's config.yaml; a different config already there is an error."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if not trainer.is_global_zero:
+            return
+        path = RunDir(trainer.default_root_dir).config_file
+        text = self.parser.dump(self.config, skip_none=False)
+        if path.exists() and path.read_text() != text and self.config.get("ckpt_path") is None:
+            raise RuntimeError(f"{path} holds a different run's config; resume it with --ckpt_path last or "
+                               f"choose another --trainer.default_root_dir")
+        atomic_write(path, text)
+
+
+# How the CLI is built, for `fit` and for the checker alike. The training module configures its own optimizer
+# (AdamW groups and the warmup-cosine schedule), so LightningCLI's --optimizer/--lr_scheduler are not offered.
+CLI_SETTINGS = dict(
+    save_config_callback=RunConfig, save_config_kwargs={"overwrite": True},
+    trainer_defaults={"use_distributed_sampler": False, "log_every_n_steps": 1},
+    auto_configure_optimizers=False,
+)
+PARSER_SETTINGS = {"parser_mode": "omegaconf"}
+
+
+def world_size(trainer: dict[str, Any]) -> int:
+    devices, nodes = trainer.get("devices", "auto"), int(trainer.get("num_nodes") or 1)
+    if isinstance(devices, (list, tuple)):
+        per_node = len(devices)
+    elif str(devices).lstrip("-").isdigit() and int(devices) > 0:
+        per_node = int(devices)
+    else:  # "auto" or -1: every visible GPU, else one CPU process
+        accelerator = trainer.get("accelerator", "auto")
+        gpus = torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0
+        per_node = gpus or 1
+    return per_node * nodes
+
+
+def model_config(cfg: Namespace) -> ModelConfig:
+    """The run's ModelConfig from a parsed config. vocab_size is linked from the tokenizer when the classes are
+    built, so before that any value stands in for it."""
+    fields = cfg.model.config
+    fields = fields.as_dict() if hasattr(fields, "as_dict") else dict(vars(fields))
+    try:
+        return ModelConfig(**{**fields, "vocab_size": fields.get("vocab_size") or 1})
+    except ValueError as err:
+        raise ValueError(f"invalid model config (model.config): {err}") from None
+
+
+def check_experiment(cfg: Namespace) -> None:
+    """Checks across fields that the parser cannot express; derives trainer.accumulate_grad_batches from
+    global_batch_tokens."""
+    preview = model_config(cfg)
+    seq_len = cfg.data.seq_len
+    if seq_len > preview.max_seq_len:
+        raise ValueError(f"data.seq_len={seq_len} exceeds model.config.max_seq_len={preview.max_seq_len}; "
+                         f"lower data.seq_len or raise model.config.max_seq_len")
+    tokens = cfg.global_batch_tokens
+    if tokens is not None:
+        per_step = cfg.data.micro_batch_size * seq_len * world_size(dict(vars(cfg.trainer)))
+        if tokens % per_step:
+            raise ValueError(f"global_batch_tokens={tokens} is not divisible by data.micro_batch_size x "
+                             f"data.seq_len x devices = {per_step}")
+        cfg.trainer.accumulate_grad_batches = tokens // per_step
+
+
+def check_classes(cfg: Namespace) -> None:
+    """The data module's and the training module's own argument checks, without data: the data module reads no
+    corpus in its constructor, and the model is built on the meta device (no memory)."""
+    LMDataModule(**cfg.data.as_dict())
+    with torch.device("meta"):
+        LitResFormer(**{**cfg.model.as_dict(), "config": model_config(cfg).to_dict()})
+
+
+class ResFormerCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument("--global_batch_tokens", type=int | None, default=None,
+                            help="tokens per optimizer step over all devices; sets trainer.accumulate_grad_batches")
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({"checkpoint.filename": "step{step:06d}", "checkpoint.auto_insert_metric_name": False,
+                             "checkpoint.every_n_train_steps": 100, "checkpoint.save_last": True,
+                             "checkpoint.save_top_k": 1, "checkpoint.monitor": None})
+        parser.link_arguments("data.vocab_size", "model.config.vocab_size", apply_on="instantiate")
+
+    def parse_arguments(self, parser, args) -> None:
+        try:
+            if isinstance(args, (dict, Namespace)):
+                self.config = parser.parse_object(args)
+            else:
+                args = sys.argv[1:] if args is None else list(args)
+                self.config_name = config_name(args)
+                self.config = parser.parse_args(expand_config_args(args))
+            self._check_arguments()
+        except ValueError as err:  # a config mistake: one clear line, before anything is written
+            parser.exit(2, f"lit-resformer: error: {err}\n")
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ValueError as err:  # bad data or model settings found while building them
+            self.parser.exit(2, f"lit-resformer: error: {err}\n")
+
+    def _check_arguments(self) -> None:
+        sub = self.config.get("subcommand")
+        if sub is None:
+            return
+        cfg = self.config[sub]
+        if not cfg.trainer.default_root_dir:
+            cfg.trainer.default_root_dir = str(Path("runs") / getattr(self, "config_name", "default"))
+        run = RunDir(cfg.trainer.default_root_dir)
+        ckpt = cfg.get("ckpt_path")
+        if ckpt == "last":
+            self.resume_point = run.resume_point()
+        elif ckpt is not None:
+            problem = checkpoint_problem(ckpt)
+            if problem:
+                raise ValueError(f"--ckpt_path {ckpt} is {problem}")
+        elif sub == "fit" and run.has_training_output():
+            raise ValueError(f"{run.path} already holds a run; resume it with --ckpt_path last, or choose another "
+                             f"--trainer.default_root_dir")
+        check_experiment(cfg)
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand]
+        run = RunDir(cfg.trainer.default_root_dir)
+        resume = getattr(self, "resume_point", None)
+        if resume is not None and resume.fallback_reason:
+            rank_zero_warn(f"resuming from {resume.path}: {resume.fallback_reason}")
+            cfg.ckpt_path = str(resume.path)
+        if cfg.trainer.logger in (None, True):
+            cfg.trainer.logger = [
+                {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                 "init_args": {"save_dir": str(run.path), "name": CSV_LOGS}},
+                {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                 "init_args": {"save_dir": str(run.path), "name": TB_LOGS}},
+            ]
+        if cfg.checkpoint.dirpath is None:
+            cfg.checkpoint.dirpath = str(run.checkpoints_dir)
+
+
+def run_cli(args: list[str] | None = None) -> None:
+    """`lit-resformer fit|validate|test ...` (args None: sys.argv)."""
+    ResFormerCLI(LitResFormer, LMDataModule, args=args, **CLI_SETTINGS, parser_kwargs=PARSER_SETTINGS)
+
+
+class _ParserOnly(ResFormerCLI):
+    """Builds the CLI's parser, then stops: no parsing, seeding, or classes."""
+
+    def parse_arguments(self, parser, args) -> None:
+        self.config = Namespace(seed_everything=False)
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+class ConfigChecker:
+    """`fit`'s parser and checks over config dicts, with no training: types and choices of every field (the
+    parser), the checks across fields, and the constructors' own argument checks (`check_classes`).
+
+    The parser is the one of `lit-resformer fit` without `--ckpt_path`, which a config file does not hold.
+    """
+
+    def __init__(self) -> None:
+        self.parser = _ParserOnly(LitResFormer, LMDataModule, run=False, **CLI_SETTINGS,
+                                  parser_kwargs={**PARSER_SETTINGS, "exit_on_error": False}).parser
+        config_files = {a.dest for a in self.parser._actions if isinstance(a, ActionConfigFile)}
+        self.fields = sorted(set(self.parser.get_defaults().keys()) - config_files)  # every key a config may set
+
+    def check(self, config: Mapping[str, Any]) -> Namespace:
+        """The parsed config, or the first problem: argparse.ArgumentError for a key the parser does not know or a
+        value of the wrong type; ValueError for a check of `fit` or of a constructor."""
+        cfg = self.parser.parse_object(dict(config))
+        check_experiment(cfg)
+        check_classes(cfg)
+        return cfg
+
+    def resolved(self, config: Mapping[str, Any]) -> dict:
+        """Every field of a valid config with its value, defaults included: equal for configs that run the same."""
+        return yaml.safe_load(self.parser.dump(self.check(config), skip_none=False))
+
+    def unknown_field(self, key: str) -> str | None:
+        """Why the dotted `key` is not a field (naming the class it would belong to and the closest fields), or None
+        when it is one or lies inside one (e.g. a key of a mapping-valued field)."""
+        if any(key == field or key.startswith(field + ".") for field in self.fields):
+            return None
+        parts = key.split(".")
+        depth = max((d for d in range(1, len(parts)) if ".".join(parts[:d]) in self.parser.groups), default=0)
+        parent, name = ".".join(parts[:depth]), parts[depth]
+        prefix = parent + "." if parent else ""
+        siblings = sorted({f[len(prefix):].split(".")[0] for f in self.fields if f.startswith(prefix)})
+        group_class = getattr(self.parser.groups.get(parent), "group_class", None)
+        owner = group_class.__name__ if group_class else f"'{parent}'" if parent else "the config"
+        close = difflib.get_close_matches(name, siblings, n=3)
+        return f"{owner} has no field '{name}'; " + (f"did you mean {close}?" if close else f"fields: {siblings}")
+
+    def expected(self, key: str) -> str | None:
+        """What the field `key` takes, in words (e.g. "one of ['none', 'v']"); None for a key that is no field."""
+        action = next((a for a in self.parser._actions if a.dest == key), None)
+        hint = getattr(action, "_typehint", None)
+        return None if hint is None else describe_type(hint)
+
+
+def describe_type(hint: Any) -> str:
+    """A type annotation in words, for error messages."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return f"one of {list(args)}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(describe_type(a) for a in args))
+    if hint is type(None):
+        return "null"
+    if hint is bool:
+        return "true or false"
+    if hint in (int, float):
+        return "a number" + (" (integer)" if hint is int else "")
+    if hint is str:
+        return "a string"
+    if hint in (list, tuple) or origin in (list, tuple, Sequence, typing.Sequence):
+        return "a list"
+    if hint is dict or origin in (dict, Mapping, typing.Mapping):
+        return "a mapping"
+    return getattr(hint, "__name__", str(hint))

@@ -1,0 +1,99 @@
+"""Writing results: atomic files, markdown tables, self-contained HTML and PNG plots.
+
+Everything that writes a report (the grid report, analysis, eval and benchmarks) goes through these, so a reader
+never sees half a file and every table has the same form. Only the standard library is imported up front;
+matplotlib and markdown are imported when a plot or a page is made.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import html
+import io
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write(path: str | Path, content: str | bytes) -> Path:
+    """Write to a temporary file in the same directory, then rename it over `path`: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content.encode() if isinstance(content, str) else content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | Path, data: Any, **dumps: Any) -> Path:
+    """`data` as indented JSON (keyword arguments go to json.dumps), written atomically."""
+    return atomic_write(path, json.dumps(data, **{"indent": 2, **dumps}) + "\n")
+
+
+def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub-flavoured markdown table; values are shown with str() and `|` inside them is escaped."""
+
+    def line(values: Sequence[Any]) -> str:
+        return "| " + " | ".join(str(v).replace("|", "\\|") for v in values) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("---" for _ in header) + "|", *(line(row) for row in rows)])
+
+
+HTML_STYLE = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
+    "td,th{border:1px solid #bbb;padding:0.25em 0.6em;text-align:right}"
+    "td:first-child,th:first-child{text-align:left}th{background:#eee}"
+    "img{max-width:100%;border:1px solid #ddd}code{background:#f3f3f3}"
+)
+
+
+def markdown_to_html(text: str, base: Path, title: str) -> str:
+    """A self-contained page: the markdown rendered, local PNGs (relative to `base`) embedded as base64 data."""
+    import markdown
+
+    body = markdown.markdown(text, extensions=["tables"])
+
+    def inline(match: re.Match) -> str:
+        path = base / html.unescape(match.group(1))
+        if not path.is_file():
+            return match.group(0)
+        return f'src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}"'
+
+    body = re.sub(r'src="(?!data:)([^"]+\.png)"', inline, body)
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{HTML_STYLE}</style></head><body>\n{body}\n</body></html>\n"
+    )
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out `fig`, write it as a PNG (110 dpi) atomically and close it."""
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    pyplot().close(fig)
+    return atomic_write(path, buffer.getvalue())
