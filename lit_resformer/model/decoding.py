@@ -29,7 +29,7 @@ class GraphedDecodeStep:
             raise ValueError(f"GraphedDecodeStep needs a CUDA model; this one is on {device}")
         cache.make_static()
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)
-        forward = torch.compile(model, dynamic=False, fullgraph=True) if compile else model
+        forward = torch.compile(model, dynamic=False) if compile else model
         start = cache.pos.clone()
         # Warm-up (and compilation) off the capture: it writes position `start`, which the real step rewrites.
         side = torch.cuda.Stream(device)

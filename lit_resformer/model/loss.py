@@ -28,22 +28,22 @@ def _loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Te
     scored = labels != ignore_index
     count = scored.sum()
     targets = torch.where(scored, labels, 0)[:, None]
-    padding = torch.arange(weight.shape[0], device=weight.device) >= vocab_size
+    columns = torch.arange(weight.shape[0], device=weight.device)
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
     grad_hidden = torch.empty_like(hidden) if with_grads else None
     grad_weight = torch.zeros_like(weight, dtype=torch.float32) if with_grads else None
     step = _rows_per_chunk(hidden.shape[0], weight.shape[0])
+    # Element-wise work only between the matmuls (no scatter), so torch.compile fuses it into a few passes.
     for start in range(0, hidden.shape[0], step):
         rows = slice(start, start + step)
         # Under autocast the matmul runs in bf16; the softmax and the loss are always fp32.
-        logits = F.linear(hidden[rows], weight).float().masked_fill(padding, float("-inf"))
+        logits = F.linear(hidden[rows], weight).float().masked_fill(columns >= vocab_size, float("-inf"))
         lse = torch.logsumexp(logits, dim=-1)
         total = total + ((lse - logits.gather(1, targets[rows]).squeeze(1)) * scored[rows]).sum()
         if with_grads:
             # d mean / d logits = (softmax - one_hot(target)) / count, zero on rows that are not scored.
-            grad_logits = torch.exp(logits - lse[:, None])
-            grad_logits.scatter_add_(1, targets[rows], torch.full_like(lse[:, None], -1.0))
-            grad_logits = grad_logits * (scored[rows] / count)[:, None]
+            grad_logits = (torch.exp(logits - lse[:, None]) - (columns == targets[rows]).float()) \
+                * (scored[rows] / count)[:, None]
             grad_hidden[rows] = grad_logits.to(weight.dtype) @ weight
             grad_weight += grad_logits.t().to(hidden.dtype) @ hidden[rows]
     return total / count, grad_hidden, grad_weight
