@@ -20,6 +20,7 @@ from .harness import (
     machine_meta,
     pick_device,
     retain_freed_memory,
+    stop_building_on_sigterm,
     threads,
     update_markdown,
     write_json,
@@ -59,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.budget_s is not None:
+        stop_building_on_sigterm()
     if args.retain_freed_memory:
         retain_freed_memory()
     settings = Settings(

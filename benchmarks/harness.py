@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import signal
 import statistics
 import time
 import traceback
@@ -73,6 +74,8 @@ class Settings:
         return "bf16 autocast, torch.compile" if self.cuda else "fp32"
 
     def time_left(self) -> float:
+        if _sigterm["received"]:
+            return 0.0
         return float("inf") if self.budget_s is None else self.budget_s - (time.perf_counter() - self.started)
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -321,6 +324,25 @@ def adamw(model: torch.nn.Module, settings: Settings) -> torch.optim.AdamW:
                              fused=settings.cuda)
 
 
+class BudgetSpent(Exception):
+    """SIGTERM arrived while a contender was being built."""
+
+
+_sigterm = {"received": False, "building": False}
+
+
+def stop_building_on_sigterm() -> None:
+    """On SIGTERM (a session's time limit) stop building contenders: the one being built is abandoned, no other
+    starts, and what was built is still timed and written (before the SIGKILL that `timeout -k` sends later)."""
+
+    def handler(signum, frame) -> None:
+        _sigterm["received"] = True
+        if _sigterm["building"]:
+            raise BudgetSpent("SIGTERM while building a contender")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def build_within_budget(builders: dict[str, Callable[[], object]], settings: Settings, keep: float,
                         required: int = 1) -> tuple[dict[str, object], list[str]]:
     """Call `builders` in order (priority first) while more than `keep` of the budget is left (the timing still
@@ -333,6 +355,7 @@ def build_within_budget(builders: dict[str, Callable[[], object]], settings: Set
         if index >= required and settings.time_left() < keep * (settings.budget_s or 0.0):
             left_out.append(name)
             continue
+        _sigterm["building"] = True
         try:
             built[name] = build()
         except Exception as err:  # noqa: BLE001 - reported in the table and on stderr
@@ -342,6 +365,8 @@ def build_within_budget(builders: dict[str, Callable[[], object]], settings: Set
             left_out.append(f"{name} ({type(err).__name__})")
             if settings.cuda:
                 torch.cuda.empty_cache()
+        finally:
+            _sigterm["building"] = False
     return built, left_out
 
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import time
 
 import pytest
 
+from benchmarks import harness
 from benchmarks.__main__ import main
 from benchmarks.harness import (
     BENCHMARKS,
@@ -168,3 +172,21 @@ def test_contenders_are_built_in_priority_order_within_the_budget():
     assert left_out == ["b (RuntimeError)", "d"]  # d: only 15 s of 100 left, under the 20 s kept for timing
     with pytest.raises(RuntimeError):  # a required contender that fails stops the benchmark
         build_within_budget({"a": builder("a", fail=True)}, Settings(budget_s=100.0), keep=0.2)
+
+
+def test_sigterm_stops_building_and_keeps_what_was_built(monkeypatch):
+    """The GPU session's time limit (SIGTERM) abandons the contender being built and starts no other."""
+    monkeypatch.setattr(harness, "_sigterm", {"received": False, "building": False})
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def interrupted():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises long before this ends
+
+    try:
+        harness.stop_building_on_sigterm()
+        steps, left_out = build_within_budget({"a": lambda: "a", "b": interrupted, "c": lambda: "c"},
+                                              Settings(budget_s=1000.0), keep=0.2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert steps == {"a": "a"} and left_out == ["b (BudgetSpent)", "c"]
