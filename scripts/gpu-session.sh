@@ -22,7 +22,7 @@ BUDGET=${BUDGET:-540}
 STAGES=${STAGES:-install tests bench}
 BENCH=${BENCH:-mfu variant_overhead hf_throughput loop_overhead decode}
 DRY=${DRY:-0}
-WARM=${WARM:-1}
+WARM=${WARM:-$((1 - DRY))}
 PY=${PYTHON:-python3}
 SITE=${SITE:-/tmp/site}
 TESTS_S=${TESTS_S:-170}
@@ -56,7 +56,6 @@ run() {
 if ((DRY)); then
     RESULTS=$WORK/results MARKDOWN=$WORK/BENCHMARKS.md
     BENCH_FLAGS=(--device cpu --quick --reps 1 --warmup 0 --threads 2)
-    WARM=0
 else
     RESULTS=benchmarks/results/cuda MARKDOWN=docs/BENCHMARKS.md
     BENCH_FLAGS=(--device cuda)
@@ -97,6 +96,7 @@ if has tests; then
     warm_pid=
     if ((WARM)) && has bench; then
         mkdir -p "$WORK/warm"
+        set -m # job control: the warm-up gets its own process group, so it can be stopped with everything it started
         (
             # loop_overhead first: it cannot shorten itself, so it gains most from compiled graphs found in the cache
             for name in $(grep -ow loop_overhead <<<"$BENCH") $(sed 's/\bloop_overhead\b//' <<<"$BENCH"); do
@@ -106,6 +106,7 @@ if has tests; then
             done
         ) >"$WORK/warm.log" 2>&1 &
         warm_pid=$!
+        set +m
         log "warm-up run of the benchmarks started in the background (pid $warm_pid)"
     fi
     XDIST=()
@@ -115,9 +116,8 @@ if has tests; then
         --timeout 240 --junitxml "$OUT/pytest-gpu.xml" "${XDIST[@]}"
     tail -3 "$OUT/pytest-gpu.log" | tee -a "$OUT/session.log"
     if [[ -n $warm_pid ]]; then
-        # the warm-up's children too: it is a subshell running one benchmark process at a time
-        pkill -TERM -P "$warm_pid" 2>/dev/null
-        kill "$warm_pid" 2>/dev/null
+        # its whole process group: its results are not wanted, only the compiled graphs it left in the caches
+        kill -KILL -- "-$warm_pid" 2>/dev/null
         wait "$warm_pid" 2>/dev/null
         log "warm-up stopped: $(grep -c ': .*json' "$WORK/warm.log") benchmark(s) finished in it"
     fi
