@@ -2,9 +2,10 @@
 
 All kernels take q [B, H, T, d], k/v [B, Hkv, S, d] and `offset` = number of cached positions before
 the T queries, and attend causally: query t sees keys s <= offset + t. `offset` is a 0-d tensor when decoding
-with static shapes: k/v then span the whole preallocated cache and the mask hides the unwritten positions. `key_blocks` > 1 means k/v are
-`key_blocks` position-aligned sequences concatenated along S (cross-layer attention, Eq. 2); the causal
-mask is then repeated for each block. That mask is built in exactly one place: `causal_mask`.
+with static shapes: k/v then span the whole preallocated cache and the mask hides the unwritten positions.
+`key_blocks` > 1 means k/v are `key_blocks` position-aligned sequences concatenated along S (cross-layer
+attention, Eq. 2); the causal mask is then repeated for each block. That mask is built in exactly one place:
+`causal_mask`.
 """
 
 from __future__ import annotations
