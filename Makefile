@@ -14,7 +14,8 @@ EVAL_DATA ?= eval_data
 GRID_NAME = $(basename $(notdir $(GRID)))
 CLI      := $(VENV)/bin/lit-resformer
 
-.PHONY: install test test-slow test-slurm lint demo ablation-grid report eval eval-data bench clean
+.PHONY: install install-offline test test-slow test-slurm test-gpu lint demo ablation-grid report eval eval-data bench \
+	bench-gpu clean
 
 install: $(VENV)/.installed
 
@@ -32,6 +33,21 @@ test: install
 
 test-slow: install
 	$(PY) -m pytest -q -m slow
+
+# An offline GPU machine (no registry, its own PyTorch): the wheels that scripts/fetch-wheels.sh put in WHEELS,
+# then the project, into $(PYTHON)'s environment. --no-deps: nothing already there (PyTorch above all) is
+# replaced or upgraded. Then `make test-gpu`, `make bench-gpu`, or scripts/gpu-session.sh for both.
+WHEELS ?= .whl
+install-offline:
+	$(PYTHON) -m pip install --no-index --no-deps --no-build-isolation $(WHEELS)/*.whl -e .
+	$(PYTHON) -c "import lit_resformer.cli, torch; print('lit-resformer installed beside torch', torch.__version__)"
+
+# The venv's python where `make install` made one, else $(PYTHON) (a GPU machine after install-offline).
+RUN_PY = $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+
+# The CUDA tests (skipped without a GPU; not part of `make test`).
+test-gpu:
+	$(RUN_PY) -m pytest -q -m gpu $(PYTEST_ARGS)
 
 # A real single-node Slurm is started by the tests (root + apt); see scripts/local-slurm.sh.
 test-slurm: install
@@ -60,6 +76,11 @@ eval: install eval-data
 THREADS ?= 1
 bench: install
 	$(PY) -m benchmarks --threads $(THREADS) $(BENCH_ARGS)
+
+# The GPU benchmarks (paper-sized, compiled, bf16); results in benchmarks/results/cuda and the *_cuda sections of
+# docs/BENCHMARKS.md.
+bench-gpu:
+	$(RUN_PY) -m benchmarks --device cuda mfu variant_overhead hf_throughput loop_overhead decode $(BENCH_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check lit_resformer ablations eval benchmarks tests

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -18,6 +20,7 @@ from .harness import (
     machine_meta,
     pick_device,
     retain_freed_memory,
+    stop_building_on_sigterm,
     threads,
     update_markdown,
     write_json,
@@ -34,7 +37,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--retain-freed-memory", action="store_true",
                         help="glibc mallopt: keep freed memory in the process (fewer page faults, less noise)")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds each benchmark may take: on CUDA contenders are built in priority order until "
+                             "the budget runs low, the rest are listed as left out (default: no limit)")
+    parser.add_argument("--results-dir", type=Path, default=None,
+                        help=f"default {RESULTS_DIR.relative_to(RESULTS_DIR.parents[1])}, its cuda/ folder for a GPU run")
     parser.add_argument("--markdown", type=Path, default=MARKDOWN)
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in BENCHMARKS]
@@ -42,6 +49,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown benchmark {unknown[0]!r}; allowed: {list(BENCHMARKS)}")
     if args.threads < 1:
         parser.error("--threads must be >= 1")
+    if args.budget_s is not None and args.budget_s <= 0:
+        parser.error("--budget-s must be > 0")
     for name in ("reps", "warmup"):
         value = getattr(args, name)
         if value is not None and value < (1 if name == "reps" else 0):
@@ -51,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.budget_s is not None:
+        stop_building_on_sigterm()
     if args.retain_freed_memory:
         retain_freed_memory()
     settings = Settings(
@@ -59,14 +70,16 @@ def main(argv: list[str] | None = None) -> int:
         warmup=args.warmup if args.warmup is not None else (1 if args.quick else 2),
         device=pick_device(args.device),
         retain_freed_memory=args.retain_freed_memory,
+        budget_s=args.budget_s,
     )
+    results_dir = args.results_dir or (RESULTS_DIR / "cuda" if settings.cuda else RESULTS_DIR)
     with threads(args.threads):
         for name in args.names or BENCHMARKS:
             module = importlib.import_module(f"benchmarks.{name}")
             torch.manual_seed(0)
             meta = machine_meta(settings)  # before the run: the load average says how busy the machine was going in
-            result = module.run(settings)
-            json_path = write_json(result, meta, args.results_dir)
+            result = module.run(dataclasses.replace(settings, started=time.perf_counter()))
+            json_path = write_json(result, meta, results_dir)
             update_markdown(result, meta, args.markdown)
             print(f"{name}: {json_path}", file=sys.stderr)
             for metric in result.metrics:

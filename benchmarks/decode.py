@@ -6,6 +6,14 @@ random prompt, then the variants decode greedily one token at a time, interleave
 token per variant). The largest batch under a fixed byte budget is found by allocating real `KVCache`s and
 summing the storage they hold, not from the formula. Targets, SVFormer's claimed saving: KV bytes exactly
 (L+1)/(2L) of vanilla's, decode tokens/s at 8192 context >= vanilla's, largest batch at 8192 >= 1.7x.
+
+On CUDA (`run_gpu`) the model is the paper's 82M with bf16 weights and cache, in the same five layouts:
+- batch 8 after a 1,024-token prompt: the eager step over the growing cache (what `generate` did before) against
+  one CUDA-graph replay of the static step (`GraphedDecodeStep`, what `generate` does on CUDA), interleaved; the
+  compiled static step in a graph for vanilla when the budget allows. Target: graph >= 5x eager tokens/s.
+- 32,768 tokens of context with the largest batch whose cache fits in the free GPU memory (less a reserve for
+  the step itself), variant by variant: the cache is filled with random values (a step's cost does not depend on
+  them) and decoded by graph replay; tokens/s = batch / step time. Target: SVFormer >= 1.5x vanilla tokens/s.
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ from fractions import Fraction
 import torch
 
 from lit_resformer.model import KVCache, ModelConfig, Transformer, kv_cache_bytes
+from lit_resformer.model.decoding import GraphedDecodeStep
 
 from .harness import (
     Metric,
     Result,
     Settings,
+    build_within_budget,
     interleaved,
     markdown_table,
     median,
@@ -36,6 +46,11 @@ BUDGET_BYTES = 1 << 30  # 1 GiB of fp32 cache for the batch-fit measurement
 QUICK = dict(d_model=32, ffn_dim=64, vocab_size=128)
 QUICK_CONTEXTS, QUICK_NEW_TOKENS, QUICK_BUDGET = (16, 64), 3, 1 << 20
 BATCH_TARGET, SPEED_TARGET = 1.7, 1.0
+GPU_PRESET, GPU_BATCH, GPU_PROMPT, GPU_NEW_TOKENS = "82M", 8, 1024, 64
+LONG_CONTEXT, LONG_STEPS = 32768, 20
+MEMORY_RESERVE = 4 << 30  # bytes left free beside the cache at 32k: the step's own tensors, the allocator
+GRAPH_TARGET, LONG_SPEED_TARGET = 5.0, 1.5
+KEEP_FOR_TIMING = 0.3  # the compiled step (tried last) needs this share of the budget: it compiles for ~20 s
 
 
 def variants(n_head: int) -> dict[str, tuple[str, dict]]:
@@ -82,6 +97,8 @@ def largest_batch(config: ModelConfig, seq: int, budget: int, device: torch.devi
 
 
 def run(settings: Settings) -> Result:
+    if settings.cuda and not settings.quick:
+        return run_gpu(settings)
     contexts, new_tokens, budget = (QUICK_CONTEXTS, QUICK_NEW_TOKENS, QUICK_BUDGET) if settings.quick \
         else (CONTEXTS, NEW_TOKENS, BUDGET_BYTES)
     warmup = settings.warmup
@@ -184,3 +201,127 @@ def _decoder(model: Transformer, cache: KVCache, first: torch.Tensor, settings: 
         state["token"] = logits.argmax(-1, keepdim=True)
 
     return step
+
+
+def _replayer(step: GraphedDecodeStep, first: torch.Tensor):
+    """A closure decoding one greedy token per call by one graph replay."""
+    state = {"token": first}
+
+    def call() -> None:
+        state["token"] = step(state["token"]).argmax(-1, keepdim=True)
+
+    return call
+
+
+def run_gpu(settings: Settings) -> Result:
+    dtype, device, warmup = torch.bfloat16, settings.device, settings.warmup
+    long_seq = LONG_CONTEXT + warmup + LONG_STEPS + 1
+    base = ModelConfig.preset(GPU_PRESET, max_seq_len=long_seq)
+    table = variants(base.n_head)
+    configs = {slug: base.replace(**overrides) for slug, (_, overrides) in table.items()}
+    models = {}
+    for slug, config in configs.items():
+        torch.manual_seed(0)
+        models[slug] = Transformer(config).to(device=device, dtype=dtype).eval()
+    metrics: list[Metric] = []
+
+    # ---- batch 8: eager steps over the growing cache against graph replays of the static step
+    length = GPU_PROMPT + warmup + GPU_NEW_TOKENS + 1
+    prompt = torch.randint(0, base.vocab_size, (GPU_BATCH, GPU_PROMPT), generator=torch.Generator().manual_seed(0))
+    prompt = prompt.to(device)
+    contenders = {}
+
+    def prefilled(model: Transformer) -> tuple[KVCache, torch.Tensor]:
+        cache = model.new_cache(GPU_BATCH, length)
+        with torch.no_grad():
+            return cache, model(prompt, cache=cache)[:, -1].argmax(-1, keepdim=True)
+
+    for slug, model in models.items():
+        cache, first = prefilled(model)
+        contenders[f"{slug}/eager"] = _decoder(model, cache, first, settings)
+        cache, first = prefilled(model)
+        contenders[f"{slug}/graph"] = _replayer(GraphedDecodeStep(model, cache, GPU_BATCH), first)
+    times = interleaved(contenders, settings, reps=GPU_NEW_TOKENS, warmup=warmup)
+    del contenders
+    short_rows = []
+    for slug, (label, _) in table.items():
+        eager, graph = times[f"{slug}/eager"], times[f"{slug}/graph"]
+        speedups = paired_ratios(eager, graph)
+        eager_tps = Metric(f"{NAME}.{slug}.batch{GPU_BATCH}.eager_tokens_per_s", GPU_BATCH / median(eager), "tokens/s",
+                           better="higher")
+        graph_tps = Metric(f"{NAME}.{slug}.batch{GPU_BATCH}.graph_tokens_per_s", GPU_BATCH / median(graph), "tokens/s",
+                           better="higher")
+        speedup = Metric(f"{NAME}.{slug}.batch{GPU_BATCH}.graph_speedup", median(speedups), "x eager tokens/s",
+                         GRAPH_TARGET if slug == "vanilla" else None, "higher")
+        metrics += [eager_tps, graph_tps, speedup]
+        short_rows.append([label, eager_tps.value, graph_tps.value, speedup.value, spread(speedups),
+                           target_mark(speedup)])
+
+    # ---- 32k context, the largest batch that fits, one variant at a time
+    long_rows, tokens_per_s, batches = [], {}, {}
+    for slug, (label, _) in table.items():
+        torch.cuda.empty_cache()
+        free = torch.cuda.mem_get_info(device)[0]
+        per_sequence = kv_cache_bytes(configs[slug], 1, long_seq, dtype)
+        batches[slug] = batch = int((free - MEMORY_RESERVE) // per_sequence)
+        cache = KVCache(configs[slug], batch, long_seq, device=device, dtype=dtype)
+        for tensor in (*cache.keys, *cache.values):
+            if tensor is not None:
+                tensor.normal_()
+        cache.pos = LONG_CONTEXT
+        first = torch.randint(0, base.vocab_size, (batch, 1), device=device)
+        step = _replayer(GraphedDecodeStep(models[slug], cache, batch), first)
+        long_times = interleaved({slug: step}, settings, reps=LONG_STEPS, warmup=warmup)[slug]
+        del step, cache
+        tokens_per_s[slug] = batch / median(long_times)
+        metrics += [Metric(f"{NAME}.{slug}.ctx{LONG_CONTEXT}.max_batch", batch, "sequences", better="higher"),
+                    Metric(f"{NAME}.{slug}.ctx{LONG_CONTEXT}.tokens_per_s", tokens_per_s[slug], "tokens/s",
+                           better="higher")]
+        long_rows.append([label, batch, f"{per_sequence * batch / 2**30:.1f}", 1e3 * median(long_times),
+                          tokens_per_s[slug]])
+    speed = Metric(f"{NAME}.svformer.ctx{LONG_CONTEXT}.speed_vs_vanilla", tokens_per_s["svformer"] / tokens_per_s["vanilla"],
+                   "x vanilla tokens/s", LONG_SPEED_TARGET, "higher")
+    capacity = Metric(f"{NAME}.svformer.ctx{LONG_CONTEXT}.batch_vs_vanilla", batches["svformer"] / batches["vanilla"],
+                      "x vanilla batch", better="higher")
+    metrics += [speed, capacity]
+    for row, slug in zip(long_rows, table, strict=True):
+        row += [f"{tokens_per_s[slug] / tokens_per_s['vanilla']:.3g}", f"{batches[slug] / batches['vanilla']:.3g}",
+                target_mark(speed) if slug == "svformer" else ""]
+
+    # ---- last, while the budget lasts: the compiled static step in the graph, against vanilla's eager step again
+    def compiled_pair():
+        cache, first = prefilled(models["vanilla"])
+        pair = {"eager": _decoder(models["vanilla"], cache, first, settings)}
+        cache, first = prefilled(models["vanilla"])
+        pair["compiled-graph"] = _replayer(GraphedDecodeStep(models["vanilla"], cache, GPU_BATCH, compile=True), first)
+        return pair
+
+    built, left_out = build_within_budget({"compiled": compiled_pair}, settings, KEEP_FOR_TIMING, required=0)
+    if built:
+        pair_times = interleaved(built["compiled"], settings, reps=GPU_NEW_TOKENS, warmup=warmup)
+        ratios = paired_ratios(pair_times["eager"], pair_times["compiled-graph"])
+        tps = Metric(f"{NAME}.vanilla.batch{GPU_BATCH}.compiled_graph_tokens_per_s",
+                     GPU_BATCH / median(pair_times["compiled-graph"]), "tokens/s", better="higher")
+        speedup = Metric(f"{NAME}.vanilla.batch{GPU_BATCH}.compiled_graph_speedup", median(ratios),
+                         "x eager tokens/s", better="higher")
+        metrics += [tps, speedup]
+        short_rows.append(["vanilla, compiled step in the graph", GPU_BATCH / median(pair_times["eager"]), tps.value,
+                           speedup.value, spread(ratios), ""])
+
+    markdown = "\n\n".join([
+        f"Preset `{GPU_PRESET}` ({base.n_layer} layers, {base.n_head} heads, d={base.d_model}, vocab "
+        f"{base.vocab_size}), bf16 weights and cache, greedy decoding.",
+        f"**Batch {GPU_BATCH}, {GPU_PROMPT}-token prompt**: {GPU_NEW_TOKENS} new tokens per contender after {warmup} "
+        "warm-up tokens, interleaved; eager = a forward pass over the growing cache per token, graph = one replay "
+        "of the static step (`generate` on CUDA).",
+        markdown_table(["variant", "eager tok/s", "graph tok/s", "graph x eager", "spread (IQR)", "target"],
+                       short_rows)
+        + (f"\n\nLeft out (budget of {settings.budget_s:.0f} s): {', '.join(left_out)}." if left_out else ""),
+        f"**{LONG_CONTEXT:,}-token context, largest batch that fits** (free GPU memory less "
+        f"{MEMORY_RESERVE / 2**30:g} GiB), cache filled with random values, {LONG_STEPS} graph replays after "
+        f"{warmup} warm-up; variants one after another.",
+        markdown_table(["variant", "batch", "cache GiB", "step ms", "tokens/s", "x vanilla tokens/s",
+                        "x vanilla batch", "target"], long_rows),
+    ])
+    return Result(NAME, metrics, markdown, {"preset": GPU_PRESET, "batch": GPU_BATCH, "prompt": GPU_PROMPT,
+                                            "long_context": LONG_CONTEXT, "left_out": left_out})

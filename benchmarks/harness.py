@@ -13,8 +13,10 @@ import datetime
 import os
 import platform
 import re
+import signal
 import statistics
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +44,10 @@ a ratio is the median over rounds of the per-round ratio, so slow drifts of mach
 spread column is the interquartile range of those per-round ratios and shows how noisy the machine was.
 Throughput is tokens per second of wall time, synchronised on CUDA. Threads are fixed with
 `torch.set_num_threads` and recorded, with the machine and its load average, at the top of each section.
+
+**GPU sections** (`<benchmark>_cuda`, after the CPU ones) come from `python -m benchmarks --device cuda`, run by
+`scripts/gpu-session.sh` on the GPU machine: paper-sized models at 2,048 tokens, bf16 autocast, `torch.compile`,
+fused AdamW; contenders are built in priority order within `--budget-s`, and a section lists what was left out.
 """
 
 
@@ -54,10 +60,22 @@ class Settings:
     warmup: int = 2  # uncounted rounds before them
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     retain_freed_memory: bool = False  # glibc mallopt, see retain_freed_memory()
+    budget_s: float | None = None  # seconds one benchmark may take; GPU runs build contenders until it is spent
+    started: float = field(default_factory=time.perf_counter)  # when the current benchmark started
 
     @property
     def cuda(self) -> bool:
         return self.device.type == "cuda"
+
+    @property
+    def precision(self) -> str:
+        """What the tables say the numbers were measured in."""
+        return "bf16 autocast, torch.compile" if self.cuda else "fp32"
+
+    def time_left(self) -> float:
+        if _sigterm["received"]:
+            return 0.0
+        return float("inf") if self.budget_s is None else self.budget_s - (time.perf_counter() - self.started)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast on CUDA (training runs bf16-mixed there), full fp32 on CPU."""
@@ -176,7 +194,7 @@ def machine_meta(settings: Settings) -> dict:
         "threads": torch.get_num_threads(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": str(settings.device),
-        "dtype": "bf16 autocast" if settings.cuda else "fp32",
+        "dtype": settings.precision,
         "quick": settings.quick,
         "reps": settings.reps,
         "warmup": settings.warmup,
@@ -226,16 +244,19 @@ def _sections(text: str) -> dict[str, str]:
 
 
 def update_markdown(result: Result, meta: dict, path: Path = MARKDOWN) -> Path:
-    """Rewrite this benchmark's section of the markdown file, keeping every other section."""
+    """Rewrite this benchmark's section of the markdown file (`<name>_cuda` for a GPU run), keeping the others."""
     sections = _sections(path.read_text()) if path.is_file() else {}
     date = meta["date"][:10]
-    machine = (f"_{date}, {meta['cpu_model']} ({meta['cpu_count']} cores), {meta['device']}, "
+    gpu = meta.get("gpu")
+    key = f"{result.name}_cuda" if gpu else result.name
+    machine = (f"_{date}, {meta['cpu_model']} ({meta['cpu_count']} cores), {gpu or meta['device']}, "
                f"{meta['dtype']}, torch {meta['torch']}, {meta['threads']} thread(s), {meta['reps']} rounds after "
                f"{meta['warmup']} warm-up, load average {meta['load_average_1m']:.1f}"
                f"{', freed memory retained (mallopt)' if meta['retain_freed_memory'] else ''}"
                f"{', QUICK (tiny sizes, not a measurement)' if meta['quick'] else ''}._")
-    sections[result.name] = f"## {result.name}\n\n{machine}\n\n{result.markdown.strip()}\n\n"
-    order = [n for n in BENCHMARKS if n in sections] + sorted(set(sections) - set(BENCHMARKS))
+    sections[key] = f"## {result.name}{f' (GPU: {gpu})' if gpu else ''}\n\n{machine}\n\n{result.markdown.strip()}\n\n"
+    order = [n for n in BENCHMARKS if n in sections] + [f"{n}_cuda" for n in BENCHMARKS if f"{n}_cuda" in sections]
+    order += sorted(set(sections) - set(order))
     body = "".join(f"{_markers(n)[0]}\n{sections[n]}{_markers(n)[1]}\n\n" for n in order)
     return reporting.atomic_write(path, MARKDOWN_HEADER + "\n" + body.rstrip() + "\n")
 
@@ -259,54 +280,115 @@ def random_batch(vocab_size: int, batch: int, seq_len: int, device: torch.device
 
 def training_step(model: torch.nn.Module, tokens: torch.Tensor, settings: Settings,
                   optimizer: torch.optim.Optimizer | None = None,
-                  logits: Callable[[torch.Tensor], torch.Tensor] | None = None) -> Callable[[], torch.Tensor]:
+                  loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                  compile: bool = False) -> Callable[[], torch.Tensor]:
     """A closure running one fwd + next-token loss + bwd (+ optimizer step when given) on `tokens`.
 
-    `logits(inputs)` says how to call the model when it does not simply return logits (HF models).
+    `loss(inputs, labels)` says how the loss is computed; the default is the project's training path,
+    `model(inputs, labels=labels)` (LM head and cross-entropy in chunks). `compile` runs it through
+    torch.compile, the backward pass included.
     """
-    from lit_resformer.model import causal_lm_loss
-
     inputs, labels = tokens[:, :-1], tokens[:, 1:]
-    forward = model if logits is None else logits
+    forward = loss or (lambda x, y: model(x, labels=y))
+    if compile:
+        # Every contender compiles the same closure code, and dynamo keeps 8 compiled versions of one code object
+        # before it silently runs the rest eagerly: room for all of them.
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        forward = torch.compile(forward)
 
     def step() -> torch.Tensor:
         model.zero_grad(set_to_none=True)
         with settings.autocast():
-            loss = causal_lm_loss(forward(inputs), labels)
-        loss.backward()
+            value = forward(inputs, labels)
+        value.backward()
         if optimizer is not None:
             optimizer.step()
-        return loss.detach()
+        return value.detach()
 
     return step
+
+
+def adamw(model: torch.nn.Module, settings: Settings) -> torch.optim.AdamW:
+    """The benchmarks' optimizer: the paper's AdamW settings, fused on CUDA (as `LitResFormer` trains)."""
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                             fused=settings.cuda)
+
+
+class BudgetSpent(Exception):
+    """SIGTERM arrived while a contender was being built."""
+
+
+_sigterm = {"received": False, "building": False}
+
+
+def stop_building_on_sigterm() -> None:
+    """On SIGTERM (a session's time limit) stop building contenders: the one being built is abandoned, no other
+    starts, and what was built is still timed and written (before the SIGKILL that `timeout -k` sends later)."""
+
+    def handler(signum, frame) -> None:
+        _sigterm["received"] = True
+        if _sigterm["building"]:
+            raise BudgetSpent("SIGTERM while building a contender")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def build_within_budget(builders: dict[str, Callable[[], object]], settings: Settings, keep: float,
+                        required: int = 1) -> tuple[dict[str, object], list[str]]:
+    """Call `builders` in order (priority first) while more than `keep` of the budget is left (the timing still
+    needs it); the first `required` are always built. Returns what was built and the names left out.
+
+    A contender beyond the required ones that fails to build (out of memory, a compiler error) is left out with
+    its error named, and its traceback goes to stderr: one broken variant must not cost the whole table."""
+    built, left_out = {}, []
+    for index, (name, build) in enumerate(builders.items()):
+        if index >= required and settings.time_left() < keep * (settings.budget_s or 0.0):
+            left_out.append(name)
+            continue
+        _sigterm["building"] = True
+        try:
+            built[name] = build()
+        except Exception as err:  # noqa: BLE001 - reported in the table and on stderr
+            if index < required:
+                raise
+            traceback.print_exc()
+            left_out.append(f"{name} ({type(err).__name__})")
+            if settings.cuda:
+                torch.cuda.empty_cache()
+        finally:
+            _sigterm["building"] = False
+    return built, left_out
 
 
 # ------------------------------------------------------------------------------------------- data
 EMBEDDED_DATA = dict(source="embedded", bpe_vocab_size=4096)  # the CPU recipe's corpus and tokenizer
 
 
-def write_synthetic_corpus(folder: Path, documents: int = 80, seed: int = 0) -> Path:
-    """Two small text domains of random pseudo-words: enough for a quick LMDataModule (tests, --quick)."""
+def write_synthetic_corpus(folder: Path, documents: int = 80, seed: int = 0, words_per_domain: int = 60) -> Path:
+    """Two text domains of random pseudo-words: a quick LMDataModule (tests, --quick) or, with many documents and
+    words, a corpus whose BPE reaches a large vocabulary in seconds (GPU runs, where nothing can be downloaded)."""
     import random
 
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     for domain, letters in (("prose", "aeinorst"), ("code", "bcdfgklmpuxyz_")):
-        words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 7))) for _ in range(60)]
+        words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 7))) for _ in range(words_per_domain)]
         docs = [" ".join(rng.choice(words) for _ in range(rng.randint(40, 120))) for _ in range(documents)]
         (folder / f"{domain}.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
     return folder
 
 
 def lm_datamodule(settings: Settings, workdir: Path, seq_len: int, micro_batch_size: int, **overrides):
-    """The project's `LMDataModule`: the embedded corpus for a measurement, a synthetic one under --quick
-    (own cache in `workdir`, so nothing slow is built). Imported here so only data benchmarks need it."""
+    """The project's `LMDataModule`: the embedded corpus for a CPU measurement; on CUDA a synthetic corpus with
+    a BPE of 8,192 (the GPU machine has no corpus, and building the embedded one's BPE there costs a minute);
+    a small synthetic one under --quick. Synthetic corpora get their own cache in `workdir`."""
     from lit_resformer.data import LMDataModule
 
-    if settings.quick:
-        corpus = write_synthetic_corpus(workdir / "corpus")
-        args = dict(source="local", path=str(corpus), bpe_vocab_size=300, holdout_fraction=0.05,
-                    cache_dir=str(workdir / "cache"))
+    if settings.quick or settings.cuda:
+        size = dict(documents=8000, words_per_domain=6000) if not settings.quick else {}
+        corpus = write_synthetic_corpus(workdir / "corpus", **size)
+        args = dict(source="local", path=str(corpus), bpe_vocab_size=300 if settings.quick else 8192,
+                    holdout_fraction=0.05, cache_dir=str(workdir / "cache"))
     else:
         args = dict(EMBEDDED_DATA)
     return LMDataModule(**{**args, "seq_len": seq_len, "micro_batch_size": micro_batch_size, **overrides})

@@ -3,27 +3,107 @@
 from __future__ import annotations
 
 import math
+import time
 
 import lightning as L
 import torch
 import torchmetrics
-from lightning.pytorch.callbacks import ThroughputMonitor
-from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.callbacks import RichProgressBar, ThroughputMonitor, TQDMProgressBar
+from lightning.pytorch.trainer.states import RunningStage, TrainerFn
+from lightning.pytorch.utilities import rank_zero_only
 
-from .model import ModelConfig, Transformer, causal_lm_loss
+from .model import ModelConfig, Transformer
 from .run_dir import RunDir
+
+# Rates of the throughput monitor span at least this many optimizer steps.
+THROUGHPUT_WINDOW_STEPS = 10
 
 
 class TrainingThroughput(ThroughputMonitor):
-    """Lightning's ThroughputMonitor, logging the training stage only.
+    """Lightning's ThroughputMonitor, synchronising the device only when logs are written; training logged only.
 
-    Its validation metrics are logged against validation-batch counts, which would interleave with optimizer
-    steps in the step-indexed logs. Validation is still timed, so training tokens/s exclude it.
+    The parent synchronises the device after every batch so that its clock is right, which stalls the host once
+    per micro-batch. Here batches and tokens are counted on the host (their shapes need no device), and the
+    device is synchronised and the clock read only when Lightning writes logs and when validation starts and
+    ends, so validation time still stays out of the training rate. Validation rates are not logged: they are
+    counted against validation batches, which would interleave with optimizer steps in the step-indexed logs.
     """
 
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self.kwargs["window_size"] = max(2, math.ceil(THROUGHPUT_WINDOW_STEPS / max(trainer.log_every_n_steps, 1)))
+        self._unrecorded: dict[RunningStage, int] = {}  # batches counted since the clock was last read
+        super().setup(trainer, pl_module, stage)
+
+    def _start(self, trainer) -> None:
+        self._unrecorded[trainer.state.stage] = 0
+        super()._start(trainer)
+
+    def _update(self, trainer, pl_module, batch, iter_num: int) -> None:
+        stage = trainer.state.stage
+        self._unrecorded[stage] = self._unrecorded.get(stage, 0) + 1
+        self._samples[stage] += self.batch_size_fn(batch)
+        self._lengths[stage] += self.length_fn(batch)
+
+    def _record(self, trainer, pl_module, stage: RunningStage) -> None:
+        """One device synchronise, then the time and totals of everything counted so far."""
+        batches = self._unrecorded.get(stage, 0)
+        if not batches:
+            return
+        if trainer.strategy.root_device.type == "cuda":
+            torch.cuda.synchronize()
+        self._unrecorded[stage] = 0
+        self._batches[stage] += batches
+        self._throughputs[stage].update(
+            time=time.perf_counter() - self._t0s[stage], batches=self._batches[stage], samples=self._samples[stage],
+            lengths=self._lengths[stage], flops=pl_module.flops_per_batch * batches)
+
     def _compute(self, trainer, iter_num=None) -> None:
-        if trainer.state.stage == RunningStage.TRAINING:
+        if trainer.state.stage == RunningStage.TRAINING and trainer._logger_connector.should_update_logs:
+            self._record(trainer, trainer.lightning_module, RunningStage.TRAINING)
             super()._compute(trainer, iter_num)
+
+    @rank_zero_only
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == TrainerFn.FITTING:
+            self._record(trainer, pl_module, RunningStage.TRAINING)  # the training time ends here
+        super().on_validation_start(trainer, pl_module)
+
+    @rank_zero_only
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self._record(trainer, pl_module, RunningStage.VALIDATING)
+        super().on_validation_end(trainer, pl_module)
+
+
+class _ShowsTrainingLoss:
+    """A progress bar that shows the training loss when it refreshes.
+
+    The loss is not logged with `prog_bar=True`: Lightning converts such values to Python numbers after every
+    batch, a device synchronise each time. The bar reads it instead, once per refresh.
+    """
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        loss = trainer.callback_metrics.get("train/loss")
+        if loss is not None:
+            metrics["train/loss"] = round(loss.item(), 4)
+        return metrics
+
+
+class TQDMBar(_ShowsTrainingLoss, TQDMProgressBar):
+    """Lightning's tqdm bar refreshed every `refresh_rate` batches (the logging interval)."""
+
+
+class RichBar(_ShowsTrainingLoss, RichProgressBar):
+    """Lightning's Rich bar, advanced and refreshed every `interval` training batches (the logging interval)."""
+
+    def __init__(self, interval: int):
+        super().__init__()
+        self.interval = interval
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if (batch_idx + 1) % self.interval == 0:
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
 def warmup_cosine(step: int, *, peak: float, start: float, warmup: int, total: int, final_ratio: float) -> float:
@@ -75,6 +155,7 @@ class LitResFormer(L.LightningModule):
         self.val_loss = torch.nn.ModuleList()
         self._loss_sum = 0.0
         self._micro_batches = 0
+        self._divergence: _DivergenceWatch | None = None
 
     # ------------------------------------------------------------------ setup
     def configure_model(self) -> None:
@@ -85,11 +166,23 @@ class LitResFormer(L.LightningModule):
         dm = self.trainer.datamodule if self.trainer is not None else None
         self.domains = list(getattr(dm, "domains", None) or ["all"])
         self.val_loss = torch.nn.ModuleList(torchmetrics.MeanMetric() for _ in self.domains)
+        if self.trainer is not None and self.trainer.strategy.root_device.type == "cuda":
+            torch.set_float32_matmul_precision("high")  # TF32 for what runs in fp32 (bf16-mixed leaves little)
 
     def configure_callbacks(self):
         # tokens/s and FLOP/s from Lightning's own monitor; items = tokens because length_fn counts them.
-        return [TrainingThroughput(batch_size_fn=lambda b: b["input_ids"].shape[0],
-                                  length_fn=lambda b: b["input_ids"].numel(), window_size=10)]
+        callbacks = [TrainingThroughput(batch_size_fn=lambda b: b["input_ids"].shape[0],
+                                        length_fn=lambda b: b["input_ids"].numel())]
+        trainer = self.trainer
+        interval = max(trainer.log_every_n_steps, 1) * trainer.accumulate_grad_batches
+        bar = type(trainer.progress_bar_callback)
+        # Lightning's default bars, refreshed when the logs are written (a model callback replaces the trainer's
+        # callbacks of its parent type).
+        if bar is TQDMProgressBar:
+            callbacks.append(TQDMBar(refresh_rate=interval))
+        elif bar is RichProgressBar:
+            callbacks.append(RichBar(interval))
+        return callbacks
 
     @property
     def flops_per_batch(self) -> float:  # read by ThroughputMonitor, per micro-batch
@@ -103,7 +196,8 @@ class LitResFormer(L.LightningModule):
     def configure_optimizers(self):
         h = self.hparams
         groups = self._core.param_groups(h.weight_decay, decay_embeddings=h.decay_embeddings, mix_lr=h.mix_lr)
-        optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas), eps=h.eps)
+        optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas), eps=h.eps,
+                                      fused=self.device.type == "cuda")
         total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 \
             else self.trainer.estimated_stepping_batches
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(
@@ -115,47 +209,72 @@ class LitResFormer(L.LightningModule):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
 
+    # Nothing here reads a device value to the host except on logging steps: the loss, gradient norm and mixing
+    # weights are logged as device tensors (Lightning converts them when it writes the logs), host numbers as CPU
+    # tensors (a number would be copied to the device, a synchronising copy), and the divergence check keeps
+    # its state on the device until a logging step reads it.
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = causal_lm_loss(self.model(batch["input_ids"]), batch["labels"])
-        if not torch.isfinite(loss):  # the record tells the grid the run diverged (a result, not a failure)
-            RunDir(self.trainer.default_root_dir).record_divergence(self.global_step, loss.item())
-            raise FloatingPointError(f"diverged: non-finite loss at step {self.global_step} ({loss.item()})")
+        loss = self.model(batch["input_ids"], labels=batch["labels"])
+        self._divergence.watch(loss.detach())
         # With gradient accumulation, log the mean over the micro-batches of one optimizer step.
         self._loss_sum += loss.detach()
         self._micro_batches += 1
         if self._micro_batches == self.trainer.accumulate_grad_batches:
             tokens_per_step = batch["input_ids"].numel() * self._micro_batches * self.trainer.world_size
-            self.log("train/loss", self._loss_sum / self._micro_batches, prog_bar=True, sync_dist=True)
-            self.log("train/tokens_seen", float((self.global_step + 1) * tokens_per_step))
-            self.log("train/lr", self.lr_schedulers().get_last_lr()[0])
+            self.log("train/loss", self._loss_sum / self._micro_batches, sync_dist=True)
+            self.log("train/tokens_seen", torch.tensor((self.global_step + 1) * tokens_per_step, dtype=torch.float64))
+            self.log("train/lr", torch.tensor(self.lr_schedulers().get_last_lr()[0]))
             self._loss_sum, self._micro_batches = 0.0, 0
         return loss
 
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        every = self.trainer.log_every_n_steps
+        if self._micro_batches == 0 and every and self.global_step % every == 0:
+            self._divergence.check()
+
+    def on_train_end(self) -> None:
+        self._divergence.check()
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self._divergence is not None:
+            self._divergence.check()  # a diverged model is never saved
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        rows = next(v.shape[0] for k, v in checkpoint["state_dict"].items() if k.endswith("tok_emb.weight"))
+        padded = self.config.padded_vocab_size
+        resuming = self._trainer is not None and self._trainer.state.fn == TrainerFn.FITTING
+        if resuming and rows != padded:
+            raise ValueError(f"this checkpoint's embedding has {rows} rows: it was saved before the embedding and "
+                             f"LM head were padded to {padded} rows, so training cannot resume from its optimizer "
+                             "state; its weights still load (load_checkpoint, validate, test, eval)")
+
     def on_before_optimizer_step(self, optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        self.log("train/grad_norm", torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        if grads:
+            self.log("train/grad_norm", torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
         self.log_dict(self.mixing_weights())
 
-    def mixing_weights(self) -> dict[str, float]:
-        """Learnable residual weights per layer (heads averaged) and DenseFormer self-weights."""
-        values: dict[str, float] = {}
+    def mixing_weights(self) -> dict[str, torch.Tensor]:
+        """Learnable residual weights per layer (heads averaged) and DenseFormer self-weights, on the device."""
+        values: dict[str, torch.Tensor] = {}
         for n, block in enumerate(self._core.blocks, start=1):
             mix = getattr(block.attn, "mix", None)
             if mix is None or mix.kind == "none":
                 continue
             if mix.kind == "token":
-                values[f"mix/layer{n}/gate_weight_norm"] = mix.gate.weight.detach().norm().item()
+                values[f"mix/layer{n}/gate_weight_norm"] = mix.gate.weight.detach().norm()
             elif mix.kind == "tied":
-                values[f"mix/layer{n}/lambda"] = mix.lam.detach().item()
+                values[f"mix/layer{n}/lambda"] = mix.lam.detach()
             else:
-                values[f"mix/layer{n}/self"] = mix.mix_self.detach().mean().item()
-                values[f"mix/layer{n}/history"] = mix.mix_history.detach().mean().item()
+                values[f"mix/layer{n}/self"] = mix.mix_self.detach().mean()
+                values[f"mix/layer{n}/history"] = mix.mix_history.detach().mean()
         for b, dwa in self._core.dwa.items():
-            values[f"dwa/block{b}/self"] = dwa.alpha[-1].item()
+            values[f"dwa/block{b}/self"] = dwa.alpha[-1].detach()
         return values
 
     # ------------------------------------------------------------------ evaluation
     def on_train_start(self) -> None:
+        self._divergence = _DivergenceWatch(self)
         if self.global_step == 0 and self.trainer.val_dataloaders is not None:
             self._log_initial_validation()
 
@@ -189,7 +308,7 @@ class LitResFormer(L.LightningModule):
         return {k: v.to(self.device) for k, v in batch.items()}
 
     def _eval_loss(self, batch) -> torch.Tensor:
-        return causal_lm_loss(self.model(batch["input_ids"]), batch["labels"])
+        return self.model(batch["input_ids"], labels=batch["labels"])
 
     def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
         self.val_loss[dataloader_idx].update(self._eval_loss(batch), weight=batch["labels"].numel())
@@ -208,3 +327,27 @@ class LitResFormer(L.LightningModule):
         self.log(f"{prefix}/loss", torch.stack(list(per_domain.values())).mean(), prog_bar=prefix == "val")
         for metric in self.val_loss:
             metric.reset()
+
+
+class _DivergenceWatch:
+    """The first non-finite training loss, tracked on the device; `check` reads it (one host sync)."""
+
+    def __init__(self, module: LitResFormer):
+        self.module, device = module, module.device
+        self.start_step = module.global_step
+        self.finite = torch.ones((), dtype=torch.bool, device=device)  # every loss so far was finite
+        self.finite_micro_steps = torch.zeros((), dtype=torch.long, device=device)  # micro-steps before the first bad one
+        self.first_bad = torch.zeros((), device=device)  # its value
+
+    def watch(self, loss: torch.Tensor) -> None:
+        finite = torch.isfinite(loss)
+        self.first_bad = torch.where(self.finite & ~finite, loss.float(), self.first_bad)
+        self.finite &= finite
+        self.finite_micro_steps += self.finite
+
+    def check(self) -> None:
+        if not self.finite.item():
+            step = self.start_step + int(self.finite_micro_steps) // self.module.trainer.accumulate_grad_batches
+            # the record tells the grid the run diverged (a result, not a failure)
+            RunDir(self.module.trainer.default_root_dir).record_divergence(step, self.first_bad.item())
+            raise FloatingPointError(f"diverged: non-finite loss at step {step} ({self.first_bad.item()})")

@@ -8,11 +8,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import time
 
 import pytest
 
+from benchmarks import harness
 from benchmarks.__main__ import main
-from benchmarks.harness import BENCHMARKS, Metric, Result, Settings, interleaved, update_markdown
+from benchmarks.harness import (
+    BENCHMARKS,
+    Metric,
+    Result,
+    Settings,
+    build_within_budget,
+    interleaved,
+    update_markdown,
+)
 
 METRIC_KEYS = {"metric", "value", "unit", "target", "better"}
 META_KEYS = {"machine", "cpu_model", "torch", "threads", "date", "device"}
@@ -124,3 +136,57 @@ def test_bad_input_is_rejected_with_the_allowed_values(capsys):
     assert "variant_overhead" in capsys.readouterr().err
     with pytest.raises(ValueError, match="better"):
         Metric("x.y", 1.0, "ms", better="bigger")
+
+
+def test_gpu_sections_are_kept_apart_from_the_cpu_ones(tmp_path):
+    path = tmp_path / "B.md"
+    meta = {"date": "2026-01-01T00:00:00", "cpu_model": "cpu", "cpu_count": 16, "device": "cpu", "dtype": "fp32",
+            "torch": "x", "threads": 1, "reps": 10, "warmup": 2, "load_average_1m": 0.0, "quick": False,
+            "retain_freed_memory": False}
+    gpu_meta = {**meta, "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3", "dtype": "bf16 autocast, torch.compile"}
+    update_markdown(Result("mfu", [], "gpu table"), gpu_meta, path)
+    update_markdown(Result("mfu", [], "cpu table"), meta, path)
+    update_markdown(Result("decode", [], "cpu decode"), meta, path)
+    text = path.read_text()
+    assert "<!-- benchmark:mfu_cuda -->" in text and "## mfu (GPU: NVIDIA H100 80GB HBM3)" in text
+    assert text.index("cpu decode") < text.index("cpu table") < text.index("gpu table")  # CPU sections first
+
+
+def test_contenders_are_built_in_priority_order_within_the_budget():
+    settings = Settings(budget_s=100.0)
+    built = []
+
+    def builder(name, spend=0.0, fail=False):
+        def build():
+            built.append(name)
+            settings.started -= spend  # as if building took `spend` seconds
+            if fail:
+                raise RuntimeError("compiler error")
+            return name
+        return build
+
+    steps, left_out = build_within_budget(
+        {"a": builder("a", 10), "b": builder("b", fail=True), "c": builder("c", 75), "d": builder("d")},
+        settings, keep=0.2)
+    assert list(steps) == ["a", "c"] and built == ["a", "b", "c"]
+    assert left_out == ["b (RuntimeError)", "d"]  # d: only 15 s of 100 left, under the 20 s kept for timing
+    with pytest.raises(RuntimeError):  # a required contender that fails stops the benchmark
+        build_within_budget({"a": builder("a", fail=True)}, Settings(budget_s=100.0), keep=0.2)
+
+
+def test_sigterm_stops_building_and_keeps_what_was_built(monkeypatch):
+    """The GPU session's time limit (SIGTERM) abandons the contender being built and starts no other."""
+    monkeypatch.setattr(harness, "_sigterm", {"received": False, "building": False})
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def interrupted():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises long before this ends
+
+    try:
+        harness.stop_building_on_sigterm()
+        steps, left_out = build_within_budget({"a": lambda: "a", "b": interrupted, "c": lambda: "c"},
+                                              Settings(budget_s=1000.0), keep=0.2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert steps == {"a": "a"} and left_out == ["b (BudgetSpent)", "c"]

@@ -495,6 +495,8 @@ class LMDataModule(L.LightningDataModule):
             sampler=sampler,
             drop_last=True,
             num_workers=self.hparams.num_workers,
+            # page-locked batches copy to the GPU asynchronously (Lightning moves them with non_blocking=True)
+            pin_memory=torch.cuda.is_available(),
         )
         if self._train_loader_state is not None:
             loader.load_state_dict(self._train_loader_state)

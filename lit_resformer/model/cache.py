@@ -3,6 +3,12 @@
 SVFormer stores K for every layer and V once (per anchor); CLA-k stores one K/V per group; a layer that
 reuses another layer's K or V reads the producer's buffer. Buffers are allocated once for `max_seq`
 positions, so the bytes held are exactly `kv_cache_bytes(config, batch, max_seq)`.
+
+Two ways to decode through it. By default the position is a host int: a step writes its tokens at `pos` and
+attends over the `pos + T` positions written so far, so shapes grow by one every token. After `make_static()`
+the position is a device tensor that the model advances in place, a step writes through an index and attends
+over the whole buffer under a mask: every step then launches the same kernels on the same memory, which is what
+a CUDA graph needs (`model.decoding.GraphedDecodeStep`).
 """
 
 from __future__ import annotations
@@ -28,10 +34,26 @@ class KVCache:
         self.keys = [torch.zeros(shape, device=device, dtype=dtype) if k else None for k, _ in layout]
         self.values = [torch.zeros(shape, device=device, dtype=dtype) if v else None for _, v in layout]
         self.max_seq = max_seq
-        self.pos = 0  # positions already written (advanced by the model after a whole forward pass)
+        # Positions already written (advanced by the model after a whole forward pass): a host int, or a 0-d
+        # long tensor on the buffers' device after make_static().
+        self.pos: int | torch.Tensor = 0
+
+    @property
+    def static(self) -> bool:
+        return isinstance(self.pos, torch.Tensor)
+
+    def make_static(self) -> None:
+        """Keep the position on the device from now on (static shapes: see the module docstring)."""
+        if not self.static:
+            buffer = next(t for t in (*self.keys, *self.values) if t is not None)
+            self.pos = torch.tensor(self.pos, dtype=torch.long, device=buffer.device)
 
     def write(self, buffers: list, layer: int, new: torch.Tensor) -> torch.Tensor:
-        """Store `new` [B, Hkv, T, d] at the current position; return everything cached so far."""
+        """Store `new` [B, Hkv, T, d] at the current position; return everything cached so far (static: the
+        whole buffer, positions beyond the written ones included; attention masks them)."""
+        if self.static:
+            buffers[layer][:, :, self.pos + torch.arange(new.shape[2], device=new.device)] = new
+            return buffers[layer]
         end = self.pos + new.shape[2]
         if end > self.max_seq:
             raise ValueError(f"KV cache is full: {end} positions > max_seq={self.max_seq}")

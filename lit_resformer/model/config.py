@@ -22,6 +22,9 @@ PRESETS: dict[str, dict[str, int]] = {
 PAPER_VOCAB = 50277  # RedPajama-INCITE / GPT-NeoX tokenizer
 PRESET_DEFAULTS = dict(vocab_size=PAPER_VOCAB, max_seq_len=2048)
 CPU_PRESET_DEFAULTS = dict(vocab_size=4096, max_seq_len=512)
+# The embedding and LM head get this many rows at least a multiple of: a head matmul whose size is not a
+# multiple of 8 falls back to slow GPU kernels (50,277 -> 50,304). The extra rows are never predicted or scored.
+VOCAB_MULTIPLE = 128
 
 Target = Literal["none", "v", "q", "k"]
 Source = Literal["first", "previous", "all"]
@@ -324,6 +327,11 @@ class ModelConfig:
     @property
     def kv_dim(self) -> int:
         return self.n_kv_head * self.head_dim
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the embedding and LM head: `vocab_size` rounded up to a multiple of VOCAB_MULTIPLE."""
+        return -(-self.vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
     def residual_layers(self) -> list[int]:
         """0-based indices of layers that mix a history term (empty when the residual is off)."""

@@ -64,7 +64,7 @@ def to_hf_llama(model: Transformer):
     if changed:
         raise ValueError(f"only a vanilla model maps onto LlamaForCausalLM; these fields are not vanilla: {changed}")
     hf = LlamaForCausalLM(llama_config(model.config)).to(model.lm_head.weight.dtype)
-    ours = model.state_dict()
+    ours = model.unpadded_state_dict()
     theirs = {hf_name: ours[name] for name, hf_name in _name_map(model.config.n_layer).items()}
     hf.load_state_dict(theirs, strict=True)
     return hf.eval()

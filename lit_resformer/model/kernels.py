@@ -1,9 +1,11 @@
 """Attention kernels: SDPA (default), flash-attn (CUDA, optional extra), explicit (exposes A_n).
 
 All kernels take q [B, H, T, d], k/v [B, Hkv, S, d] and `offset` = number of cached positions before
-the T queries, and attend causally: query t sees keys s <= offset + t. `key_blocks` > 1 means k/v are
-`key_blocks` position-aligned sequences concatenated along S (cross-layer attention, Eq. 2); the causal
-mask is then repeated for each block. That mask is built in exactly one place: `causal_mask`.
+the T queries, and attend causally: query t sees keys s <= offset + t. `offset` is a 0-d tensor when decoding
+with static shapes: k/v then span the whole preallocated cache and the mask hides the unwritten positions.
+`key_blocks` > 1 means k/v are `key_blocks` position-aligned sequences concatenated along S (cross-layer
+attention, Eq. 2); the causal mask is then repeated for each block. That mask is built in exactly one place:
+`causal_mask`.
 """
 
 from __future__ import annotations
@@ -29,20 +31,34 @@ def causal_mask(t_q: int, t_k: int, offset: int, key_blocks: int, device: torch.
     return (cols <= rows).repeat(1, key_blocks)
 
 
-def attention(q, k, v, *, offset: int, key_blocks: int = 1, impl: str = "sdpa",
+def attention(q, k, v, *, offset: int | torch.Tensor, key_blocks: int = 1, impl: str = "sdpa",
               on_probs: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
     t_q, t_k = q.shape[-2], k.shape[-2] // key_blocks
     gqa = q.shape[1] != k.shape[1]
+    static = isinstance(offset, torch.Tensor)
     if impl == "explicit" or on_probs is not None:
         return _explicit(q, k, v, causal_mask(t_q, t_k, offset, key_blocks, q.device), on_probs)
-    if impl == "flash" and key_blocks == 1 and flash_available(q.device):
-        return _flash(q, k, v)
-    if key_blocks == 1 and offset == 0 and t_q == t_k:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    if key_blocks == 1 and t_q == 1:  # one new token sees the whole cache: no mask needed
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+    if not static:
+        if impl == "flash" and key_blocks == 1 and flash_available(q.device):
+            return _flash(q, k, v)
+        if key_blocks == 1 and offset == 0 and t_q == t_k:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        if key_blocks == 1 and t_q == 1:  # one new token sees the whole cache: no mask needed
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
     mask = causal_mask(t_q, t_k, offset, key_blocks, q.device)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    if gqa:
+        return _grouped_masked(q, k, v, mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _grouped_masked(q, k, v, mask):
+    """Masked attention with fewer KV heads than query heads, without repeating K and V: the query heads of one
+    KV head are stacked along the query axis (query head h uses KV head h // groups), and the mask with them."""
+    b, h, t, d = q.shape
+    groups = h // k.shape[1]
+    out = F.scaled_dot_product_attention(q.reshape(b, k.shape[1], groups * t, d), k, v,
+                                         attn_mask=mask.repeat(groups, 1))
+    return out.reshape(b, h, t, d)
 
 
 def _explicit(q, k, v, mask, on_probs):

@@ -18,7 +18,9 @@ import torch.nn.functional as F
 
 from .cache import KVCache
 from .config import ModelConfig
+from .decoding import GraphedDecodeStep
 from .kernels import attention
+from .loss import linear_cross_entropy
 
 
 class Trace:
@@ -56,9 +58,14 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x: torch.Tensor, offset: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor) -> torch.Tensor:
         t = x.shape[-2]
-        cos, sin = self.cos[offset:offset + t].to(x.dtype), self.sin[offset:offset + t].to(x.dtype)
+        if isinstance(offset, torch.Tensor):  # static decoding: the position lives on the device
+            positions = offset + torch.arange(t, device=x.device)
+            cos, sin = self.cos[positions], self.sin[positions]
+        else:
+            cos, sin = self.cos[offset:offset + t], self.sin[offset:offset + t]
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         return x * cos + _rotate_half(x) * sin
 
 
@@ -268,12 +275,23 @@ class Transformer(nn.Module):
         for module in self.modules():  # the blanket init touches Linear/Embedding only: gates and alphas keep theirs
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, mean=0.0, std=config.init_std)
+        # Built and initialised with vocab_size rows (the same weights as an unpadded model of the same seed), then
+        # padded with zero rows to padded_vocab_size so the head's matmul has GPU-friendly sizes.
+        for module in (self.tok_emb, self.lm_head):
+            module.weight = nn.Parameter(_pad_rows(module.weight.detach(), config.padded_vocab_size))
+        self.tok_emb.num_embeddings = self.lm_head.out_features = config.padded_vocab_size
+        self.register_load_state_dict_pre_hook(_pad_vocab_rows_on_load)
 
     # ------------------------------------------------------------------ forward
-    def forward(self, idx: torch.Tensor, cache: KVCache | None = None, trace: Trace | None = None) -> torch.Tensor:
-        """idx [B, T] -> logits [B, T, vocab]. With a cache, idx are the next tokens after cache.pos."""
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None, trace: Trace | None = None,
+                labels: torch.Tensor | None = None) -> torch.Tensor:
+        """idx [B, T] -> logits [B, T, vocab_size]; with `labels` [B, T] the mean next-token loss instead.
+
+        With a cache, idx are the next tokens after cache.pos. The loss goes through `linear_cross_entropy`, so
+        the logits of the whole batch are never held (ignore_index -100, as `causal_lm_loss`).
+        """
         offset = cache.pos if cache is not None else 0
-        if offset + idx.shape[1] > self.config.max_seq_len:
+        if not (cache is not None and cache.static) and offset + idx.shape[1] > self.config.max_seq_len:
             raise ValueError(f"sequence of {offset + idx.shape[1]} tokens exceeds max_seq_len={self.config.max_seq_len}")
         stash = _Stash.empty(self.config.n_layer)
         x = self.tok_emb(idx)
@@ -287,8 +305,11 @@ class Transformer(nn.Module):
             if trace is not None:
                 trace.on_hidden(b - 1, x)
         if cache is not None:
-            cache.pos += idx.shape[1]
-        return self.lm_head(self.norm(x))
+            cache.pos += idx.shape[1]  # in place when the position is a tensor (static decoding)
+        x = self.norm(x)
+        if labels is not None:
+            return linear_cross_entropy(x, self.lm_head.weight, labels, self.config.vocab_size)
+        return self.lm_head(x)[..., :self.config.vocab_size]  # padded columns are never seen
 
     def _depth_weighted_average(self, b: int, output: torch.Tensor, raw_outputs: list[torch.Tensor]) -> torch.Tensor:
         """DenseFormer: store block b's raw output B_b; hand block b+1 its DWA X_b where block b has one, else B_b.
@@ -304,9 +325,16 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
                  eos_id: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Greedy (temperature 0) or sampled continuation through the KV cache; returns prompt + new tokens."""
+        """Greedy (temperature 0) or sampled continuation through the KV cache; returns prompt + new tokens.
+
+        On CUDA the prompt is prefilled eagerly and every further token is one replay of a CUDA graph
+        (`GraphedDecodeStep`); elsewhere each token is an eager forward pass over the growing cache.
+        """
         cache = self.new_cache(idx.shape[0], idx.shape[1] + max_new_tokens)
         logits = self(idx, cache=cache)[:, -1]
+        if max_new_tokens > 1:
+            decode = GraphedDecodeStep(self, cache, idx.shape[0]) if idx.is_cuda \
+                else (lambda token: self(token, cache=cache)[:, -1])
         tokens = [idx]
         finished = torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
         for step in range(max_new_tokens):
@@ -324,7 +352,7 @@ class Transformer(nn.Module):
             tokens.append(nxt[:, None])
             if (eos_id is not None and bool(finished.all())) or step == max_new_tokens - 1:
                 break
-            logits = self(nxt[:, None], cache=cache)[:, -1]
+            logits = decode(nxt[:, None])
         return torch.cat(tokens, dim=1)
 
     # ------------------------------------------------------------------ accounting
@@ -350,15 +378,42 @@ class Transformer(nn.Module):
             groups.append({"params": residual_mix, "weight_decay": 0.0, **({} if mix_lr is None else {"lr": mix_lr})})
         return groups
 
+    def unpadded_state_dict(self) -> dict[str, torch.Tensor]:
+        """The state dict with the embedding and head cut back to their vocab_size real rows (for exports)."""
+        state = self.state_dict()
+        for name in ("tok_emb.weight", "lm_head.weight"):
+            state[name] = state[name][:self.config.vocab_size]
+        return state
+
     def num_params(self, non_embedding: bool = False) -> int:
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.tok_emb.weight.numel() if non_embedding else n
+        """Parameters of the model, the zero padding rows of the embedding and head not counted."""
+        padding = (self.config.padded_vocab_size - self.config.vocab_size) * self.config.d_model
+        n = sum(p.numel() for p in self.parameters()) - 2 * padding
+        return n - self.config.vocab_size * self.config.d_model if non_embedding else n
 
     def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token (fwd + bwd): 6 x matmul params + attention (PaLM appendix B convention)."""
-        matmul = sum(p.numel() for n, p in self.named_parameters() if p.ndim >= 2 and not n.startswith("tok_emb."))
+        """Training FLOPs per token (fwd + bwd): 6 x matmul params + attention (PaLM appendix B convention).
+
+        The head counts its vocab_size real rows: the padding columns are computed but are not useful work.
+        """
+        padding = (self.config.padded_vocab_size - self.config.vocab_size) * self.config.d_model
+        matmul = sum(p.numel() for n, p in self.named_parameters()
+                     if p.ndim >= 2 and not n.startswith("tok_emb.")) - padding
         key_blocks = sum(1 + len(b.attn.sources) if b.attn.mapping == "cross_attention" else 1 for b in self.blocks)
         return 6.0 * matmul + 12.0 * key_blocks * self.config.d_model * seq_len
+
+
+def _pad_rows(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    return torch.cat([weight, weight.new_zeros(rows - weight.shape[0], *weight.shape[1:])])
+
+
+def _pad_vocab_rows_on_load(module: Transformer, state_dict: dict, prefix: str, *_) -> None:
+    """A state dict saved before the embedding and head were padded (vocab_size rows) loads with zero rows added."""
+    config = module.config
+    for name in ("tok_emb.weight", "lm_head.weight"):
+        weight = state_dict.get(prefix + name)
+        if weight is not None and weight.shape[0] == config.vocab_size < config.padded_vocab_size:
+            state_dict[prefix + name] = _pad_rows(weight, config.padded_vocab_size)
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
