@@ -4,7 +4,8 @@ and also saved under plots/) for one grid's runs.
 Sections: final losses (mean ± std over seeds, paired difference to the baseline with a 95% t
 interval), relative training loss against the baseline smoothed over 10 and 100 logged steps (paper
 §4.1.2), validation loss per domain (Table 5 form), critical points (where the baseline overtakes a
-cell for good; Fig. 14 for grids with a matrix), cost (parameters, KV cache per token, tokens/s),
+cell for good; Fig. 14 for grids with a matrix), scaling laws and equivalence savings for sweep grids
+(ablations.scaling), cost (parameters, KV cache per token, tokens/s),
 zero-shot accuracy (Table 1 form) when runs hold eval/results.json, attention entropy by layer when
 runs hold analysis/analysis.json, and the status of every run.
 """
@@ -286,6 +287,7 @@ def write_report(grid_dir: str | Path) -> Path:
     _relative_section(doc, plotter, cells, cells_info, done)
     _validation_section(doc, plotter, cells, cells_info, done)
     _critical_section(doc, plotter, manifest, cells, cells_info, done)
+    _scaling_section(doc, grid_dir, manifest)
     _cost_section(doc, cells, cells_info, done)
     _zero_shot_section(doc, cells, done)
     _analysis_section(doc, grid_dir, cells, done)
@@ -441,6 +443,15 @@ def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
                 "critical_point", lines, f"critical point against {key}", key, "critical step", logy=True
             )
             doc.image(path, f"Critical step (baseline overtakes the cell) for each value of {key}.")
+
+
+def _scaling_section(doc, grid_dir, manifest) -> None:
+    """Fitted scaling laws and equivalence savings, for grids marked as sweeps (`report: {scaling: ...}`)."""
+    if not (manifest.get("report") or {}).get("scaling"):
+        return
+    from .scaling import scaling_section
+
+    doc.raw(scaling_section(grid_dir, plots_dir=grid_dir / "plots", link_base=grid_dir))
 
 
 def _cost_section(doc, cells, cells_info, done) -> None:

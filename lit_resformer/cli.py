@@ -8,6 +8,7 @@ and `tb/` (TensorBoard). Every config problem is reported before anything is wri
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -224,9 +225,32 @@ def report_command(argv: list[str]) -> None:
     print(write_report(args.grid_dir))
 
 
+def scaling_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer scaling",
+        description="Fit L(N) = E + A*N^-alpha (or L(D)) per variant of size / token-budget sweeps, with bootstrap "
+                    "intervals over seeds and the parameter- / data-equivalence savings against the baseline.")
+    parser.add_argument("runs_dirs", nargs="+", metavar="RUNS_DIR",
+                        help="a sweep grid's run directory, or a directory of grids marked report.scaling")
+    parser.add_argument("--out", help="output folder (default <grid>/scaling, or scaling/ beside several grids)")
+    parser.add_argument("--metric", default="val", choices=["val", "train"], help="final validation or training loss")
+    parser.add_argument("--variants", help="comma-separated cells entries to fit (default all; baseline always)")
+    parser.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates")
+    parser.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
+    args = parser.parse_args(argv)
+    from ablations.scaling import write_scaling
+
+    markdown = write_scaling(args.runs_dirs, args.out, metric=args.metric, replicates=args.replicates,
+                             variants=args.variants.split(",") if args.variants else None, level=args.level)
+    for claim in json.loads(markdown.with_suffix(".json").read_text())["claims"]:
+        print(f"{claim['grid']}: {claim['claim']}: {claim['verdict']} (saving {claim['delta']}, "
+              f"CI [{claim['ci_low']}, {claim['ci_high']}], n={claim['n']})")
+    print(f"{markdown}, {markdown.with_suffix('.json').name} and plots written")
+
+
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
 SUITE_COMMANDS = {"eval": eval_command, "export": export_command, "analyze": analyze_command,
-                  "grid": grid_command, "report": report_command}
+                  "grid": grid_command, "report": report_command, "scaling": scaling_command}
 
 
 def main(argv: list[str] | None = None) -> None:
