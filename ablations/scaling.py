@@ -4,7 +4,7 @@ A *size sweep* trains a ladder of model sizes at one token budget; a *token swee
 budgets, each with its own full schedule. Per variant (a `cells` entry of the grid: vanilla, resformer, ...)
 the final loss of each finished run is fitted by a saturating power law
 
-    L(x) = E + A * x^-alpha        x = N (non-embedding parameters) or D (training tokens)
+    L(x) = E + A * x^-alpha        x = N (parameters; by default without embedding and LM head) or D (tokens)
 
 on the means over seeds at each ladder point. Uncertainty comes from a percentile bootstrap over seeds:
 each replicate resamples, per ladder point, that point's seeds with replacement and refits every variant;
@@ -44,6 +44,9 @@ from .stats import paired_difference
 from .store import TRAIN_LOSS_WINDOW, atomic_write_json, atomic_write_text
 
 METRICS = ("val", "train")
+# N: without the vocabulary-sized matrices (the default, the usual scaling-law convention), or every parameter
+# (the convention of the paper's size names 82M/180M/468M, which its headline numbers appear to use).
+PARAM_COUNTS = ("non-embedding", "total")
 AXIS_SYMBOL = {"params": "N", "tokens": "D"}
 AXIS_WORDS = {"params": "non-embedding parameters", "tokens": "training tokens"}
 SAVING_WORDS = {"params": "parameter-equivalence saving", "tokens": "data-equivalence saving"}
@@ -175,6 +178,7 @@ class Sweep:
     baseline: str
     points: dict[str, list[LadderPoint]]  # variant -> its points, ordered by x
     notes: list[str] = field(default_factory=list)
+    param_count: str = "non-embedding"
 
     @property
     def variants(self) -> list[str]:
@@ -220,18 +224,21 @@ def _variant(cell_info: dict) -> str:
 
 
 def load_sweep(grid_dir: str | Path, metric: str = "val", axis: str | None = None,
-               variants: Sequence[str] | None = None) -> Sweep:
+               variants: Sequence[str] | None = None, param_count: str = "non-embedding") -> Sweep:
     """Read a sweep grid's finished runs into ladder points, checking that it is a sweep that can be fitted.
 
     metric: "val" (last validation loss, the paper's measure) or "train" (moving average over the last
     TRAIN_LOSS_WINDOW logged steps). axis: "params" or "tokens"; default the grid's `report.scaling`, else
     whichever of N and D varies across its cells. variants: the `cells` entries to fit (default all; the
-    baseline is always fitted).
+    baseline is always fitted). param_count: what N counts, one of PARAM_COUNTS ("total" reads the params
+    of the runs' summary.json, counted from their checkpoints with the tokenizer's vocabulary).
     """
     if metric not in METRICS:
         raise ScalingError(f"metric={metric!r} is not allowed; choose one of {list(METRICS)}")
     if axis is not None and axis not in AXES:
         raise ScalingError(f"axis={axis!r} is not allowed; choose one of {list(AXES)}")
+    if param_count not in PARAM_COUNTS:
+        raise ScalingError(f"param_count={param_count!r} is not allowed; choose one of {list(PARAM_COUNTS)}")
     manifest, finished = _finished_runs(Path(grid_dir))
     grid, baseline = manifest["name"], manifest["baseline"]
     families = list(dict.fromkeys(_variant(c) for c in manifest["cells"]))
@@ -252,8 +259,7 @@ def load_sweep(grid_dir: str | Path, metric: str = "val", axis: str | None = Non
     for cell, (info, config, records) in finished.items():
         if _variant(info) not in chosen:
             continue
-        if config is None:
-            raise ScalingError(f"{grid}: {records[0].path} has no experiment.yaml; N comes from the run's model config")
+        n_params = _param_count(grid, param_count, config, records)
         tokens = {_tokens_seen(r) for r in records}
         if None in tokens:
             raise ScalingError(f"{grid}: a run of cell {cell} logged no {M.TOKENS_SEEN}; D comes from it")
@@ -267,8 +273,7 @@ def load_sweep(grid_dir: str | Path, metric: str = "val", axis: str | None = Non
                   "val": {r.seed: M.series(r.metrics, M.VAL_LOSS) for r in records}}
         label = ",".join(f"{k.split('.')[-1]}={v}" for k, v in info["coords"].items()) or cell
         point = LadderPoint(_variant(info), label, cell, math.nan, losses, curves)
-        measured.setdefault(point.variant, []).append((point, float(non_embedding_params(config["model"]["config"])),
-                                                       tokens.pop()))
+        measured.setdefault(point.variant, []).append((point, n_params, tokens.pop()))
 
     axis = axis or (manifest.get("report") or {}).get("scaling") or _varying_axis(grid, measured)
     fixed = "tokens" if axis == "params" else "params"
@@ -287,7 +292,19 @@ def load_sweep(grid_dir: str | Path, metric: str = "val", axis: str | None = Non
     if any(len(p) == MIN_POINTS for p in points.values()):
         notes.append(f"{MIN_POINTS} ladder points determine the 3 parameters exactly: the fit leaves no residual "
                      "to judge the law by; only the bootstrap over seeds gives an uncertainty.")
-    return Sweep(grid, axis, metric, baseline, points, notes)
+    return Sweep(grid, axis, metric, baseline, points, notes, param_count)
+
+
+def _param_count(grid: str, param_count: str, config: dict | None, records: list) -> float:
+    if param_count == "total":
+        totals = {(r.summary or {}).get("params") for r in records}
+        if None in totals or len(totals) > 1:
+            raise ScalingError(f"{grid}: the summary.json of {records[0].path.parent.name} gives params {sorted(map(str, totals))}; "
+                               f"a total N needs one parameter count")
+        return float(totals.pop())
+    if config is None:
+        raise ScalingError(f"{grid}: {records[0].path} has no experiment.yaml; N comes from the run's model config")
+    return float(non_embedding_params(config["model"]["config"]))
 
 
 def _tokens_seen(record: Any) -> float | None:
@@ -405,6 +422,7 @@ def analyse(sweep: Sweep, replicates: int = 1000, level: float = 0.95, seed: int
 
     result: dict[str, Any] = {
         "grid": sweep.grid, "axis": sweep.axis, "x": AXIS_SYMBOL[sweep.axis], "metric": sweep.metric,
+        "param_count": sweep.param_count,
         "baseline": baseline, "level": level, "replicates": replicates if have_ci else 0, "notes": notes, "fits": {},
         "savings": {}, "curve_savings": {},
     }
@@ -457,15 +475,13 @@ def curve_savings(baseline: list[LadderPoint], variant: list[LadderPoint]) -> li
                     continue
                 reached = curve.index[curve.to_numpy() <= base_curve.iloc[-1]]
                 per_seed[seed] = 1.0 - int(reached[0]) / int(curve.index[-1]) if len(reached) else None
-            reached_values = {s: v for s, v in per_seed.items() if v is not None}
-            # the t interval of a mean saving is the paired difference against a saving of zero
-            diff = paired_difference(reached_values, dict.fromkeys(reached_values, 0.0)) if reached_values else None
-            row[kind] = {
-                "n": len(per_seed), "not_reached": len(per_seed) - len(reached_values),
-                "mean": diff.mean if diff and len(reached_values) == len(per_seed) else None,
-                "ci_low": diff.low if diff and len(reached_values) == len(per_seed) else None,
-                "ci_high": diff.high if diff and len(reached_values) == len(per_seed) else None,
-            }
+            reached = {s: v for s, v in per_seed.items() if v is not None}
+            not_reached = len(per_seed) - len(reached)
+            # a mean over the seeds that got there would hide the ones that did not: no mean unless all did.
+            # The t interval of a mean saving is its paired difference against a saving of zero.
+            diff = paired_difference(reached, dict.fromkeys(reached, 0.0)) if reached and not not_reached else None
+            row[kind] = {"n": len(per_seed), "not_reached": not_reached, "mean": diff and diff.mean,
+                         "ci_low": diff and diff.low, "ci_high": diff and diff.high}
         rows.append(row)
     return rows
 
@@ -504,8 +520,9 @@ def _claims(sweep: Sweep, mean_saving: dict[str, tuple[float, float | None, floa
 
 
 def analyse_grid(grid_dir: str | Path, metric: str = "val", axis: str | None = None,
-                 variants: Sequence[str] | None = None, replicates: int = 1000, level: float = 0.95) -> dict:
-    return analyse(load_sweep(grid_dir, metric, axis, variants), replicates=replicates, level=level)
+                 variants: Sequence[str] | None = None, replicates: int = 1000, level: float = 0.95,
+                 param_count: str = "non-embedding") -> dict:
+    return analyse(load_sweep(grid_dir, metric, axis, variants, param_count), replicates=replicates, level=level)
 
 
 def scaling_claims(grid_dir: str | Path, metric: str = "val", replicates: int = 1000) -> list[dict]:
@@ -534,7 +551,7 @@ def plot_sweep(result: dict, directory: Path) -> dict[str, Path]:
         ax.plot(grid_x, law(grid_x), color=color, lw=1.4,
                 label=f"{v}: {fit['E']:.3f} + {fit['A']:.3g}·{symbol}^-{fit['alpha']:.3f}")
     ax.set_xscale("log")
-    ax.set_xlabel(f"{symbol} ({AXIS_WORDS[result['axis']]})")
+    ax.set_xlabel(f"{symbol} ({'all parameters' if result['param_count'] == 'total' else AXIS_WORDS[result['axis']]})")
     ax.set_ylabel(f"final {result['metric']} loss")
     ax.set_title(f"{grid}: L({symbol}) = E + A·{symbol}^-α per variant")
     ax.grid(alpha=0.3, which="both")
@@ -589,8 +606,8 @@ def render(result: dict, doc: Any, images: dict[str, Path], level: int = 2) -> N
     doc.heading(level, f"Scaling: {result['grid']} (L({symbol}) over {what})")
     metric = ("final validation loss (last evaluation)" if result["metric"] == "val"
               else f"final training loss (moving average over the last {TRAIN_LOSS_WINDOW} logged steps)")
-    x_words = ("non-embedding parameters (without the token embedding and the LM head, both vocabulary-sized)"
-               if axis == "params" else "training tokens seen")
+    x_words = ("training tokens seen" if axis == "tokens" else "all parameters" if result["param_count"] == "total"
+               else "non-embedding parameters (without the token embedding and the LM head, both vocabulary-sized)")
     doc.text(
         f"Per variant, L({symbol}) = E + A·{symbol}^−α fitted by least squares to the {metric}, mean over seeds at "
         f"each ladder point; {symbol} = {x_words}. "
@@ -638,7 +655,7 @@ def render(result: dict, doc: Any, images: dict[str, Path], level: int = 2) -> N
         f"reaches {baseline}'s final loss (same ladder point and seed) and S is the run's last step. At step s the "
         f"variant's learning rate has not decayed yet, so this is not what a run trained on s steps would reach. "
         f"Training loss smoothed over {TRAIN_LOSS_WINDOW} logged steps; validation loss at its evaluations only. "
-        f"Mean over seeds with a {0.95:.0%} t interval."
+        "Mean over seeds with a 95% t interval."
     )
     rows = [[v, c["label"], _curve_text(c["train"]), _curve_text(c["val"])]
             for v, curves in result["curve_savings"].items() for c in curves]
@@ -688,13 +705,15 @@ def sweep_grids(runs_dirs: Sequence[str | Path]) -> list[Path]:
 
 
 def write_scaling(runs_dirs: Sequence[str | Path], out_dir: str | Path | None = None, metric: str = "val",
-                  variants: Sequence[str] | None = None, replicates: int = 1000, level: float = 0.95) -> Path:
+                  variants: Sequence[str] | None = None, replicates: int = 1000, level: float = 0.95,
+                  param_count: str = "non-embedding") -> Path:
     """`lit-resformer scaling`: scaling.md, scaling.json and PNG plots for every sweep grid given.
     Default out_dir: <grid>/scaling for one grid, else scaling/ beside the grids."""
     from .report import Document
 
     grids = sweep_grids(runs_dirs)
-    results = [analyse_grid(g, metric=metric, variants=variants, replicates=replicates, level=level) for g in grids]
+    results = [analyse_grid(g, metric=metric, variants=variants, replicates=replicates, level=level,
+                            param_count=param_count) for g in grids]
     if out_dir is None:
         out_dir = grids[0] / "scaling" if len(grids) == 1 else Path(*_common_parts(grids)) / "scaling"
     out_dir = Path(out_dir)

@@ -234,6 +234,8 @@ def scaling_command(argv: list[str]) -> None:
                         help="a sweep grid's run directory, or a directory of grids marked report.scaling")
     parser.add_argument("--out", help="output folder (default <grid>/scaling, or scaling/ beside several grids)")
     parser.add_argument("--metric", default="val", choices=["val", "train"], help="final validation or training loss")
+    parser.add_argument("--params", default="non-embedding", choices=["non-embedding", "total"],
+                        help="what N counts: without the embedding and LM head (default), or every parameter")
     parser.add_argument("--variants", help="comma-separated cells entries to fit (default all; baseline always)")
     parser.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates")
     parser.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
@@ -241,7 +243,8 @@ def scaling_command(argv: list[str]) -> None:
     from ablations.scaling import write_scaling
 
     markdown = write_scaling(args.runs_dirs, args.out, metric=args.metric, replicates=args.replicates,
-                             variants=args.variants.split(",") if args.variants else None, level=args.level)
+                             variants=args.variants.split(",") if args.variants else None, level=args.level,
+                             param_count=args.params)
     for claim in json.loads(markdown.with_suffix(".json").read_text())["claims"]:
         print(f"{claim['grid']}: {claim['claim']}: {claim['verdict']} (saving {claim['delta']}, "
               f"CI [{claim['ci_low']}, {claim['ci_high']}], n={claim['n']})")
