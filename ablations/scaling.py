@@ -40,7 +40,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 
 from . import metrics as M
 from .spec import SCALING_AXES as AXES
-from .stats import paired_difference
+from .stats import mean_std, paired_difference
 from .store import TRAIN_LOSS_WINDOW, atomic_write_json, atomic_write_text
 
 METRICS = ("val", "train")
@@ -59,6 +59,9 @@ PAPER_CLAIMS = {
     "tokens": ("resformer", "ResFormer needs less data for the same loss"),
 }
 MIN_POINTS = 3  # E, A and alpha: three unknowns
+# The claims rule: a run is evidence only when its final validation loss is this many nats below the unigram
+# loss of its validation split (a model at the plateau has learnt token frequencies, not the variant's effect).
+PLATEAU_MARGIN = 1.0
 REPORT_REPLICATES = 1000  # bootstrap replicates of the grid report's section
 ALPHA_BOUNDS = (1e-3, 4.0)
 
@@ -168,6 +171,7 @@ class LadderPoint:
     x: float
     losses: dict[int, float]  # seed -> final loss
     curves: dict[str, dict[int, Any]] = field(default_factory=dict)  # "train" / "val" -> seed -> loss by step
+    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary.json
 
 
 @dataclass
@@ -272,7 +276,8 @@ def load_sweep(grid_dir: str | Path, metric: str = "val", axis: str | None = Non
         curves = {"train": {r.seed: r.train_curve(TRAIN_LOSS_WINDOW) for r in records},
                   "val": {r.seed: M.series(r.metrics, M.VAL_LOSS) for r in records}}
         label = ",".join(f"{k.split('.')[-1]}={v}" for k, v in info["coords"].items()) or cell
-        point = LadderPoint(_variant(info), label, cell, math.nan, losses, curves)
+        point = LadderPoint(_variant(info), label, cell, math.nan, losses, curves,
+                            {r.seed: r.summary for r in records})
         measured.setdefault(point.variant, []).append((point, n_params, tokens.pop()))
 
     axis = axis or (manifest.get("report") or {}).get("scaling") or _varying_axis(grid, measured)
@@ -499,15 +504,29 @@ def verdict(ci_low: float | None, ci_high: float | None, n: int) -> str:
     return "inconclusive"
 
 
+def past_plateau(summary: dict | None) -> bool:
+    """Whether a run ended PLATEAU_MARGIN below its unigram reference (summary.json's final_val_loss and
+    unigram_val_loss; a run that did not log the reference is not evidence)."""
+    final, unigram = (summary or {}).get("final_val_loss"), (summary or {}).get("unigram_val_loss")
+    return final is not None and unigram is not None and unigram - final >= PLATEAU_MARGIN
+
+
 def _claims(sweep: Sweep, mean_saving: dict[str, tuple[float, float | None, float | None]]) -> list[dict]:
-    """The paper's claim for this sweep from the variant's mean saving (estimate, interval ends; -inf allowed)."""
+    """The paper's claim for this sweep from the variant's mean saving (estimate, interval ends; -inf allowed).
+    Inconclusive whatever the interval when a run it rests on is not past the unigram plateau."""
     variant, text = PAPER_CLAIMS[sweep.axis]
     if variant not in mean_saving:
         return []
     estimate, low, high = mean_saving[variant]
     n = min(len(p.losses) for v in (sweep.baseline, variant) for p in sweep.points[v])
+    runs = [(f"{p.cell}/seed{seed}", p.summaries.get(seed)) for v in (sweep.baseline, variant)
+            for p in sweep.points[v] for seed in p.losses]
+    stuck = [name for name, summary in runs if not past_plateau(summary)]
+    note = (f"{len(stuck)} of {len(runs)} runs not past the unigram plateau (final validation loss not "
+            f"{PLATEAU_MARGIN:g} nat below the unigram loss, or no unigram loss logged): {', '.join(stuck[:4])}"
+            + (", ..." if len(stuck) > 4 else "") if stuck else "")
     return [{
-        "claim": text, "grid": sweep.grid, "verdict": verdict(low, high, n),
+        "claim": text, "grid": sweep.grid, "verdict": "inconclusive" if stuck else verdict(low, high, n), "note": note,
         "delta": _finite(estimate), "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high), "n": n,
         "metric": f"{SAVING_WORDS[sweep.axis]} of {variant} against {sweep.baseline}, mean over the "
                   f"{len(sweep.points[sweep.baseline])} ladder points ({sweep.metric} loss; fraction, > 0 = saving, "
@@ -589,6 +608,14 @@ def _saving_text(estimate: float | None, low: float | None, high: float | None, 
     return f"{100 * estimate:+.1f}%" + (f" [{end(low)}, {end(high)}]" if with_interval else "")
 
 
+def claim_line(claim: dict) -> str:
+    """One claim dict as a line of text, e.g. for the command line."""
+    interval = claim["ci_high"] is not None or claim["verdict"] == "contradicted"  # both ends None: no interval
+    return (f"{claim['grid']}: {claim['claim']}: {claim['verdict']} (saving "
+            f"{_saving_text(claim['delta'], claim['ci_low'], claim['ci_high'], interval)}, n={claim['n']})"
+            + (f"; {claim['note']}" if claim["note"] else ""))
+
+
 def _curve_text(entry: dict) -> str:
     if entry["n"] == 0:
         return "–"
@@ -628,6 +655,14 @@ def render(result: dict, doc: Any, images: dict[str, Path], level: int = 2) -> N
                      cell("E", ".3f"), cell("A", ".4g"), cell("alpha", ".3f"), f"{fit['rms_residual']:.4f}",
                      ", ".join(fit["at_bound"]) or "–"])
     doc.table(["variant", "points", "seeds", "E", "A", "α", "rms residual", "on a bound"], rows)
+    rows = []
+    for v, fit in result["fits"].items():
+        law = PowerLaw(fit["E"], fit["A"], fit["alpha"], 1.0)
+        for p in fit["points"]:
+            mean, std = mean_std(list(p["losses"].values()))
+            rows.append([v, p["label"], f"{p['x']:,.0f}", f"{mean:.4f}" + (f" ± {std:.4f}" if std is not None else ""),
+                         str(len(p["losses"])), f"{law(p['x']):.4f}"])
+    doc.table(["variant", "ladder point", symbol, "loss (mean ± std over seeds)", "seeds", "fitted"], rows)
     doc.image(images["fit"], f"Final loss against {symbol} with the fitted laws.")
     if not result["savings"]:
         return
@@ -662,11 +697,12 @@ def render(result: dict, doc: Any, images: dict[str, Path], level: int = 2) -> N
     doc.table(["variant", "ladder point", "training loss", "validation loss"], rows)
     if result["claims"]:
         doc.heading(level + 1, "Claim")
-        doc.table(["claim", "verdict", "saving [CI]", "n"],
-                  [[c["claim"], f"**{c['verdict']}**", _saving_text(c["delta"], c["ci_low"], c["ci_high"], have_ci), str(c["n"])]
-                   for c in result["claims"]])
+        doc.table(["claim", "verdict", "saving [CI]", "n", "note"],
+                  [[c["claim"], f"**{c['verdict']}**", _saving_text(c["delta"], c["ci_low"], c["ci_high"], have_ci),
+                    str(c["n"]), c["note"]] for c in result["claims"]])
         doc.text("Reproduced when the interval of the mean saving excludes zero on the saving side, contradicted "
-                 "when it excludes zero on the other side, else inconclusive (also with fewer than 2 seeds).")
+                 "when it excludes zero on the other side, else inconclusive (also with fewer than 2 seeds, or "
+                 f"when a run is not {PLATEAU_MARGIN:g} nat below its validation split's unigram loss).")
 
 
 def scaling_section(grid_dir: str | Path, plots_dir: Path, link_base: Path) -> str:

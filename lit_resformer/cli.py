@@ -240,14 +240,13 @@ def scaling_command(argv: list[str]) -> None:
     parser.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates")
     parser.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
     args = parser.parse_args(argv)
-    from ablations.scaling import write_scaling
+    from ablations.scaling import claim_line, write_scaling
 
     markdown = write_scaling(args.runs_dirs, args.out, metric=args.metric, replicates=args.replicates,
                              variants=args.variants.split(",") if args.variants else None, level=args.level,
                              param_count=args.params)
     for claim in json.loads(markdown.with_suffix(".json").read_text())["claims"]:
-        print(f"{claim['grid']}: {claim['claim']}: {claim['verdict']} (saving {claim['delta']}, "
-              f"CI [{claim['ci_low']}, {claim['ci_high']}], n={claim['n']})")
+        print(claim_line(claim))
     print(f"{markdown}, {markdown.with_suffix('.json').name} and plots written")
 
 

@@ -48,13 +48,18 @@ def direct(E, A, alpha, x):
 # the fit
 
 
-def sweep_of(laws: dict, xs, seeds: int, noise: float, rng, labels=None) -> Sweep:
+def ladder_point(variant, label, x, losses, unigram_gap=3.0):
+    """A ladder point whose runs' summaries put them `unigram_gap` nats below their unigram loss."""
+    summaries = {s: {"final_val_loss": v, "unigram_val_loss": v + unigram_gap} for s, v in losses.items()}
+    return LadderPoint(variant, label, f"{variant},{label}", float(x), losses, summaries=summaries)
+
+
+def sweep_of(laws: dict, xs, seeds: int, noise: float, rng, unigram_gap=3.0) -> Sweep:
     """A sweep whose variant v has, at each x, `seeds` losses drawn around laws[v](x)."""
-    labels = labels or [f"s{i}" for i in range(len(xs))]
     points = {
-        v: [LadderPoint(v, label, f"{v},{label}", float(x),
-                        {s: float(direct(*p, x) + noise * rng.standard_normal()) for s in range(seeds)})
-            for label, x in zip(labels, xs, strict=True)]
+        v: [ladder_point(v, f"s{i}", x, {s: float(direct(*p, x) + noise * rng.standard_normal()) for s in range(seeds)},
+                         unigram_gap)
+            for i, x in enumerate(xs)]
         for v, p in laws.items()
     }
     return Sweep("synthetic", "params", "val", next(iter(laws)), points)
@@ -136,7 +141,8 @@ def test_analyse_recovers_the_savings_and_gives_the_claims_verdict():
     assert sv["ci_low"] <= -0.15 <= sv["ci_high"] and sv["ci_high"] < 0
     (claim,) = result["claims"]
     assert claim["verdict"] == "reproduced" and claim["n"] == 4
-    assert set(claim) == {"claim", "grid", "verdict", "delta", "ci_low", "ci_high", "n", "metric"}
+    assert set(claim) == {"claim", "grid", "verdict", "delta", "ci_low", "ci_high", "n", "metric", "note"}
+    assert claim["note"] == ""
     assert claim["delta"] == pytest.approx(0.104, abs=0.03)
     json.dumps(result, allow_nan=False)  # the result is plain JSON
 
@@ -148,6 +154,16 @@ def test_claim_verdict_other_ways(shift, noise, expected):
     result = analyse(sweep_of(laws, np.geomspace(3e5, 3e6, 4), seeds=3, noise=noise, rng=np.random.default_rng(5)),
                      replicates=200)
     assert result["claims"][0]["verdict"] == expected
+
+
+def test_a_claim_on_runs_at_the_unigram_plateau_is_inconclusive():
+    # the same clear saving as above, but the runs end less than 1 nat below their unigram loss
+    laws = {"vanilla": (2.4, 60.0, 0.3), "resformer": (2.4, 60.0 * (1 - 0.2) ** 0.3, 0.3)}
+    sweep = sweep_of(laws, np.geomspace(3e5, 3e6, 4), seeds=3, noise=0.002, rng=np.random.default_rng(5), unigram_gap=0.5)
+    sweep.points["vanilla"][0].summaries[2]["unigram_val_loss"] = None  # and one run logged no unigram loss
+    (claim,) = analyse(sweep, replicates=100)["claims"]
+    assert claim["ci_low"] > 0 and claim["verdict"] == "inconclusive"
+    assert claim["note"].startswith("24 of 24 runs not past the unigram plateau")
 
 
 def test_verdict_rule():
@@ -173,8 +189,8 @@ def test_single_seed_gives_a_fit_without_intervals_and_says_why():
 def test_bootstrap_draws_the_same_seeds_for_variants_that_share_them():
     # resformer = vanilla - 0.1 seed by seed: paired draws keep every replicate's difference at exactly 0.1
     points = {
-        v: [LadderPoint(v, f"s{i}", f"{v},s{i}", float(10 ** (i + 5)),
-                        {s: 3.0 - 0.2 * i + 0.05 * s - (0.1 if v == "resformer" else 0.0) for s in range(3)})
+        v: [ladder_point(v, f"s{i}", 10 ** (i + 5), {s: 3.0 - 0.2 * i + 0.05 * s - (0.1 if v == "resformer" else 0.0)
+                                                    for s in range(3)})
             for i in range(3)]
         for v in ("vanilla", "resformer")
     }
@@ -274,7 +290,8 @@ def write_run(path, config, final):
                 writer.writerow({"step": step, "val/loss": final + CURVE_DROP * (1 - step / steps)})
     d = config["model"]["config"].get("d_model", 128)
     total = analytic_n(d, svformer=config["model"]["config"].get("share", {}).get("svformer", False)) + 2 * VOCAB * d
-    (path / "summary.json").write_text(json.dumps({"status": "done", "params": total}))
+    (path / "summary.json").write_text(json.dumps({"status": "done", "params": total, "final_val_loss": final,
+                                                  "unigram_val_loss": final + 3.0}))
 
 
 def test_sweep_reads_n_from_each_run_and_d_from_its_metrics(tmp_path):
