@@ -504,10 +504,10 @@ def verdict(ci_low: float | None, ci_high: float | None, n: int) -> str:
     return "inconclusive"
 
 
-def past_plateau(summary: dict | None) -> bool:
+def past_plateau(summary: dict) -> bool:
     """Whether a run ended PLATEAU_MARGIN below its unigram reference (summary.json's final_val_loss and
     unigram_val_loss; a run that did not log the reference is not evidence)."""
-    final, unigram = (summary or {}).get("final_val_loss"), (summary or {}).get("unigram_val_loss")
+    final, unigram = summary.get("final_val_loss"), summary.get("unigram_val_loss")
     return final is not None and unigram is not None and unigram - final >= PLATEAU_MARGIN
 
 
@@ -519,7 +519,7 @@ def _claims(sweep: Sweep, mean_saving: dict[str, tuple[float, float | None, floa
         return []
     estimate, low, high = mean_saving[variant]
     n = min(len(p.losses) for v in (sweep.baseline, variant) for p in sweep.points[v])
-    runs = [(f"{p.cell}/seed{seed}", p.summaries.get(seed)) for v in (sweep.baseline, variant)
+    runs = [(f"{p.cell}/seed{seed}", p.summaries.get(seed) or {}) for v in (sweep.baseline, variant)
             for p in sweep.points[v] for seed in p.losses]
     stuck = [name for name, summary in runs if not past_plateau(summary)]
     note = (f"{len(stuck)} of {len(runs)} runs not past the unigram plateau (final validation loss not "
