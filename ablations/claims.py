@@ -245,7 +245,25 @@ def evaluate_grid(grid_dir: str | Path) -> list[Verdict]:
         note = "" if values["a"] or not seeds else f"the runs logged no {claim.metric}"
         in_comparison = [(claim.a, a[s]) for s in seeds] + [(claim.b, b[s]) for s in seeds]
         verdicts.append(judge(claim, values["a"], values["b"], in_comparison, manifest["name"], note))
+    if (manifest.get("report") or {}).get("scaling"):
+        verdicts.extend(_scaling_verdicts(grid_dir))
     return verdicts
+
+
+def _scaling_verdicts(grid_dir: Path) -> list[Verdict]:
+    """A size or token sweep's claims (fewer parameters / less data for the same loss), judged on the CI of the
+    fitted equivalence saving by the same rule (ablations.scaling); a sweep that cannot be fitted yet says why."""
+    from .scaling import PAPER_CLAIMS, ScalingError, scaling_claims
+
+    manifest = yaml.safe_load((grid_dir / "grid.yaml").read_text())
+    variant, text = PAPER_CLAIMS[manifest["report"]["scaling"]]
+    claim = Claim(text, variant, manifest["baseline"], "equivalence_saving", "higher")
+    try:
+        results = scaling_claims(grid_dir)
+    except ScalingError as err:
+        return [Verdict(manifest["name"], claim, "inconclusive", None, None, None, 0, f"no fit: {err}")]
+    return [Verdict(r["grid"], Claim(r["claim"], variant, manifest["baseline"], "equivalence_saving", "higher"),
+                    r["verdict"], r["delta"], r["ci_low"], r["ci_high"], r["n"], r["note"]) for r in results]
 
 
 def _judge_growth(claim: Claim, grid_dir: Path, manifest: dict) -> Verdict:
@@ -332,6 +350,8 @@ def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str
 def _metric_label(claim: Claim) -> str:
     if claim.metric == CRITICAL_POINT_GROWTH:
         return f"slope of log2 critical step vs log2 {claim.over} ({claim.direction})"
+    if claim.metric == "equivalence_saving":
+        return "fitted equivalence saving, fraction (higher)"
     return f"{claim.metric} ({claim.direction})"
 
 

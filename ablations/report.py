@@ -4,8 +4,9 @@ and also saved under plots/) for one grid's runs.
 Sections: final losses (mean ± std over seeds, paired difference to the baseline with a 95% t interval),
 the verdicts on the grid's claims (ablations.claims), relative training loss against the baseline
 smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domain (Table 5 form), critical
-points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), cost (parameters,
-KV cache per token, tokens/s), zero-shot accuracy (Table 1 form) when runs hold eval/results.json,
+points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), the final gap against
+training length (Fig. 7, left), scaling laws and equivalence savings for sweep grids (ablations.scaling), cost
+(parameters, KV cache per token, tokens/s), zero-shot accuracy (Table 1 form) when runs hold eval/results.json,
 attention entropy by layer when runs hold analysis/analysis.json, and the status of every run. The loss
 plots draw the unigram loss of the validation tokens as a reference line, and runs not at least 1 nat
 below it are flagged as "not past the unigram plateau".
@@ -265,6 +266,7 @@ def write_report(grid_dir: str | Path) -> Path:
     _validation_section(doc, plotter, cells, cells_info, done, unigram)
     _critical_section(doc, plotter, manifest, cells, cells_info, done)
     _training_length_section(doc, plotter, manifest, cells, cells_info, final_train, final_val)
+    _scaling_section(doc, grid_dir, manifest)
     _cost_section(doc, cells, cells_info, done)
     _zero_shot_section(doc, cells, done)
     _analysis_section(doc, grid_dir, cells, done)
@@ -446,6 +448,15 @@ def _claims_section(doc, grid_dir) -> None:
     )
     doc.table(*claims_table(verdicts, with_grid=False))
     doc.text(claim_counts(verdicts))
+
+
+def _scaling_section(doc, grid_dir, manifest) -> None:
+    """Fitted scaling laws and equivalence savings, for grids marked as sweeps (`report: {scaling: ...}`)."""
+    if not (manifest.get("report") or {}).get("scaling"):
+        return
+    from .scaling import scaling_section
+
+    doc.raw(scaling_section(grid_dir, plots_dir=grid_dir / "plots", link_base=grid_dir))
 
 
 def _cost_section(doc, cells, cells_info, done) -> None:

@@ -15,7 +15,8 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
     matrix:                                      # optional; with `cells` the product cells x matrix
       data.seq_len: [64, 256]                    # or value -> overrides that go with it:
       # data.seq_len: {64: {data.micro_batch_size: 32}, 256: {data.micro_batch_size: 8}}
-    report: {critical_point_window: 10}          # optional report settings
+    report: {critical_point_window: 10}          # optional report settings; scaling: params | tokens
+                                                 # marks a size or token-budget sweep (ablations.scaling)
     claims: [...]                                # optional: the paper's claims to judge (ablations/claims.py)
 
 Everything is checked before any run starts; a problem raises `GridError` naming it.
@@ -43,7 +44,8 @@ from .claims import parse_claims
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 GRID_FIELDS = {"name", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report", "claims"}
-REPORT_FIELDS = {"critical_point_window"}
+REPORT_FIELDS = {"critical_point_window", "scaling"}
+SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (ablations.scaling)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
 
 
@@ -165,6 +167,9 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
     window = report.get("critical_point_window", 10)
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise GridError(f"{where}: report.critical_point_window must be a positive integer, got {window!r}")
+    scaling = report.get("scaling")
+    if scaling is not None and scaling not in SCALING_AXES:
+        raise GridError(f"{where}: report.scaling={scaling!r} is not allowed; choose one of {list(SCALING_AXES)}")
 
     overrides = _flatten_overrides(spec.get("overrides") or {}, f"{where}: overrides")
     cells = _expand_cells(spec, where)
@@ -182,7 +187,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
         cells=cells,
         overrides=overrides,
         description=str(spec.get("description", "")),
-        report={"critical_point_window": window},
+        report={"critical_point_window": window, **({"scaling": scaling} if scaling else {})},
         configs=configs,
         claims=_load_claims(spec.get("claims"), cells, where),
         checker=checker,
