@@ -196,14 +196,30 @@ class LitResFormer(L.LightningModule):
     def configure_optimizers(self):
         h = self.hparams
         groups = self._core.param_groups(h.weight_decay, decay_embeddings=h.decay_embeddings, mix_lr=h.mix_lr)
-        optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas), eps=h.eps,
-                                      fused=self.device.type == "cuda")
+        optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas), eps=h.eps, fused=self._fused_adamw())
         total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 \
             else self.trainer.estimated_stepping_batches
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(
             step, peak=h.lr, start=h.warmup_start_lr, warmup=h.warmup_steps, total=int(total),
             final_ratio=h.final_lr_ratio) / h.lr)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def _fused_adamw(self) -> bool:
+        """Fused AdamW (one kernel for every parameter) on CUDA, except under fp16 loss scaling: the fused step
+        unscales gradients itself, so clipping before it would clip scaled gradients."""
+        return self.device.type == "cuda" and not str(self.trainer.precision).startswith("16")
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        # Lightning's mixed-precision plugin refuses to clip for any optimizer that unscales gradients itself, which
+        # guards fp16's GradScaler; bf16 has no scaler (and fp16 never gets the fused optimizer), so the gradients
+        # here are the true ones and are clipped directly.
+        if getattr(optimizer, "defaults", {}).get("fused") and gradient_clip_val:
+            if gradient_clip_algorithm not in (None, "norm"):
+                raise ValueError(f"trainer.gradient_clip_algorithm={gradient_clip_algorithm!r} is not supported with "
+                                 "the fused AdamW; allowed: ['norm']")
+            torch.nn.utils.clip_grad_norm_(self.parameters(), gradient_clip_val, foreach=True)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     # ------------------------------------------------------------------ training
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
