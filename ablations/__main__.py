@@ -1,4 +1,5 @@
-"""python -m ablations run GRID.yaml [options] | report RUNS_DIR/<grid>"""
+"""python -m ablations run GRID.yaml [options] | report RUNS_DIR/<grid> | export RUNS_DIR/<grid> OUT.tar.gz |
+merge OUT.tar.gz RESULTS_DIR"""
 
 from __future__ import annotations
 
@@ -6,12 +7,25 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
 from lit_resformer.run_dir import RunConflict
 
 from .job import POST_TRAINING, post_training_step
 from .report import write_report
 from .runner import run_grid
 from .spec import GridError
+
+
+EXIT_RUNS_LEFT = 75  # EX_TEMPFAIL: a time limit left runs for the next call
+
+
+def _dotted_value(text: str) -> tuple[str, object]:
+    """`KEY=VALUE` with VALUE read as YAML (numbers, booleans, null, lists)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. trainer.accelerator=gpu), got {text!r}")
+    return key.strip(), yaml.safe_load(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="write report.md and index.html for RUNS_DIR/<grid>")
     report.add_argument("grid_dir", type=Path)
+
+    export = sub.add_parser("export", help="pack a grid's finished runs (results, no checkpoints) into a .tar.gz")
+    export.add_argument("grid_dir", type=Path, help="RUNS_DIR/<grid>")
+    export.add_argument("archive", type=Path, help="the .tar.gz to write")
+    export.add_argument("--note", default="", help="where the runs trained (kept in the results' provenance.json)")
+
+    merge = sub.add_parser("merge", help="add an export's finished runs to a results folder (e.g. docs/results)")
+    merge.add_argument("archive", type=Path)
+    merge.add_argument("results_dir", type=Path, help="the runs folder that keeps results: <results_dir>/<grid>/")
 
     step = sub.add_parser("post-train", help=argparse.SUPPRESS)  # used by the runner: one step on one finished run
     step.add_argument("kind", choices=sorted(POST_TRAINING))
@@ -40,10 +63,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval", action="store_true", help="zero-shot eval of every finished run")
     parser.add_argument("--analyze", action="store_true", help="attention analysis of every finished run")
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=_dotted_value,
+                        help="override KEY (dotted, e.g. trainer.accelerator=gpu) in every cell; repeatable")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="stop after this many seconds: no run starts later, running ones are stopped and "
+                             "resumed by the next call (exit code 75 while runs are left)")
     local = parser.add_argument_group("local executor")
     local.add_argument("--devices", help="comma-separated GPU ids to use (default: all visible GPUs)")
     local.add_argument("--gpus-per-run", type=int, default=1, help="GPUs per run (also for slurm)")
     local.add_argument("--cpu-slots", type=int, default=1, help="concurrent runs on a CPU-only machine")
+    local.add_argument("--runs-per-gpu", type=int, default=1,
+                       help="concurrent runs sharing each GPU (small models that cannot fill one)")
     local.add_argument("--threads-per-run", type=int,
                        help="intra-op threads of each run (OMP_NUM_THREADS; default: the cores split between the slots)")
     slurm = parser.add_argument_group("slurm executor (submitit)")
@@ -76,18 +106,35 @@ def run_from_args(args: argparse.Namespace) -> int:
             gpus_per_run=args.gpus_per_run,
             cpu_slots=args.cpu_slots,
             threads_per_run=args.threads_per_run,
+            runs_per_gpu=args.runs_per_gpu,
+            time_limit_s=args.time_limit,
+            forced=dict(args.set),
             slurm=slurm,
         )
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return 1 if outcome.failed else 0
+    return 1 if outcome.failed else EXIT_RUNS_LEFT if outcome.left else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return run_from_args(args)
+    if args.command in ("export", "merge"):
+        from .slices import SliceError, export_grid, merge_export
+
+        try:
+            if args.command == "export":
+                done = export_grid(args.grid_dir, args.archive, note=args.note)
+                print(f"{args.archive}: {len(done['runs'])} finished run(s) of {done['grid']}")
+            else:
+                merged = merge_export(args.archive, args.results_dir)
+                print(f"{merged['into']}: {len(merged['added'])} run(s) added, {len(merged['already_there'])} already there")
+        except (SliceError, FileNotFoundError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "report":
         try:
             print(write_report(args.grid_dir))

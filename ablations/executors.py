@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import queue
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -36,11 +37,16 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, devices: Sequence[str] | None = None, gpus_per_run: int = 1, cpu_slots: int = 1,
-                 threads_per_run: int | None = None):
+                 threads_per_run: int | None = None, runs_per_gpu: int = 1, time_limit_s: float | None = None):
         devices = list(visible_gpus() if devices is None else devices)
-        if gpus_per_run < 1 or cpu_slots < 1 or (threads_per_run is not None and threads_per_run < 1):
-            raise ValueError(f"gpus_per_run ({gpus_per_run}), cpu_slots ({cpu_slots}) and threads_per_run "
-                             f"({threads_per_run}) must be >= 1")
+        if min(gpus_per_run, cpu_slots, runs_per_gpu, threads_per_run or 1) < 1:
+            raise ValueError(f"gpus_per_run ({gpus_per_run}), cpu_slots ({cpu_slots}), runs_per_gpu ({runs_per_gpu}) "
+                             f"and threads_per_run ({threads_per_run}) must be >= 1")
+        if runs_per_gpu > 1 and gpus_per_run > 1:
+            raise ValueError("runs_per_gpu > 1 shares one GPU between small runs; it needs gpus_per_run=1")
+        # Wall-clock seconds from the start of `run`: then no run starts any more and running ones are stopped
+        # (recorded as interrupted, resumed by the next call): time-bounded slices of a grid.
+        self.time_limit_s = time_limit_s
         # Intra-op threads of each run (OMP_NUM_THREADS is what torch starts with): as asked, else on a CPU-only
         # machine the cores split between the concurrent runs unless the environment already says.
         threads = {} if threads_per_run is None else {"OMP_NUM_THREADS": str(threads_per_run)}
@@ -48,27 +54,37 @@ class LocalExecutor:
             if len(devices) < gpus_per_run:
                 raise ValueError(f"gpus_per_run={gpus_per_run} but only devices {devices} are available")
             groups = [devices[i : i + gpus_per_run] for i in range(0, len(devices) - gpus_per_run + 1, gpus_per_run)]
-            self.slots = [{"CUDA_VISIBLE_DEVICES": ",".join(group), **threads} for group in groups]
+            if runs_per_gpu > 1 and not threads:  # small runs side by side: the host's cores split between them
+                threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // (len(groups) * runs_per_gpu)))}
+            self.slots = [{"CUDA_VISIBLE_DEVICES": ",".join(group), **threads} for group in groups] * runs_per_gpu
         else:
             if not threads and cpu_slots > 1 and "OMP_NUM_THREADS" not in os.environ:
                 threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // cpu_slots))}
             self.slots = [{"CUDA_VISIBLE_DEVICES": "", **threads} for _ in range(cpu_slots)]  # CPU runs: GPUs hidden
 
     def describe(self) -> str:
+        limit = f", stopping after {self.time_limit_s:g} s" if self.time_limit_s is not None else ""
         if self.slots[0]["CUDA_VISIBLE_DEVICES"]:
-            return f"local pool over GPUs: {[s['CUDA_VISIBLE_DEVICES'] for s in self.slots]} (one run per slot)"
+            return f"local pool over GPUs: {[s['CUDA_VISIBLE_DEVICES'] for s in self.slots]} (one run per slot){limit}"
         threads = self.slots[0].get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "default"))
-        return f"local pool on CPU: {len(self.slots)} concurrent run(s), {threads} thread(s) each"
+        return f"local pool on CPU: {len(self.slots)} concurrent run(s), {threads} thread(s) each{limit}"
 
     def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
         free: queue.Queue[dict] = queue.Queue()
         for slot in self.slots:
             free.put(slot)
+        stop = threading.Event()
+        timer = threading.Timer(self.time_limit_s, stop.set) if self.time_limit_s is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
 
         def work(job: RunJob) -> dict:
             slot = free.get()  # at most len(slots) workers, so a slot is always free here
             try:
-                return execute(job, env=slot)
+                if stop.is_set():
+                    raise TimeLimitReached(f"not started: the time limit of {self.time_limit_s:g} s was reached")
+                return execute(job, env=slot, stop=stop)
             finally:
                 free.put(slot)
 
@@ -78,6 +94,12 @@ class LocalExecutor:
                 job = futures[future]
                 error = future.exception()
                 on_done(job, None if error else future.result(), f"{type(error).__name__}: {error}" if error else None)
+        if timer is not None:
+            timer.cancel()
+
+
+class TimeLimitReached(RuntimeError):
+    """A run that was not started because the executor's time limit had passed (it stays pending)."""
 
 
 def _as_done(futures):

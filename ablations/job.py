@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,19 +86,20 @@ class RunJob:
         return f"{self.grid}/{self.cell}/seed{self.seed}"
 
 
-def execute(job: RunJob, env: dict[str, str] | None = None, lock_wait_s: float = 60.0) -> dict:
+def execute(job: RunJob, env: dict[str, str] | None = None, lock_wait_s: float = 60.0,
+            stop: threading.Event | None = None) -> dict:
     """Run the job in its directory and return its summary (also written to summary.json).
 
     The run directory is locked for the whole job; the lock is inherited by the training process,
     so a restarted grid waits (up to `lock_wait_s`) for a still-exiting process before giving up
-    with RunBusy.
+    with RunBusy. When `stop` is set the training process is stopped and the attempt recorded as interrupted.
     """
     run = RunDir(job.run_dir)
     env = {**os.environ, **job.env, **(env or {})}
     with _lock_with_wait(run, lock_wait_s) as lock_fd:
         summary = run.read_summary() or {}
         if job.train and summary.get("status") not in FINISHED:
-            summary = _train(job, run, summary, env, lock_fd)
+            summary = _train(job, run, summary, env, lock_fd, stop)
         if summary.get("status") == "done":
             for kind in job.post_training:
                 summary = _post_train(kind, run, summary, env)
@@ -118,7 +120,7 @@ def _lock_with_wait(run: RunDir, wait_s: float):
             time.sleep(0.5)
 
 
-def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) -> dict:
+def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, stop: threading.Event | None) -> dict:
     attempt = previous.get("attempts", 0) + 1
     resume = run.has_checkpoint()
     command = [*job.command, "--config", str(run.experiment_file), "--trainer.default_root_dir", str(run.path)]
@@ -167,7 +169,7 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
             preexec_fn=_child_setup(under_submitit),
         )
         try:
-            returncode = process.wait()
+            returncode = _wait(process, stop)
         except BaseException:
             # The runner itself is stopping (Ctrl-C, SLURM requeue): stop the training process,
             # record the attempt as interrupted and let the next grid run resume it.
@@ -181,6 +183,22 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
     summary.update(_outcome(run, returncode, _read_from(run.stderr_log, stderr_offset)))
     run.write_summary(summary)
     return summary
+
+
+class Stopped(Exception):
+    """The executor asked a running training process to stop (a time-bounded slice ran out of time)."""
+
+
+def _wait(process: subprocess.Popen, stop: threading.Event | None) -> int:
+    """The process's return code; raises Stopped (after which the caller stops it) once `stop` is set."""
+    if stop is None:
+        return process.wait()
+    while True:
+        try:
+            return process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            if stop.is_set():
+                raise Stopped(f"stopped at the time limit (pid {process.pid})") from None
 
 
 def _outcome(run: RunDir, returncode: int, stderr: str) -> dict:

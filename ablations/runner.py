@@ -22,8 +22,8 @@ from tqdm import tqdm
 from lit_resformer.reporting import atomic_write
 from lit_resformer.run_dir import RunConflict, RunDir
 
-from .executors import LocalExecutor, SlurmExecutor
-from .job import RunJob, default_train_command, post_training_result, post_training_step
+from .executors import LocalExecutor, SlurmExecutor, TimeLimitReached
+from .job import RunJob, Stopped, default_train_command, post_training_result, post_training_step
 from .spec import Grid, GridError, Run, load_grid
 from .store import FINISHED, check_config, last_step, write_config
 
@@ -34,12 +34,13 @@ class GridOutcome:
     grid_dir: Path
     summaries: dict[str, dict] = field(default_factory=dict)  # run name -> summary (None: could not run)
     errors: dict[str, str] = field(default_factory=dict)  # run name -> why it could not run
+    left: list[str] = field(default_factory=list)  # runs a time limit stopped or kept from starting
     report: Path | None = None
 
     @property
     def failed(self) -> list[str]:
         bad = [name for name, s in self.summaries.items() if s and s.get("status") not in FINISHED]
-        return sorted(set(bad) | set(self.errors))
+        return sorted((set(bad) | set(self.errors)) - set(self.left))
 
 
 def make_executor(
@@ -50,10 +51,14 @@ def make_executor(
     cpu_slots: int = 1,
     slurm: dict | None = None,
     threads_per_run: int | None = None,
+    runs_per_gpu: int = 1,
+    time_limit_s: float | None = None,
 ):
     if kind == "local":
         return LocalExecutor(devices=devices, gpus_per_run=gpus_per_run, cpu_slots=cpu_slots,
-                             threads_per_run=threads_per_run)
+                             threads_per_run=threads_per_run, runs_per_gpu=runs_per_gpu, time_limit_s=time_limit_s)
+    if time_limit_s is not None:
+        raise GridError("--time-limit applies to the local executor (a Slurm job has its own --time)")
     if kind == "slurm":
         return SlurmExecutor(folder=grid_dir / ".submitit", gpus_per_run=gpus_per_run, **(slurm or {}))
     raise GridError(f"unknown executor '{kind}'; choose local or slurm")
@@ -126,6 +131,12 @@ def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) ->
 
     def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
         with lock:
+            if error is not None and error.startswith((TimeLimitReached.__name__, Stopped.__name__)):
+                outcome.left.append(job.name)  # the next call of the same command runs it (again)
+                counts["left for the next call"] += 1
+                bar.update(1)
+                bar.set_postfix(dict(counts))
+                return
             if summary is None:
                 outcome.errors[job.name] = error
                 counts["error"] += 1
@@ -158,6 +169,9 @@ def run_grid(
     gpus_per_run: int = 1,
     cpu_slots: int = 1,
     threads_per_run: int | None = None,
+    runs_per_gpu: int = 1,
+    time_limit_s: float | None = None,
+    forced: dict | None = None,
     slurm: dict | None = None,
     progress: bool = True,
     out: TextIO | None = None,
@@ -166,18 +180,21 @@ def run_grid(
 
     `train_command` replaces the training command (default: `lit-resformer fit`, or
     $LIT_RESFORMER_TRAIN_CMD); it is called with `--config YAML --trainer.default_root_dir RUN_DIR
-    [--ckpt_path last]`. `slurm` holds SlurmExecutor options (partition, cpus_per_task, mem_gb,
+    [--ckpt_path last]`. `runs_per_gpu` shares each GPU between that many small runs; after `time_limit_s`
+    seconds no run starts and running ones are stopped, so the same command resumes the grid in the next
+    time-bounded slice; `forced` holds dotted overrides for every cell (`--set`). `slurm` holds SlurmExecutor options (partition, cpus_per_task, mem_gb,
     time_min, account, qos, constraint, max_requeues, cluster).
     """
     out = out or sys.stdout
-    spec = load_grid(grid, seeds=seeds)
+    spec = load_grid(grid, seeds=seeds, forced=forced)
     runs = spec.runs()
     grid_dir = Path(runs_dir) / spec.name
     post_training = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
     for kind in post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here
     planned = plan(spec, runs, grid_dir, post_training)
-    pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm, threads_per_run)
+    pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm, threads_per_run, runs_per_gpu,
+                         time_limit_s)
     check_devices(runs, pool, gpus_per_run)
     command = list(train_command) if train_command is not None else default_train_command()
     jobs = [
@@ -218,6 +235,9 @@ def run_grid(
 
         outcome.report = write_report(grid_dir)
         print(f"report: {outcome.report}", file=out)
+    if outcome.left:
+        print(f"time limit: {len(outcome.left)} run(s) left for the next call of the same command: "
+              f"{', '.join(sorted(outcome.left))}", file=out)
     if outcome.failed:
         print(f"{len(outcome.failed)} run(s) did not finish: {', '.join(outcome.failed)}", file=out)
     return outcome

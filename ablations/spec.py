@@ -127,8 +127,9 @@ class Grid:
         }
 
 
-def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
-    """Read, validate and expand a grid file. `seeds` replaces the file's seeds (CLI `--seeds`)."""
+def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict[str, Any] | None = None) -> Grid:
+    """Read, validate and expand a grid file. `seeds` replaces the file's seeds (CLI `--seeds`); `forced` holds
+    dotted overrides that win over the grid's and every cell's own (CLI `--set`, e.g. a machine's accelerator)."""
     path = Path(path)
     if not path.is_file():
         raise GridError(f"grid file not found: {path}")
@@ -177,7 +178,8 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
     cells = _assign_baselines(cells, baseline, where)
 
     checker = ConfigChecker()
-    configs = _cell_configs(checker, base, overrides, cells, where)
+    forced = _flatten_overrides(forced or {}, "--set")
+    configs = _cell_configs(checker, base, overrides, cells, where, forced)
     return Grid(
         name=name,
         path=path.resolve(),
@@ -185,7 +187,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
         baseline=baseline,
         seeds=seeds,
         cells=cells,
-        overrides=overrides,
+        overrides={**overrides, **forced},
         description=str(spec.get("description", "")),
         report={"critical_point_window": window, **({"scaling": scaling} if scaling else {})},
         configs=configs,
@@ -349,14 +351,16 @@ def _resolve_config(base: dict, overrides: dict[str, Any], where: str) -> dict:
 
 
 def _cell_configs(checker: ConfigChecker, base: dict, overrides: dict[str, Any], cells: list[Cell],
-                  where: str) -> dict[str, dict]:
-    """cell name -> the base with the grid's and the cell's overrides, each config checked as `fit` checks it."""
+                  where: str, forced: dict[str, Any]) -> dict[str, dict]:
+    """cell name -> the base with the grid's, the cell's and the forced overrides, each config checked as `fit`
+    checks it."""
     _check_keys(checker, overrides, f"{where}: overrides")
+    _check_keys(checker, forced, "--set")
     configs = {}
     for cell in cells:
         cell_where = f"{where}: cell '{cell.name}'"
         _check_keys(checker, cell.overrides, cell_where)
-        cell_overrides = {**overrides, **cell.overrides}
+        cell_overrides = {**overrides, **cell.overrides, **forced}
         configs[cell.name] = _resolve_config(base, cell_overrides, cell_where)
         _check_cell(checker, configs[cell.name], cell_overrides, cell_where)
     return configs

@@ -113,6 +113,13 @@ class RunDir:
         checkpoint = Path(checkpoint)
         return cls(checkpoint.parent.parent) if checkpoint.parent.name == CHECKPOINTS else None
 
+    def result_files(self) -> list[Path]:
+        """The small files that hold a run's results, without checkpoints or TensorBoard events: what a finished
+        run leaves when its results are exported (report, claims and scaling read nothing else)."""
+        files = [self.config_file, self.experiment_file, self.summary_file, self.divergence_file,
+                 self.eval_results, self.analysis_results, *self.metric_files()]
+        return [f for f in files if f.is_file()]
+
     def has_training_output(self) -> bool:
         """Whether a training process already wrote here: starting it again then needs `--ckpt_path last`
         (which starts from scratch, in a new csv version, when no checkpoint was saved yet)."""

@@ -1,0 +1,130 @@
+"""Moving a grid's finished results between machines: export on the machine that trained, merge where they are kept.
+
+A grid may be trained in time-bounded slices on machines that start bare and hand back only a few small files (a
+lent GPU for ten minutes at a time, a Slurm job with a wall-time limit). Each slice runs the same command with
+`--time-limit`; afterwards
+
+    python -m ablations export RUNS/<grid> OUT/<grid>.tar.gz --note "device: NVIDIA H100"
+    python -m ablations merge OUT/<grid>.tar.gz docs/results/            # on the machine that keeps them
+
+The archive holds the grid manifest and, for every finished run (done or diverged), the files of
+`RunDir.result_files` (configs, summary, metrics; no checkpoints). Runs that did not finish are left out: the
+next slice starts them again. Merging never replaces a finished run by a different one, and a folder of merged
+results is itself a runs folder: copying it under the next slice's `--runs-dir` makes the runner skip every run
+it holds, so nothing is trained twice, and `lit-resformer report` / `claims` / `scaling` read it as they read
+any grid run directory.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import io
+import json
+import shutil
+import tarfile
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from lit_resformer.reporting import atomic_write, atomic_write_json
+from lit_resformer.run_dir import RunDir
+
+from .store import FINISHED
+
+MANIFEST = "grid.yaml"
+PROVENANCE = "provenance.json"  # one entry per export merged into the folder: where and when its runs trained
+
+
+class SliceError(ValueError):
+    """An export or merge that cannot be done as asked; the message says why."""
+
+
+def finished_runs(grid_dir: Path) -> list[RunDir]:
+    """Run directories of a grid folder whose summary says done or diverged, in a stable order."""
+    runs = []
+    for summary in sorted(grid_dir.glob("*/seed*/summary.json")):
+        run = RunDir(summary.parent)
+        if ((run.read_summary() or {}).get("status")) in FINISHED:
+            runs.append(run)
+    return runs
+
+
+def export_grid(grid_dir: str | Path, archive: str | Path, note: str = "") -> dict:
+    """Write the finished runs of RUNS/<grid> into a .tar.gz; returns what it holds."""
+    grid_dir = Path(grid_dir)
+    if not (grid_dir / MANIFEST).is_file():
+        raise SliceError(f"{grid_dir} is not a grid run directory (no {MANIFEST})")
+    runs = finished_runs(grid_dir)
+    provenance = {"grid": grid_dir.name, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "runs": [str(run.path.relative_to(grid_dir)) for run in runs], "note": note}
+    archive = Path(archive)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=archive.parent, suffix=".tmp", delete=False) as tmp:
+        with tarfile.open(fileobj=tmp, mode="w:gz") as tar:
+            tar.add(grid_dir / MANIFEST, arcname=f"{grid_dir.name}/{MANIFEST}")
+            for run in runs:
+                for file in run.result_files():
+                    tar.add(file, arcname=f"{grid_dir.name}/{file.relative_to(grid_dir)}")
+            data = json.dumps(provenance, indent=2).encode()
+            info = tarfile.TarInfo(f"{grid_dir.name}/{PROVENANCE}")
+            info.size, info.mtime = len(data), int(datetime.now().timestamp())
+            tar.addfile(info, io.BytesIO(data))
+    Path(tmp.name).replace(archive)
+    return provenance
+
+
+def merge_export(archive: str | Path, results_dir: str | Path) -> dict:
+    """Unpack an export into RESULTS_DIR/<grid>/: new finished runs are added, identical ones kept, and a run
+    that is already there with other results is an error (nothing is changed then). Returns what was merged."""
+    results_dir = Path(results_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(tmp, filter="data")  # refuses absolute paths, links out of the folder, devices
+        grids = [d for d in tmp.iterdir() if d.is_dir()]
+        if len(grids) != 1 or not (grids[0] / MANIFEST).is_file():
+            raise SliceError(f"{archive} is not an export of one grid (expected <grid>/{MANIFEST} inside)")
+        source = grids[0]
+        target = results_dir / source.name
+        manifest = yaml.safe_load((source / MANIFEST).read_text())
+        if (target / MANIFEST).is_file():
+            kept = yaml.safe_load((target / MANIFEST).read_text())
+            if _comparable(kept) != _comparable(manifest):
+                raise SliceError(f"{target / MANIFEST} describes another version of grid {source.name} (cells, seeds "
+                                 f"or overrides differ); merge into another folder")
+        added, kept_same, conflicts = [], [], []
+        for run in finished_runs(source):
+            relative = run.path.relative_to(source)
+            existing = RunDir(target / relative)
+            if (existing.read_summary() or {}).get("status") in FINISHED:
+                same = all((existing.path / f.relative_to(run.path)).is_file()
+                           and filecmp.cmp(f, existing.path / f.relative_to(run.path), shallow=False)
+                           for f in run.result_files())
+                (kept_same if same else conflicts).append(str(relative))
+            else:
+                added.append(run)
+        if conflicts:
+            raise SliceError(f"{target} already holds other results for {', '.join(conflicts)}; nothing was merged")
+        target.mkdir(parents=True, exist_ok=True)
+        atomic_write(target / MANIFEST, (source / MANIFEST).read_text())
+        for run in added:
+            destination = target / run.path.relative_to(source)
+            if destination.exists():
+                shutil.rmtree(destination)  # an unfinished attempt from an earlier merge: the finished one wins
+            for file in run.result_files():
+                (destination / file.relative_to(run.path)).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(file, destination / file.relative_to(run.path))
+        provenance = json.loads((source / PROVENANCE).read_text()) if (source / PROVENANCE).is_file() else {}
+        history = json.loads((target / PROVENANCE).read_text()) if (target / PROVENANCE).is_file() else []
+        if added:
+            history.append({**provenance, "runs": [str(r.path.relative_to(source)) for r in added]})
+            atomic_write_json(target / PROVENANCE, history)
+    return {"grid": source.name, "into": str(target), "added": [str(r.path.relative_to(source)) for r in added],
+            "already_there": kept_same}
+
+
+def _comparable(manifest: dict) -> dict:
+    """The parts of a grid manifest that decide what its runs are (not where the file was read from)."""
+    return {k: manifest.get(k) for k in ("name", "baseline", "overrides", "cells")}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One time-bounded slice of ablation grids on an offline GPU machine (a lent GPU for ten minutes, a Slurm job with
+# a wall-time limit), in one command:
+#
+#   GRIDS="configs/grids/repro/fig7.yaml configs/grids/repro/fig9.yaml" bash scripts/gpu-grids.sh
+#
+# 1. installs the carried wheels ($WHEELS, default .whl; see scripts/fetch-wheels.sh) into $SITE without touching
+#    the machine's PyTorch, and runs the project from this source tree (PYTHONPATH);
+# 2. seeds a runs folder with the runs already finished in earlier slices (docs/results/<grid>/, merged there by
+#    `python -m ablations merge`), so that nothing is trained twice;
+# 3. runs up to $PARALLEL grids at once, each with `--runs-per-gpu $RUNS_PER_GPU` (small runs share the GPU) and
+#    `--time-limit` so that every runner stops cleanly $MARGIN seconds before $BUDGET: running runs are stopped
+#    and left for the next slice, which starts them again (their results are never exported);
+# 4. exports every grid's finished runs (configs, summaries, metrics; no checkpoints) into $OUT/exports.tar,
+#    one <grid>.tar.gz each, plus the runners' logs in $OUT/logs.tar.gz.
+# On the machine that keeps the results:  tar -xf exports.tar -C /tmp/x && for f in /tmp/x/*.tar.gz; do
+#   python -m ablations merge $f docs/results; done   then  lit-resformer report docs/results/<grid>,
+#   lit-resformer claims docs/results
+#
+# SET holds `--set` overrides for every cell (default: train on the GPU); CPU-tier grids keep their fp32 recipe.
+set -u -o pipefail
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-$PWD/gpu-grids}
+WHEELS=${WHEELS:-.whl}
+SITE=${SITE:-/tmp/site}
+RUNS=${RUNS:-/tmp/runs}
+RESULTS=${RESULTS:-docs/results}
+BUDGET=${BUDGET:-540}
+MARGIN=${MARGIN:-40}
+PARALLEL=${PARALLEL:-4}
+RUNS_PER_GPU=${RUNS_PER_GPU:-4}
+SET=${SET:-trainer.accelerator=gpu}
+PY=${PYTHON:-python3}
+GRIDS=${GRIDS:?name the grid files: GRIDS="configs/grids/repro/fig7.yaml ..."}
+export LIT_RESFORMER_CACHE=${LIT_RESFORMER_CACHE:-/tmp/lit-resformer-cache}
+
+START=$SECONDS
+mkdir -p "$OUT" "$RUNS" "$OUT/.logs"
+log() { echo "[$((SECONDS - START))s] $*" | tee -a "$OUT/.logs/slice.log"; }
+
+if [[ -d $WHEELS ]] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+        "$WHEELS"/*.whl >"$OUT/.logs/install.log" 2>&1 || log "install: FAILED (see install.log)"
+    export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+else
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+# no console script where the project is not installed: the runner starts training through the module
+export LIT_RESFORMER_TRAIN_CMD=${LIT_RESFORMER_TRAIN_CMD:-"$PY -m lit_resformer.cli fit"}
+log "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || echo 'no GPU')"
+
+set_args=()
+for kv in $SET; do set_args+=(--set "$kv"); done
+
+grid_name() { "$PY" -c "import sys, yaml, pathlib; p = pathlib.Path(sys.argv[1]); print(yaml.safe_load(p.read_text()).get('name', p.stem))" "$1"; }
+
+# the runs finished in earlier slices: the runner skips them (same config, summary done)
+for grid in $GRIDS; do
+    name=$(grid_name "$grid")
+    if [[ -d $RESULTS/$name ]]; then
+        cp -r "$RESULTS/$name" "$RUNS/" && log "$name: seeded with $(ls -d "$RESULTS/$name"/*/seed*/ 2>/dev/null | wc -l) finished run(s)"
+    fi
+done
+
+# a first build of the embedded corpus's tokenizer and token caches (the CPU tier's data), so that the concurrent
+# runners do not all wait on its lock; PREPARE=0 when the grids use other data
+if ((${PREPARE:-1})); then
+    "$PY" -c "from lit_resformer.data import LMDataModule
+LMDataModule(source='embedded', tokenizer='bpe', bpe_vocab_size=4096, seq_len=256).prepare_data()" \
+        >"$OUT/.logs/prepare.log" 2>&1 || log "data preparation failed (see prepare.log)"
+    log "data prepared"
+fi
+
+one_grid() {
+    local grid=$1 name
+    name=$(grid_name "$grid")
+    local limit=$((BUDGET - MARGIN - (SECONDS - START)))
+    if ((limit < 30)); then
+        echo "[$((SECONDS - START))s] $name: not started, ${limit} s left" >>"$OUT/.logs/slice.log"
+        return 0
+    fi
+    "$PY" -m ablations run "$grid" --runs-dir "$RUNS" --no-report --runs-per-gpu "$RUNS_PER_GPU" \
+        --time-limit "$limit" "${set_args[@]}" >"$OUT/.logs/$name.log" 2>&1
+    echo "[$((SECONDS - START))s] $name: runner exit $? ($(grep -c '' "$OUT/.logs/$name.log") log lines)" >>"$OUT/.logs/slice.log"
+}
+export -f one_grid grid_name
+export PY RUNS RUNS_PER_GPU BUDGET MARGIN START OUT
+export SET_ARGS="${set_args[*]}"
+# xargs runs the grids $PARALLEL at a time; each runner stops itself at its time limit
+printf '%s\n' $GRIDS | xargs -P "$PARALLEL" -I{} bash -c 'set_args=($SET_ARGS); one_grid "$@"' _ {}
+log "runners finished"
+
+mkdir -p "$OUT/.exports"
+for grid in $GRIDS; do
+    name=$(grid_name "$grid")
+    [[ -d $RUNS/$name ]] || continue
+    "$PY" -m ablations export "$RUNS/$name" "$OUT/.exports/$name.tar.gz" \
+        --note "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), slice of $(date -u +%FT%TZ)" \
+        2>&1 | tee -a "$OUT/.logs/slice.log"
+done
+tar -cf "$OUT/exports.tar" -C "$OUT/.exports" .
+tar -czf "$OUT/logs.tar.gz" -C "$OUT/.logs" .
+rm -rf "$OUT/.exports" "$OUT/.logs"
+echo "slice done in $((SECONDS - START)) s; $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -1,0 +1,127 @@
+"""Time-bounded slices of a grid: export of finished runs, merge into a results folder, and the slice script
+end to end on the CPU (stopped by its time limit, resumed by a second call, nothing trained twice)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.experiments import tiny_experiment
+
+from ablations.slices import SliceError, export_grid, merge_export
+from lit_resformer.run_dir import RunDir
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fake_grid(root: Path, statuses: dict[str, str], loss: float = 3.0) -> Path:
+    """A grid run directory as the runner leaves it, one seed per cell, with the given statuses."""
+    grid = root / "g"
+    grid.mkdir(parents=True)
+    (grid / "grid.yaml").write_text(yaml.safe_dump({"name": "g", "baseline": "a", "overrides": {},
+                                                    "cells": [{"name": c} for c in statuses]}))
+    for cell, status in statuses.items():
+        run = RunDir(grid / cell / "seed0")
+        run.write_experiment({"cell": cell})
+        run.write_summary({"status": status, "final_val_loss": loss})
+        run.csv_dir.joinpath("version_0").mkdir(parents=True)
+        (run.csv_dir / "version_0/metrics.csv").write_text(f"step,train/loss\n1,{loss}\n")
+        run.checkpoints_dir.mkdir()
+        run.last_checkpoint.write_bytes(b"x" * 1000)
+    return grid
+
+
+def test_export_holds_finished_runs_without_checkpoints(tmp_path):
+    grid = fake_grid(tmp_path / "runs", {"a": "done", "b": "failed", "c": "diverged", "d": "interrupted"})
+    held = export_grid(grid, tmp_path / "g.tar.gz", note="cpu test")
+    assert held["runs"] == ["a/seed0", "c/seed0"] and held["note"] == "cpu test"
+    with tarfile.open(tmp_path / "g.tar.gz") as tar:
+        names = sorted(tar.getnames())
+    assert names == ["g/a/seed0/csv/version_0/metrics.csv", "g/a/seed0/experiment.yaml", "g/a/seed0/summary.json",
+                     "g/c/seed0/csv/version_0/metrics.csv", "g/c/seed0/experiment.yaml", "g/c/seed0/summary.json",
+                     "g/grid.yaml", "g/provenance.json"]
+
+
+def test_merge_adds_new_runs_keeps_identical_ones_and_refuses_other_results(tmp_path):
+    grid = fake_grid(tmp_path / "one", {"a": "done", "b": "running"})
+    export_grid(grid, tmp_path / "first.tar.gz", note="slice 1")
+    results = tmp_path / "results"
+    assert merge_export(tmp_path / "first.tar.gz", results)["added"] == ["a/seed0"]
+    assert not (results / "g/b").exists()  # unfinished runs are never merged
+    # the next slice finished b; a is the same file again
+    grid2 = fake_grid(tmp_path / "two", {"a": "done", "b": "done"})
+    export_grid(grid2, tmp_path / "second.tar.gz", note="slice 2")
+    merged = merge_export(tmp_path / "second.tar.gz", results)
+    assert merged["added"] == ["b/seed0"] and merged["already_there"] == ["a/seed0"]
+    assert [p["note"] for p in json.loads((results / "g/provenance.json").read_text())] == ["slice 1", "slice 2"]
+    # a different result for a run already kept: refused, nothing changed
+    other = fake_grid(tmp_path / "three", {"a": "done", "b": "done"}, loss=2.5)
+    export_grid(other, tmp_path / "third.tar.gz")
+    before = (results / "g/a/seed0/summary.json").read_text()
+    with pytest.raises(SliceError, match="already holds other results for a/seed0, b/seed0"):
+        merge_export(tmp_path / "third.tar.gz", results)
+    assert (results / "g/a/seed0/summary.json").read_text() == before
+    # results of another version of the grid (other cells) go elsewhere
+    edited = fake_grid(tmp_path / "four", {"a": "done", "c": "done"})
+    export_grid(edited, tmp_path / "fourth.tar.gz")
+    with pytest.raises(SliceError, match="another version of grid g"):
+        merge_export(tmp_path / "fourth.tar.gz", results)
+
+
+def test_a_merged_results_folder_is_a_runs_folder(tmp_path):
+    grid = fake_grid(tmp_path / "runs", {"a": "done"})
+    export_grid(grid, tmp_path / "g.tar.gz")
+    merge_export(tmp_path / "g.tar.gz", tmp_path / "results")
+    run = RunDir(tmp_path / "results/g/a/seed0")
+    assert run.read_summary()["status"] == "done" and run.read_metrics()["train/loss"] == [(1, 3.0)]
+
+
+def slice_grid(tmp_path: Path, corpus: Path, cache: Path) -> Path:
+    base = tiny_experiment(tmp_path / "base.yaml", corpus, cache, trainer={"max_steps": 12, "val_check_interval": 6},
+                           checkpoint={"every_n_train_steps": 6})
+    grid = {"name": "sliced", "base": str(base), "baseline": "vanilla", "seeds": [0, 1],
+            "cells": {"vanilla": {"model.config.residual.target": "none"}, "resformer": {}}}
+    path = tmp_path / "sliced.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+def run_slice(tmp_path: Path, grid: Path, budget: int, name: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GRIDS": str(grid), "OUT": str(tmp_path / name), "RUNS": str(tmp_path / f"{name}-runs"),
+           "RESULTS": str(tmp_path / "results"), "BUDGET": str(budget), "MARGIN": "5", "PARALLEL": "1",
+           "SET": "trainer.accelerator=cpu", "PREPARE": "0", "WHEELS": str(tmp_path / "no-wheels"),
+           "PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
+    return subprocess.run(["bash", str(REPO / "scripts/gpu-grids.sh")], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def merge_slice(tmp_path: Path, name: str) -> list[str]:
+    unpacked = tmp_path / f"{name}-exports"
+    unpacked.mkdir()
+    with tarfile.open(tmp_path / name / "exports.tar") as tar:
+        tar.extractall(unpacked, filter="data")
+    return merge_export(unpacked / "sliced.tar.gz", tmp_path / "results")["added"]
+
+
+def test_slice_script_stops_at_its_time_limit_and_the_next_call_finishes_the_grid(tmp_path, tiny_corpus, data_cache):
+    grid = slice_grid(tmp_path, tiny_corpus, data_cache)
+    first = run_slice(tmp_path, grid, budget=40, name="slice1")  # room for a run or two, not four
+    assert first.returncode == 0, first.stderr
+    added_first = merge_slice(tmp_path, "slice1")
+    assert 0 < len(added_first) < 4, first.stdout
+    second = run_slice(tmp_path, grid, budget=400, name="slice2")  # a fresh machine: only results/ carries over
+    assert second.returncode == 0, second.stderr
+    added_second = merge_slice(tmp_path, "slice2")
+    assert sorted(added_first + added_second) == sorted(f"{c}/seed{s}" for c in ("vanilla", "resformer") for s in (0, 1))
+    # nothing was trained twice: the second slice skipped what the first one finished
+    with tarfile.open(tmp_path / "slice2/logs.tar.gz") as tar:
+        log = tar.extractfile("./sliced.log").read().decode()
+    assert sum("skip: done" in line for line in log.splitlines()) == len(added_first)
+    for run in (tmp_path / "results/sliced").glob("*/seed*"):
+        assert RunDir(run).read_summary()["attempts"] == 1
