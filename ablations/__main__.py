@@ -1,5 +1,5 @@
-"""python -m ablations run GRID.yaml [options] | report RUNS_DIR/<grid> | export RUNS_DIR/<grid> OUT.tar.gz |
-merge OUT.tar.gz RESULTS_DIR"""
+"""python -m ablations run GRID.yaml [options] | report RUNS_DIR/<grid> | export RUNS_DIR/<grid>... --out DIR |
+merge DIR/<grid>.tar.gz RESULTS_DIR"""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write report.md and index.html for RUNS_DIR/<grid>")
     report.add_argument("grid_dir", type=Path)
 
-    export = sub.add_parser("export", help="pack a grid's finished runs (results, no checkpoints) into a .tar.gz")
-    export.add_argument("grid_dir", type=Path, help="RUNS_DIR/<grid>")
-    export.add_argument("archive", type=Path, help="the .tar.gz to write")
+    export = sub.add_parser("export", help="pack each grid's finished runs (results, no checkpoints) into OUT/<grid>.tar.gz")
+    export.add_argument("grid_dirs", type=Path, nargs="+", metavar="GRID_DIR", help="RUNS_DIR/<grid>")
+    export.add_argument("--out", type=Path, required=True, help="folder for the <grid>.tar.gz archives")
     export.add_argument("--note", default="", help="where the runs trained (kept in the results' provenance.json)")
 
     merge = sub.add_parser("merge", help="add an export's finished runs to a results folder (e.g. docs/results)")
@@ -125,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         from .slices import SliceError, export_grid, merge_export
 
         try:
-            if args.command == "export":
-                done = export_grid(args.grid_dir, args.archive, note=args.note)
-                print(f"{args.archive}: {len(done['runs'])} finished run(s) of {done['grid']}")
+            if args.command == "export":  # one process for every grid: a bare machine imports torch slowly
+                for grid_dir in args.grid_dirs:
+                    done = export_grid(grid_dir, args.out / f"{grid_dir.name}.tar.gz", note=args.note)
+                    print(f"{args.out / (grid_dir.name + '.tar.gz')}: {len(done['runs'])} finished run(s) of {done['grid']}")
             else:
                 merged = merge_export(args.archive, args.results_dir)
                 print(f"{merged['into']}: {len(merged['added'])} run(s) added, {len(merged['already_there'])} already there")

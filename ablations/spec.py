@@ -4,6 +4,7 @@ A grid file names a base experiment (LightningCLI YAML), a baseline cell, seeds,
 as dicts of dotted overrides and/or a `matrix` of values whose cartesian product makes the cells:
 
     name: fig7                                   # optional, defaults to the file's stem
+    extends: ../fig7.yaml                        # optional: another grid's fields, replaced by this file's
     base: configs/experiments/cpu-base.yaml      # relative to the grid file, the cwd or the repo; a list of
                                                  # configs is merged in order, as several `fit --config`
     baseline: vanilla
@@ -43,7 +44,8 @@ from .claims import parse_claims
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-GRID_FIELDS = {"name", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report", "claims"}
+GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
+               "claims"}
 REPORT_FIELDS = {"critical_point_window", "scaling"}
 SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (ablations.scaling)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
@@ -133,18 +135,8 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     path = Path(path)
     if not path.is_file():
         raise GridError(f"grid file not found: {path}")
-    try:
-        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except (OmegaConfBaseException, yaml.YAMLError, ValueError) as e:  # syntax, duplicate keys, interpolation
-        raise GridError(f"{path}: cannot read the grid: {e}") from e
-    if not isinstance(spec, dict):
-        raise GridError(f"{path}: a grid file must be a mapping with fields {sorted(GRID_FIELDS)}")
+    spec = _read_grid_file(path)
     where = str(path)
-
-    unknown = sorted(set(spec) - GRID_FIELDS)
-    if unknown:
-        raise GridError(f"{where}: unknown field(s) {unknown}; allowed fields: {sorted(GRID_FIELDS)}")
-
     name = spec.get("name", path.stem)
     _check_name(name, f"{where}: name")
     if "base" not in spec:
@@ -317,6 +309,41 @@ def _check_name(name: Any, what: str) -> None:
 
 # ----------------------------------------------------------------------------------------------
 # base experiment and override keys
+
+
+def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
+    """A grid file's fields. With `extends: OTHER.yaml` they are the other grid's, replaced field by field by this
+    file's (`overrides` merged key by key, this file winning): a tier of a figure (longer runs, another base or
+    other seeds) names the figure's grid instead of copying its cells and claims. `base` paths are made absolute
+    here, so an inherited base stays relative to the file that wrote it."""
+    try:
+        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError) as e:  # syntax, duplicate keys, interpolation
+        raise GridError(f"{path}: cannot read the grid: {e}") from e
+    if not isinstance(spec, dict):
+        raise GridError(f"{path}: a grid file must be a mapping with fields {sorted(GRID_FIELDS)}")
+    unknown = sorted(set(spec) - GRID_FIELDS)
+    if unknown:
+        raise GridError(f"{path}: unknown field(s) {unknown}; allowed fields: {sorted(GRID_FIELDS)}")
+    if "base" in spec:
+        spec["base"] = [str(_resolve_base(b, path)) for b in (spec["base"] if isinstance(spec["base"], list)
+                                                             else [spec["base"]])]
+    parent = spec.pop("extends", None)
+    if parent is None:
+        return spec
+    if "name" not in spec:
+        raise GridError(f"{path}: a grid that extends another needs its own name (its runs must not land in the "
+                        f"other grid's run directory)")
+    parent_path = (path.parent / str(parent)).resolve()
+    if not parent_path.is_file():
+        raise GridError(f"{path}: extends '{parent}', which is not a file (paths are relative to this grid file)")
+    if parent_path in (path.resolve(), *children):
+        raise GridError(f"{path}: extends '{parent}', which extends it back")
+    inherited = _read_grid_file(parent_path, (*children, path.resolve()))
+    inherited.pop("name", None)
+    overrides = {**_flatten_overrides(inherited.get("overrides") or {}, f"{parent_path}: overrides"),
+                 **_flatten_overrides(spec.pop("overrides", None) or {}, f"{path}: overrides")}
+    return {**inherited, **spec, "overrides": overrides}
 
 
 def _resolve_base(base: Any, grid_path: Path) -> Path:

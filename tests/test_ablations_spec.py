@@ -185,3 +185,35 @@ def test_base_without_a_size_preset_is_accepted(tmp_path):
     grid.write_text(yaml.safe_dump({"base": "base.yaml", "baseline": "vanilla", "seeds": [0],
                                     "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}}))
     assert len(load_grid(grid).runs()) == 2
+
+
+def test_a_tier_extends_a_figure_grid_without_copying_it(tmp_path):
+    (tmp_path / "figs").mkdir()
+    (tmp_path / "figs/base.yaml").write_text(yaml.safe_dump(BASE))
+    figure = {"base": "base.yaml", "baseline": "vanilla", "seeds": [0], "description": "the figure",
+              "overrides": {"trainer.max_steps": 5, "data.micro_batch_size": 2},
+              "cells": {"vanilla": {}, "svformer": {"model.config.share.svformer": True}},
+              "claims": [{"claim": "x", "a": "svformer", "b": "vanilla", "metric": "val_loss", "direction": "lower"}]}
+    (tmp_path / "figs/fig.yaml").write_text(yaml.safe_dump(figure, sort_keys=False))
+    (tmp_path / "tiers").mkdir()
+    tier = {"name": "fig-long", "extends": "../figs/fig.yaml", "seeds": [0, 1], "overrides": {"trainer.max_steps": 50}}
+    (tmp_path / "tiers/long.yaml").write_text(yaml.safe_dump(tier))
+    grid = load_grid(tmp_path / "tiers/long.yaml")
+    figure_grid = load_grid(tmp_path / "figs/fig.yaml")
+    assert grid.name == "fig-long" and grid.seeds == [0, 1] and grid.description == "the figure"
+    assert [c.name for c in grid.cells] == ["vanilla", "svformer"] and grid.claims == figure_grid.claims
+    # the figure's base (relative to the figure's file) and its overrides, the tier's overrides winning
+    for cell, config in grid.configs.items():
+        assert config["trainer"]["max_steps"] == 50 and config["data"]["micro_batch_size"] == 2
+        assert {**config, "trainer": {**config["trainer"], "max_steps": 5}} == figure_grid.configs[cell]
+
+    (tmp_path / "tiers/nameless.yaml").write_text(yaml.safe_dump({"extends": "../figs/fig.yaml"}))
+    with pytest.raises(GridError, match="needs its own name"):
+        load_grid(tmp_path / "tiers/nameless.yaml")
+    (tmp_path / "tiers/a.yaml").write_text(yaml.safe_dump({"name": "a", "extends": "b.yaml"}))
+    (tmp_path / "tiers/b.yaml").write_text(yaml.safe_dump({"name": "b", "extends": "a.yaml"}))
+    with pytest.raises(GridError, match="extends it back"):
+        load_grid(tmp_path / "tiers/a.yaml")
+    (tmp_path / "tiers/lost.yaml").write_text(yaml.safe_dump({"name": "c", "extends": "missing.yaml"}))
+    with pytest.raises(GridError, match="not a file"):
+        load_grid(tmp_path / "tiers/lost.yaml")
