@@ -154,10 +154,16 @@ def scaling_command(argv: list[str]) -> None:
     print(f"{markdown}, {markdown.with_suffix('.json').name} and plots written")
 
 
+def prepare_corpus_command(argv: list[str]) -> None:
+    from .data.code_corpus import main as prepare_corpus
+
+    prepare_corpus(argv)
+
+
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
 SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
-                  "claims": claims_command, "scaling": scaling_command}
+                  "claims": claims_command, "scaling": scaling_command, "prepare-corpus": prepare_corpus_command}
 
 
 def main(argv: list[str] | None = None) -> None:

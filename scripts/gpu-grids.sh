@@ -9,7 +9,7 @@
 # 2. seeds a runs folder with the runs already finished in earlier slices (docs/results/<grid>/, merged there by
 #    `python -m ablations merge`), so that nothing is trained twice;
 # 3. runs up to $PARALLEL grids at once, each with `--runs-per-gpu $RUNS_PER_GPU` (small runs share the GPU) and
-#    `--time-limit` so that every runner stops cleanly $MARGIN seconds before $BUDGET: running runs are stopped
+#    `--time-limit` so that every runner stops $MARGIN seconds before $BUDGET: running runs are stopped
 #    and left for the next slice, which starts them again (their results are never exported);
 # 4. exports every grid's finished runs (configs, summaries, metrics; no checkpoints) into $OUT/exports.tar,
 #    one <grid>.tar.gz each, plus the runners' logs in $OUT/logs.tar.gz.
@@ -26,7 +26,9 @@ SITE=${SITE:-/tmp/site}
 RUNS=${RUNS:-/tmp/runs}
 RESULTS=${RESULTS:-docs/results}
 BUDGET=${BUDGET:-540}
-MARGIN=${MARGIN:-40}
+# left after the runners' time limit: stopping runs (up to 30 s of grace), one export process (~20 s to import on a
+# bare machine), the archives
+MARGIN=${MARGIN:-75}
 PARALLEL=${PARALLEL:-4}
 RUNS_PER_GPU=${RUNS_PER_GPU:-4}
 SET=${SET:-trainer.accelerator=gpu}
@@ -62,13 +64,27 @@ for grid in $GRIDS; do
     fi
 done
 
-# a first build of the embedded corpus's tokenizer and token caches (the CPU tier's data), so that the concurrent
-# runners do not all wait on its lock; PREPARE=0 when the grids use other data
-if ((${PREPARE:-1})); then
-    "$PY" -c "from lit_resformer.data import LMDataModule
-LMDataModule(source='embedded', tokenizer='bpe', bpe_vocab_size=4096, seq_len=256).prepare_data()" \
-        >"$OUT/.logs/prepare.log" 2>&1 || log "data preparation failed (see prepare.log)"
-    log "data prepared"
+# The data, built once before the concurrent runners (they would otherwise all wait on its lock):
+#   PREPARE=embedded  the embedded corpus's 4k BPE and token caches (the CPU tier's data; default)
+#   PREPARE=code      the GPU tier's corpus: this machine's installed Python sources (lit-resformer prepare-corpus,
+#                     CODE_CHARS characters), its 32k BPE and the 2,048-token caches (configs/data/code-corpus.yaml)
+#   PREPARE=none      nothing
+CODE_CORPUS=${CODE_CORPUS:-/tmp/lit-resformer-code-corpus}
+case ${PREPARE:-embedded} in
+    embedded) prepare="from lit_resformer.data import LMDataModule
+LMDataModule(source='embedded', tokenizer='bpe', bpe_vocab_size=4096, seq_len=256).prepare_data()" ;;
+    code)
+        "$PY" -m lit_resformer.data.code_corpus "$CODE_CORPUS" --max-chars "${CODE_CHARS:-250000000}" \
+            2>&1 | tee -a "$OUT/.logs/slice.log"
+        prepare="from lit_resformer.data import LMDataModule
+LMDataModule(source='local', path='$CODE_CORPUS/python.jsonl', tokenizer='bpe', bpe_vocab_size=32768, seq_len=2048,
+             holdout_fraction=0.01).prepare_data()" ;;
+    none) prepare= ;;
+    *) log "PREPARE=${PREPARE} is not one of: embedded code none"; exit 2 ;;
+esac
+if [[ -n $prepare ]]; then
+    "$PY" -c "$prepare" >"$OUT/.logs/prepare.log" 2>&1 || log "data preparation failed (see prepare.log)"
+    log "data prepared (${PREPARE:-embedded})"
 fi
 
 one_grid() {
@@ -91,13 +107,15 @@ printf '%s\n' $GRIDS | xargs -P "$PARALLEL" -I{} bash -c 'set_args=($SET_ARGS); 
 log "runners finished"
 
 mkdir -p "$OUT/.exports"
+grid_dirs=()
 for grid in $GRIDS; do
     name=$(grid_name "$grid")
-    [[ -d $RUNS/$name ]] || continue
-    "$PY" -m ablations export "$RUNS/$name" "$OUT/.exports/$name.tar.gz" \
-        --note "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), slice of $(date -u +%FT%TZ)" \
-        2>&1 | tee -a "$OUT/.logs/slice.log"
+    [[ -d $RUNS/$name ]] && grid_dirs+=("$RUNS/$name")
 done
+# one process for all grids (importing torch on a bare machine takes ~20 s)
+((${#grid_dirs[@]})) && "$PY" -m ablations export "${grid_dirs[@]}" --out "$OUT/.exports" \
+    --note "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo CPU), slice of $(date -u +%FT%TZ)" \
+    2>&1 | tee -a "$OUT/.logs/slice.log"
 tar -cf "$OUT/exports.tar" -C "$OUT/.exports" .
 tar -czf "$OUT/logs.tar.gz" -C "$OUT/.logs" .
 rm -rf "$OUT/.exports" "$OUT/.logs"

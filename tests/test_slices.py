@@ -95,7 +95,7 @@ def slice_grid(tmp_path: Path, corpus: Path, cache: Path) -> Path:
 def run_slice(tmp_path: Path, grid: Path, budget: int, name: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GRIDS": str(grid), "OUT": str(tmp_path / name), "RUNS": str(tmp_path / f"{name}-runs"),
            "RESULTS": str(tmp_path / "results"), "BUDGET": str(budget), "MARGIN": "5", "PARALLEL": "1",
-           "SET": "trainer.accelerator=cpu", "PREPARE": "0", "WHEELS": str(tmp_path / "no-wheels"),
+           "SET": "trainer.accelerator=cpu", "PREPARE": "none", "WHEELS": str(tmp_path / "no-wheels"),
            "PYTHON": sys.executable, "PYTHONPATH": str(REPO)}
     return subprocess.run(["bash", str(REPO / "scripts/gpu-grids.sh")], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
