@@ -81,6 +81,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the running trainers were stopped and their runs marked interrupted
+        print("interrupted; rerun the same command to resume", flush=True)
+        return 130
     return 1 if outcome.failed else 0
 
 

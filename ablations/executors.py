@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import queue
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -61,23 +62,33 @@ class LocalExecutor:
         return f"local pool on CPU: {len(self.slots)} concurrent run(s), {threads} thread(s) each"
 
     def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
+        """Ctrl-C (KeyboardInterrupt) stops the running trainers, which record their runs as interrupted, starts no
+        other job, and is raised again once they have stopped."""
         free: queue.Queue[dict] = queue.Queue()
         for slot in self.slots:
             free.put(slot)
+        stop = threading.Event()
 
         def work(job: RunJob) -> dict:
             slot = free.get()  # at most len(slots) workers, so a slot is always free here
             try:
-                return execute(job, env=slot)
+                return execute(job, env=slot, stop=stop)
             finally:
                 free.put(slot)
 
         with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="run") as pool:
             futures = {pool.submit(work, job): job for job in jobs}
-            for future in _as_done(futures):
-                job = futures[future]
-                error = future.exception()
-                on_done(job, None if error else future.result(), f"{type(error).__name__}: {error}" if error else None)
+            try:
+                for future in _as_done(futures):
+                    job = futures[future]
+                    error = future.exception()
+                    on_done(job, None if error else future.result(),
+                            f"{type(error).__name__}: {error}" if error else None)
+            except KeyboardInterrupt:
+                stop.set()
+                for future in futures:
+                    future.cancel()  # not started yet: never starts
+                raise  # leaving the pool waits for the running jobs to stop their trainers
 
 
 def _as_done(futures):

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,19 +86,21 @@ class RunJob:
         return f"{self.grid}/{self.cell}/seed{self.seed}"
 
 
-def execute(job: RunJob, env: dict[str, str] | None = None, lock_wait_s: float = 60.0) -> dict:
+def execute(job: RunJob, env: dict[str, str] | None = None, lock_wait_s: float = 60.0,
+            stop: threading.Event | None = None) -> dict:
     """Run the job in its directory and return its summary (also written to summary.json).
 
     The run directory is locked for the whole job; the lock is inherited by the training process,
     so a restarted grid waits (up to `lock_wait_s`) for a still-exiting process before giving up
-    with RunBusy.
+    with RunBusy. Setting `stop` (the runner was interrupted) stops the training process and records
+    the run as interrupted, for the next grid run to resume.
     """
     run = RunDir(job.run_dir)
     env = {**os.environ, **job.env, **(env or {})}
     with _lock_with_wait(run, lock_wait_s) as lock_fd:
         summary = run.read_summary() or {}
         if job.train and summary.get("status") not in FINISHED:
-            summary = _train(job, run, summary, env, lock_fd)
+            summary = _train(job, run, summary, env, lock_fd, stop)
         if summary.get("status") == "done":
             for kind in job.post_training:
                 summary = _post_train(kind, run, summary, env)
@@ -118,7 +121,7 @@ def _lock_with_wait(run: RunDir, wait_s: float):
             time.sleep(0.5)
 
 
-def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) -> dict:
+def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, stop: threading.Event | None) -> dict:
     attempt = previous.get("attempts", 0) + 1
     resume = run.has_checkpoint()
     command = [*job.command, "--config", str(run.experiment_file), "--trainer.default_root_dir", str(run.path)]
@@ -160,6 +163,7 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
             log.flush()
         process = subprocess.Popen(
             command,
+            stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             env=env,
@@ -167,7 +171,7 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
             preexec_fn=_child_setup(under_submitit),
         )
         try:
-            returncode = process.wait()
+            returncode = _wait(process, stop)
         except BaseException:
             # The runner itself is stopping (Ctrl-C, SLURM requeue): stop the training process,
             # record the attempt as interrupted and let the next grid run resume it.
@@ -178,13 +182,26 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int) ->
     summary["wall_time_sec"] += time.monotonic() - started
     summary["finished_at"] = now()
     summary["returncode"] = returncode
-    summary.update(_outcome(run, returncode, _read_from(run.stderr_log, stderr_offset)))
+    summary.update(_outcome(run, returncode, _read_from(run.stderr_log, stderr_offset),
+                            interrupted=stop is not None and stop.is_set()))
     run.write_summary(summary)
     return summary
 
 
-def _outcome(run: RunDir, returncode: int, stderr: str) -> dict:
-    """The attempt's results and status: diverged (the run's divergence record), done, or failed with its error."""
+def _wait(process: subprocess.Popen, stop: threading.Event | None, poll_s: float = 0.5) -> int:
+    """The training process's exit code; once `stop` is set, after stopping the process."""
+    while True:
+        try:
+            return process.wait(None if stop is None else poll_s)
+        except subprocess.TimeoutExpired:
+            if stop.is_set():
+                _stop(process)
+                return process.returncode
+
+
+def _outcome(run: RunDir, returncode: int, stderr: str, interrupted: bool = False) -> dict:
+    """The attempt's results and status: diverged (the run's divergence record), done, interrupted (stopped by the
+    runner before it finished), or failed with its error."""
     summary: dict = {}
     try:
         summary.update(results(run))
@@ -194,9 +211,12 @@ def _outcome(run: RunDir, returncode: int, stderr: str) -> dict:
     summary["diverged_step"] = step
     if step is not None:
         summary["status"] = "diverged"
-        summary["error"] = f"diverged: non-finite loss at step {step}"
+        summary["error"] = f"non-finite loss at step {step}"  # the status already says "diverged"
     elif returncode == 0:
         summary["status"] = "done"
+        summary["error"] = None
+    elif interrupted:
+        summary["status"] = "interrupted"
         summary["error"] = None
     else:
         summary["status"] = "failed"
@@ -249,14 +269,22 @@ def _read_from(path: Path, offset: int) -> str:
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """Stop the training process as Ctrl-C would (Lightning shuts down cleanly, without a checkpoint: the run resumes
+    from its last one); kill it if that takes longer than `grace_s`. The signal goes to its process group, so the
+    processes a multi-device strategy started stop with it."""
     if process.poll() is not None:
         return
-    process.terminate()
+    _signal_group(process, signal.SIGINT)
     try:
         process.wait(grace_s)
     except subprocess.TimeoutExpired:
-        process.kill()
+        _signal_group(process, signal.SIGKILL)
         process.wait()
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
 
 
 _PR_SET_PDEATHSIG = 1
@@ -267,9 +295,12 @@ def _child_setup(under_submitit: bool):
     """Runs in the training process before exec. On Linux the process gets SIGTERM when the thread
     that started it dies, so killing the runner does not leave trainers writing into run directories
     (Lightning stops at the end of the current step). Under submitit the job gets SIGUSR2 before
-    preemption; it is meant for the job (which checkpoints and requeues), not for the trainer."""
+    preemption; it is meant for the job (which checkpoints and requeues), not for the trainer.
+    The process leads its own process group: Ctrl-C in a terminal reaches the runner only, which then stops its
+    trainers itself and so knows their runs were interrupted rather than failed."""
 
     def setup() -> None:
+        os.setpgid(0, 0)
         if _libc is not None:
             _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if under_submitit:
