@@ -21,7 +21,7 @@ from lit_resformer.analysis.plots import (
     plot_by_layer,
     plot_first_token_ratios,
 )
-from lit_resformer.reporting import markdown_table, pyplot, save_figure
+from lit_resformer.reporting import integer_ticks, markdown_table, pyplot, save_figure
 from lit_resformer.run_dir import RunDir
 
 MIXING_COLUMN = re.compile(r"^(mix/layer|dwa/block)(\d+)/(\w+)$")
@@ -87,6 +87,7 @@ def plot_mixing_weights(run_dir: str | Path, out_png: str | Path, title: str | N
             steps, values = zip(*points, strict=True)
             ax.plot(steps, values, color=colour, label=f"layer {layer}")
         ax.set(title=f"{title + ': ' if title else ''}{kind}", xlabel="step", ylabel="weight")
+        integer_ticks(ax.xaxis)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=6, ncol=2)
     return save_figure(fig, out_png)
