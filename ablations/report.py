@@ -294,10 +294,13 @@ def _cells_section(doc, manifest) -> None:
     cells = manifest["cells"]
     doc.heading(2, "Cells")
     if not all("changes" in c for c in cells):
+
+        def overrides(values: dict) -> str:
+            return ", ".join(f"{key}={show_value(value)}" for key, value in values.items())
+
         doc.text(f"Overrides as written in the grid file; every cell also takes the grid's overrides "
-                 f"{', '.join(f'{k}={show_value(v)}' for k, v in (manifest.get('overrides') or {}).items()) or '(none)'}.")
-        doc.table(["cell", "overrides"], [[c["name"], ", ".join(f"{k}={show_value(v)}" for k, v in c["overrides"].items())]
-                                          for c in cells])
+                 f"{overrides(manifest.get('overrides') or {}) or '(none)'}.")
+        doc.table(["cell", "overrides"], [[c["name"], overrides(c["overrides"])] for c in cells])
         return
     changes = {c["name"]: {key: tuple(change) for key, change in c["changes"].items()} for c in cells}
     common = common_changes(changes)

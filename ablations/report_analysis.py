@@ -76,8 +76,6 @@ def plot_mixing_weights(run_dir: str | Path, out_png: str | Path, title: str | N
     series = mixing_series(Path(run_dir))
     if not series:
         return None
-    from matplotlib.ticker import MaxNLocator
-
     plt = pyplot()
     fig, axes = plt.subplots(1, len(series), figsize=(4.5 * len(series), 3.5), squeeze=False)
     order = {"self": 0, "history": 1}  # the two ResFormer weights first, side by side
@@ -88,7 +86,6 @@ def plot_mixing_weights(run_dir: str | Path, out_png: str | Path, title: str | N
             ax.plot(steps, values, color=colour, label=f"layer {layer}")
         ax.set(title=f"{title + ': ' if title else ''}{kind}", xlabel="step", ylabel="weight")
         integer_ticks(ax.xaxis)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=6, ncol=2)
     return save_figure(fig, out_png)
 
