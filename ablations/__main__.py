@@ -114,6 +114,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the local trainers were stopped and their runs marked interrupted
+        jobs_left = " (the submitted Slurm jobs keep running: squeue, scancel)" if args.executor == "slurm" else ""
+        print(f"interrupted; rerun the same command to resume{jobs_left}", flush=True)
+        return 130
     return 1 if outcome.failed else EXIT_RUNS_LEFT if outcome.left else 0
 
 

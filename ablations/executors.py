@@ -39,7 +39,7 @@ class LocalExecutor:
     def __init__(self, devices: Sequence[str] | None = None, gpus_per_run: int = 1, cpu_slots: int = 1,
                  threads_per_run: int | None = None, runs_per_gpu: int = 1, time_limit_s: float | None = None):
         devices = list(visible_gpus() if devices is None else devices)
-        if min(gpus_per_run, cpu_slots, runs_per_gpu, threads_per_run or 1) < 1:
+        if min(gpus_per_run, cpu_slots, runs_per_gpu) < 1 or (threads_per_run is not None and threads_per_run < 1):
             raise ValueError(f"gpus_per_run ({gpus_per_run}), cpu_slots ({cpu_slots}), runs_per_gpu ({runs_per_gpu}) "
                              f"and threads_per_run ({threads_per_run}) must be >= 1")
         if runs_per_gpu > 1 and gpus_per_run > 1:
@@ -70,6 +70,9 @@ class LocalExecutor:
         return f"local pool on CPU: {len(self.slots)} concurrent run(s), {threads} thread(s) each{limit}"
 
     def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
+        """Ctrl-C (KeyboardInterrupt) stops the running trainers, which record their runs as interrupted, starts no
+        other job, and is raised again once they have stopped. The time limit does the same without raising: the
+        stopped runs come back interrupted, the ones not started fail with TimeLimitReached."""
         free: queue.Queue[dict] = queue.Queue()
         for slot in self.slots:
             free.put(slot)
@@ -90,12 +93,20 @@ class LocalExecutor:
 
         with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="run") as pool:
             futures = {pool.submit(work, job): job for job in jobs}
-            for future in _as_done(futures):
-                job = futures[future]
-                error = future.exception()
-                on_done(job, None if error else future.result(), f"{type(error).__name__}: {error}" if error else None)
-        if timer is not None:
-            timer.cancel()
+            try:
+                for future in _as_done(futures):
+                    job = futures[future]
+                    error = future.exception()
+                    on_done(job, None if error else future.result(),
+                            f"{type(error).__name__}: {error}" if error else None)
+            except KeyboardInterrupt:
+                stop.set()
+                for future in futures:
+                    future.cancel()  # not started yet: never starts
+                raise  # leaving the pool waits for the running jobs to stop their trainers
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
 
 class TimeLimitReached(RuntimeError):

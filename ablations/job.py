@@ -92,7 +92,8 @@ def execute(job: RunJob, env: dict[str, str] | None = None, lock_wait_s: float =
 
     The run directory is locked for the whole job; the lock is inherited by the training process,
     so a restarted grid waits (up to `lock_wait_s`) for a still-exiting process before giving up
-    with RunBusy. When `stop` is set the training process is stopped and the attempt recorded as interrupted.
+    with RunBusy. Setting `stop` (the runner was interrupted) stops the training process and records
+    the run as interrupted, for the next grid run to resume.
     """
     run = RunDir(job.run_dir)
     env = {**os.environ, **job.env, **(env or {})}
@@ -162,6 +163,7 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
             log.flush()
         process = subprocess.Popen(
             command,
+            stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             env=env,
@@ -180,29 +182,26 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
     summary["wall_time_sec"] += time.monotonic() - started
     summary["finished_at"] = now()
     summary["returncode"] = returncode
-    summary.update(_outcome(run, returncode, _read_from(run.stderr_log, stderr_offset)))
+    summary.update(_outcome(run, returncode, _read_from(run.stderr_log, stderr_offset),
+                            interrupted=stop is not None and stop.is_set()))
     run.write_summary(summary)
     return summary
 
 
-class Stopped(Exception):
-    """The executor asked a running training process to stop (a time-bounded slice ran out of time)."""
-
-
-def _wait(process: subprocess.Popen, stop: threading.Event | None) -> int:
-    """The process's return code; raises Stopped (after which the caller stops it) once `stop` is set."""
-    if stop is None:
-        return process.wait()
+def _wait(process: subprocess.Popen, stop: threading.Event | None, poll_s: float = 0.5) -> int:
+    """The training process's exit code; once `stop` is set, after stopping the process."""
     while True:
         try:
-            return process.wait(timeout=1.0)
+            return process.wait(None if stop is None else poll_s)
         except subprocess.TimeoutExpired:
             if stop.is_set():
-                raise Stopped(f"stopped at the time limit (pid {process.pid})") from None
+                _stop(process)
+                return process.returncode
 
 
-def _outcome(run: RunDir, returncode: int, stderr: str) -> dict:
-    """The attempt's results and status: diverged (the run's divergence record), done, or failed with its error."""
+def _outcome(run: RunDir, returncode: int, stderr: str, interrupted: bool = False) -> dict:
+    """The attempt's results and status: diverged (the run's divergence record), done, interrupted (stopped by the
+    runner before it finished), or failed with its error."""
     summary: dict = {}
     try:
         summary.update(results(run))
@@ -212,9 +211,12 @@ def _outcome(run: RunDir, returncode: int, stderr: str) -> dict:
     summary["diverged_step"] = step
     if step is not None:
         summary["status"] = "diverged"
-        summary["error"] = f"diverged: non-finite loss at step {step}"
+        summary["error"] = f"non-finite loss at step {step}"  # the status already says "diverged"
     elif returncode == 0:
         summary["status"] = "done"
+        summary["error"] = None
+    elif interrupted:
+        summary["status"] = "interrupted"
         summary["error"] = None
     else:
         summary["status"] = "failed"
@@ -267,14 +269,22 @@ def _read_from(path: Path, offset: int) -> str:
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """Stop the training process as Ctrl-C would (Lightning shuts down cleanly, without a checkpoint: the run resumes
+    from its last one); kill it if that takes longer than `grace_s`. The signal goes to its process group, so the
+    processes a multi-device strategy started stop with it."""
     if process.poll() is not None:
         return
-    process.terminate()
+    _signal_group(process, signal.SIGINT)
     try:
         process.wait(grace_s)
     except subprocess.TimeoutExpired:
-        process.kill()
+        _signal_group(process, signal.SIGKILL)
         process.wait()
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
 
 
 _PR_SET_PDEATHSIG = 1
@@ -285,9 +295,12 @@ def _child_setup(under_submitit: bool):
     """Runs in the training process before exec. On Linux the process gets SIGTERM when the thread
     that started it dies, so killing the runner does not leave trainers writing into run directories
     (Lightning stops at the end of the current step). Under submitit the job gets SIGUSR2 before
-    preemption; it is meant for the job (which checkpoints and requeues), not for the trainer."""
+    preemption; it is meant for the job (which checkpoints and requeues), not for the trainer.
+    The process leads its own process group: Ctrl-C in a terminal reaches the runner only, which then stops its
+    trainers itself and so knows their runs were interrupted rather than failed."""
 
     def setup() -> None:
+        os.setpgid(0, 0)
         if _libc is not None:
             _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         if under_submitit:

@@ -25,7 +25,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from lit_resformer.reporting import atomic_write, markdown_table, markdown_to_html, pyplot, save_figure
+from lit_resformer.reporting import (
+    atomic_write,
+    integer_ticks,
+    markdown_table,
+    markdown_to_html,
+    pyplot,
+    save_figure,
+)
 from lit_resformer.run_dir import RunDir
 
 from . import metrics as M
@@ -33,7 +40,7 @@ from .claims import PLATEAU_MARGIN, evaluate_grid, plateau_gap
 from .claims import counts as claim_counts
 from .claims import table as claims_table
 from .stats import Difference, critical_point, mean_std, paired_difference
-from .store import TRAIN_LOSS_WINDOW
+from .store import TRAIN_LOSS_WINDOW, common_changes, show_value
 
 RELATIVE_WINDOWS = (10, 100)
 
@@ -176,6 +183,7 @@ class Plotter:
         for cell, curve in curves.items():
             ax.plot(curve.index, curve.values, label=cell, color=self.colors.get(cell), lw=1.4)
         ax.set_xlabel("step")
+        integer_ticks(ax.xaxis)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3)
@@ -259,6 +267,7 @@ def write_report(grid_dir: str | Path) -> Path:
     final_train = {c: {r.seed: v for r in done[c] if (v := r.final_train()) is not None} for c in cells}
     final_val = {c: {r.seed: v for r in done[c] if (v := r.final_val()) is not None} for c in cells}
 
+    _cells_section(doc, manifest)
     _final_table(doc, cells, cells_info, done, final_train, final_val)
     _claims_section(doc, grid_dir)
     unigram = _unigram_reference(done)
@@ -277,6 +286,35 @@ def write_report(grid_dir: str | Path) -> Path:
     index = grid_dir / "index.html"
     atomic_write(index, markdown_to_html(text, grid_dir, f"Ablation grid {name}"))
     return index
+
+
+def _cells_section(doc, manifest) -> None:
+    """What each cell changes relative to the base experiment: one column per changed field, the changes every cell
+    makes alike in a line above. Grids run before the manifest recorded the changes show the grid file's overrides."""
+    cells = manifest["cells"]
+    doc.heading(2, "Cells")
+    if not all("changes" in c for c in cells):
+
+        def overrides(values: dict) -> str:
+            return ", ".join(f"{key}={show_value(value)}" for key, value in values.items())
+
+        doc.text(f"Overrides as written in the grid file; every cell also takes the grid's overrides "
+                 f"{overrides(manifest.get('overrides') or {}) or '(none)'}.")
+        doc.table(["cell", "overrides"], [[c["name"], overrides(c["overrides"])] for c in cells])
+        return
+    changes = {c["name"]: {key: tuple(change) for key, change in c["changes"].items()} for c in cells}
+    common = common_changes(changes)
+    fields = sorted({key for fields in changes.values() for key in fields} - set(common))
+    base_value = {key: next(fields[key][0] for fields in changes.values() if key in fields) for key in fields}
+    doc.text("What each cell changes relative to the base experiment (every field with its value, defaults filled in "
+             "on both sides); an empty entry keeps the base value.")
+    if common:
+        doc.text("Every cell: " + "; ".join(f"{key} {show_value(a)} → {show_value(b)}" for key, (a, b) in common.items())
+                 + ".")
+    if fields:
+        doc.table(["cell", *(f"{key} (base {show_value(base_value[key])})" for key in fields)],
+                  [[cell, *(show_value(own[key][1]) if key in own else "" for key in fields)]
+                   for cell, own in changes.items()])
 
 
 def _final_table(doc, cells, cells_info, done, final_train, final_val) -> None:

@@ -21,7 +21,7 @@ from lit_resformer.analysis.plots import (
     plot_by_layer,
     plot_first_token_ratios,
 )
-from lit_resformer.reporting import markdown_table, pyplot, save_figure
+from lit_resformer.reporting import integer_ticks, markdown_table, pyplot, save_figure
 from lit_resformer.run_dir import RunDir
 
 MIXING_COLUMN = re.compile(r"^(mix/layer|dwa/block)(\d+)/(\w+)$")
@@ -76,8 +76,6 @@ def plot_mixing_weights(run_dir: str | Path, out_png: str | Path, title: str | N
     series = mixing_series(Path(run_dir))
     if not series:
         return None
-    from matplotlib.ticker import MaxNLocator
-
     plt = pyplot()
     fig, axes = plt.subplots(1, len(series), figsize=(4.5 * len(series), 3.5), squeeze=False)
     order = {"self": 0, "history": 1}  # the two ResFormer weights first, side by side
@@ -87,7 +85,7 @@ def plot_mixing_weights(run_dir: str | Path, out_png: str | Path, title: str | N
             steps, values = zip(*points, strict=True)
             ax.plot(steps, values, color=colour, label=f"layer {layer}")
         ax.set(title=f"{title + ': ' if title else ''}{kind}", xlabel="step", ylabel="weight")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_ticks(ax.xaxis)
         ax.legend(fontsize=6, ncol=2)
     return save_figure(fig, out_png)
 

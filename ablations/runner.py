@@ -23,9 +23,9 @@ from lit_resformer.reporting import atomic_write
 from lit_resformer.run_dir import RunConflict, RunDir
 
 from .executors import LocalExecutor, SlurmExecutor, TimeLimitReached
-from .job import RunJob, Stopped, default_train_command, post_training_result, post_training_step
+from .job import RunJob, default_train_command, post_training_result, post_training_step
 from .spec import Grid, GridError, Run, load_grid
-from .store import FINISHED, check_config, last_step, write_config
+from .store import FINISHED, check_config, common_changes, last_step, show_value, write_config
 
 
 @dataclass
@@ -122,6 +122,22 @@ def check_devices(runs: list[Run], pool, gpus_per_run: int) -> None:
                             f"{gpus_per_run}; pass --gpus-per-run {devices}")
 
 
+def describe_changes(changes: dict[str, dict[str, tuple]]) -> str:
+    """What each cell changes relative to the base experiment, one field a line, those of every cell listed once."""
+    common = common_changes(changes)
+    lines = ["what each cell changes relative to the base experiment (base -> cell, defaults filled in):"]
+
+    def show(fields: dict[str, tuple]) -> list[str]:
+        return [f"      {key}: {show_value(before)} -> {show_value(after)}" for key, (before, after) in fields.items()]
+
+    if common:
+        lines += ["  every cell:", *show(common)]
+    for cell, fields in changes.items():
+        own = {key: change for key, change in fields.items() if key not in common}
+        lines += [f"  {cell}:" + ("" if own else " nothing else" if common else " nothing (the base itself)"), *show(own)]
+    return "\n".join(lines)
+
+
 def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) -> None:
     """Run the jobs through the executor, recording each outcome as it arrives under a progress bar."""
     counts: Counter[str] = Counter()
@@ -131,7 +147,8 @@ def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) ->
 
     def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
         with lock:
-            if error is not None and error.startswith((TimeLimitReached.__name__, Stopped.__name__)):
+            stopped = summary is not None and summary.get("status") == "interrupted"
+            if stopped or (error is not None and error.startswith(TimeLimitReached.__name__)):
                 outcome.left.append(job.name)  # the next call of the same command runs it (again)
                 counts["left for the next call"] += 1
                 bar.update(1)
@@ -211,10 +228,7 @@ def run_grid(
         print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
     outcome = GridOutcome(spec, grid_dir)
     if dry_run:
-        print("cells and their overrides (on top of the base experiment and the grid's own overrides):", file=out)
-        for cell in spec.cells:
-            overrides = " ".join(f"{key}={value}" for key, value in cell.overrides.items()) or "(none)"
-            print(f"  {cell.name:<32} {overrides}", file=out)
+        print(describe_changes(spec.changes()), file=out)
         if isinstance(pool, SlurmExecutor) and jobs:
             print(f"\nsbatch script of the first job ({jobs[0].name}); the others differ only in the name:", file=out)
             print(pool.sbatch_script(jobs[0]), file=out)

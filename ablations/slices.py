@@ -126,5 +126,8 @@ def merge_export(archive: str | Path, results_dir: str | Path) -> dict:
 
 
 def _comparable(manifest: dict) -> dict:
-    """The parts of a grid manifest that decide what its runs are (not where the file was read from)."""
-    return {k: manifest.get(k) for k in ("name", "baseline", "overrides", "cells")}
+    """The parts of a grid manifest that decide what its runs are (not where the file was read from, nor what
+    later versions of the runner derive from the cells for the report)."""
+    cells = [{k: c.get(k) for k in ("name", "overrides", "family", "coords")} for c in manifest.get("cells") or []]
+    return {"name": manifest.get("name"), "baseline": manifest.get("baseline"),
+            "overrides": manifest.get("overrides"), "cells": cells}

@@ -41,6 +41,7 @@ from omegaconf.errors import OmegaConfBaseException
 from lit_resformer.experiment import ConfigChecker, load_experiment
 
 from .claims import parse_claims
+from .store import changed_fields
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,6 +94,7 @@ class Grid:
     configs: dict[str, dict] = field(default_factory=dict)  # cell name -> resolved config (no seed)
     claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (ablations.claims.Claim)
     checker: ConfigChecker | None = field(default=None, repr=False)  # the parser and checks of `fit`
+    base: dict = field(default_factory=dict, repr=False)  # the base experiment, its configs merged
 
     def same_run(self, old: dict, new: dict) -> bool:
         """Whether two configs run the same (equal once every field has its value, defaults included)."""
@@ -102,6 +104,13 @@ class Grid:
             return self.checker.resolved(old) == self.checker.resolved(new)
         except (argparse.ArgumentError, ValueError):  # a config that no longer validates runs differently
             return False
+
+    def changes(self) -> dict[str, dict[str, tuple[Any, Any]]]:
+        """cell name -> {dotted key: (base value, cell value)} for every field the cell's config sets to another value
+        than the base experiment, defaults filled in on both sides: what the cell effectively changes, the grid's
+        own overrides and values derived from others (e.g. trainer.accumulate_grad_batches) included."""
+        base = self.checker.resolved(self.base)
+        return {cell.name: changed_fields(base, self.checker.resolved(self.configs[cell.name])) for cell in self.cells}
 
     def runs(self, seeds: Sequence[int] | None = None) -> list[Run]:
         """One run per (cell, seed), cells in grid order, seeds inner."""
@@ -114,6 +123,7 @@ class Grid:
 
     def manifest(self) -> dict:
         """What the report needs to know about the grid, written next to its runs."""
+        changes = self.changes()
         return {
             "name": self.name,
             "description": self.description,
@@ -124,7 +134,8 @@ class Grid:
             "overrides": self.overrides,
             "matrix_keys": sorted({k for c in self.cells for k in c.coords}),
             "report": self.report,
-            "cells": [dataclasses.asdict(c) for c in self.cells],
+            "cells": [{**dataclasses.asdict(c), "changes": {k: list(v) for k, v in changes[c.name].items()}}
+                      for c in self.cells],
             "claims": self.claims,
         }
 
@@ -185,6 +196,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         configs=configs,
         claims=_load_claims(spec.get("claims"), cells, where),
         checker=checker,
+        base=base,
     )
 
 

@@ -12,6 +12,7 @@ tokens_seen, wall_time_sec (all attempts), started_at, finished_at, host, pid, s
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -30,14 +31,33 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two configs, e.g. ['trainer.max_steps: 300 -> 200']."""
+def changed_fields(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """{dotted key: (old value, new value)} for every leaf whose value differs between two configs, sorted by key;
+    a key that only one side has is "<missing>" on the other."""
     if isinstance(old, dict) and isinstance(new, dict):
-        out = []
+        out: dict[str, tuple[Any, Any]] = {}
         for key in sorted(set(old) | set(new), key=str):
-            out += config_differences(old.get(key, "<missing>"), new.get(key, "<missing>"), f"{prefix}{key}.")
+            out.update(changed_fields(old.get(key, "<missing>"), new.get(key, "<missing>"), f"{prefix}{key}."))
         return out
-    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+    return {} if old == new else {prefix.rstrip("."): (old, new)}
+
+
+def common_changes(changes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Of {cell: {key: change}}, the changes that every cell makes alike (the grid's own overrides, typically)."""
+    per_cell = list(changes.values())
+    if len(per_cell) < 2:
+        return {}
+    return {key: change for key, change in per_cell[0].items() if all(c.get(key) == change for c in per_cell[1:])}
+
+
+def show_value(value: Any) -> str:
+    """A config value as JSON (strings quoted, null, true), so that "none" and null read differently."""
+    return json.dumps(value, default=str)
+
+
+def config_differences(old: Any, new: Any) -> list[str]:
+    """Dotted keys whose values differ between two configs, e.g. ['trainer.max_steps: 300 -> 200']."""
+    return [f"{key}: {a!r} -> {b!r}" for key, (a, b) in changed_fields(old, new).items()]
 
 
 SameRun = Callable[[dict, dict], bool]  # whether two configs run the same

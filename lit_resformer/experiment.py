@@ -23,6 +23,7 @@ import difflib
 import sys
 import types
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,10 +103,11 @@ def config_name(args: Sequence[str]) -> str:
 
 
 class RunConfig(SaveConfigCallback):
-    """Writes the resolved config as the run's config.yaml; a different config already there is an error."""
+    """Writes the resolved config of a training run as its config.yaml; a different config already there is an error.
+    validate and test only read a run: they leave its config.yaml alone."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
-        if not trainer.is_global_zero:
+        if not trainer.is_global_zero or stage != "fit":
             return
         path = RunDir(trainer.default_root_dir).config_file
         text = self.parser.dump(self.config, skip_none=False)
@@ -175,6 +177,11 @@ def check_classes(cfg: Namespace) -> None:
 
 
 class ResFormerCLI(LightningCLI):
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """fit, validate and test: the module has no prediction step (generation is `Transformer.generate`)."""
+        return {name: args for name, args in LightningCLI.subcommands().items() if name != "predict"}
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--global_batch_tokens", type=int | None, default=None,
                             help="tokens per optimizer step over all devices; sets trainer.accumulate_grad_batches")
@@ -229,15 +236,32 @@ class ResFormerCLI(LightningCLI):
         if resume is not None and resume.fallback_reason:
             rank_zero_warn(f"resuming from {resume.path}: {resume.fallback_reason}")
             cfg.ckpt_path = str(resume.path)
-        if cfg.trainer.logger in (None, True):
-            cfg.trainer.logger = [
-                {"class_path": "lightning.pytorch.loggers.CSVLogger",
-                 "init_args": {"save_dir": str(run.path), "name": CSV_LOGS}},
-                {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                 "init_args": {"save_dir": str(run.path), "name": TB_LOGS}},
-            ]
+        if self.subcommand == "fit" and cfg.ckpt_path is not None:
+            # a resumed run's checkpoint folder holds its earlier checkpoints by design
+            warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+        cfg.trainer.logger = run_loggers(cfg.trainer.logger, run)
         if cfg.checkpoint.dirpath is None:
             cfg.checkpoint.dirpath = str(run.checkpoints_dir)
+
+
+def run_loggers(chosen: Any, run: RunDir) -> Any:
+    """The loggers of a run: TensorBoard and CSV by default; a `trainer.logger` of the config (one or a list, any
+    Lightning logger: W&B, MLflow, ...) replaces TensorBoard, and the run's CSV logger is added unless the list has
+    one (a resolved config.yaml does), since the run's metrics file is what summaries, reports and resumes read.
+    `trainer.logger: false` logs nothing."""
+    if chosen is False:
+        return False
+    csv = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(run.path), "name": CSV_LOGS}}
+    if chosen in (None, True):
+        return [csv, {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                      "init_args": {"save_dir": str(run.path), "name": TB_LOGS}}]
+    chosen = list(chosen) if isinstance(chosen, (list, tuple)) else [chosen]
+    return chosen if any(_class_name(logger) == "CSVLogger" for logger in chosen) else [csv, *chosen]
+
+
+def _class_name(spec: Any) -> str:
+    """The class name of a `{class_path: ..., init_args: ...}` entry, or of an object."""
+    return str(spec.get("class_path")).rsplit(".", 1)[-1] if hasattr(spec, "get") else type(spec).__name__
 
 
 def run_cli(args: list[str] | None = None) -> None:

@@ -75,12 +75,39 @@ class TrainingThroughput(ThroughputMonitor):
         super().on_validation_end(trainer, pl_module)
 
 
-class _ShowsTrainingLoss:
-    """A progress bar that shows the training loss when it refreshes.
+class _TrainingBar:
+    """What the project's progress bars change in Lightning's: they count optimizer steps, refresh when the logs are
+    written, and show the training loss.
 
-    The loss is not logged with `prog_bar=True`: Lightning converts such values to Python numbers after every
-    batch, a device synchronise each time. The bar reads it instead, once per refresh.
+    - Steps: a run bounded by `trainer.max_steps` shows `step/max_steps`. Lightning's bar counts the batches of the
+      current epoch against the steps still to train, which disagree after a resume (the batch index goes on from
+      the checkpoint: `30/9`) and under gradient accumulation (several batches a step).
+    - Refresh: every `interval` training batches (the logging interval), so the bar costs nothing between logs.
+    - Loss: not logged with `prog_bar=True`, since Lightning converts such values to Python numbers after every
+      batch, a device synchronise each time; the bar reads it instead, once per refresh.
     """
+
+    def __init__(self, interval: int):
+        super().__init__()
+        self.interval = interval
+
+    def _counts_steps(self) -> bool:
+        return self.trainer.max_epochs == -1 and self.trainer.max_steps > 0
+
+    @property
+    def total_train_batches(self) -> int | float:
+        return self.trainer.max_steps if self._counts_steps() else super().total_train_batches
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        super().on_train_start(trainer, pl_module)
+        if trainer.fit_loop.restarted_mid_epoch:  # Lightning then skips the epoch start, where bars get their total
+            self.on_train_epoch_start(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if (batch_idx + 1) % self.interval:
+            return
+        done = trainer.global_step if self._counts_steps() else batch_idx + 1
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, done - 1)  # the bar shows batch_idx + 1
 
     def get_metrics(self, trainer, pl_module) -> dict:
         metrics = super().get_metrics(trainer, pl_module)
@@ -90,20 +117,17 @@ class _ShowsTrainingLoss:
         return metrics
 
 
-class TQDMBar(_ShowsTrainingLoss, TQDMProgressBar):
-    """Lightning's tqdm bar refreshed every `refresh_rate` batches (the logging interval)."""
+class TQDMBar(_TrainingBar, TQDMProgressBar):
+    """Lightning's tqdm bar, counting steps and refreshed at the logging interval."""
 
 
-class RichBar(_ShowsTrainingLoss, RichProgressBar):
-    """Lightning's Rich bar, advanced and refreshed every `interval` training batches (the logging interval)."""
+class RichBar(_TrainingBar, RichProgressBar):
+    """Lightning's Rich bar, counting steps and refreshed at the logging interval."""
 
-    def __init__(self, interval: int):
-        super().__init__()
-        self.interval = interval
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        if (batch_idx + 1) % self.interval == 0:
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+    def _get_train_description(self, current_epoch: int) -> str:
+        if self._counts_steps():  # Lightning would write the epoch out of max_epochs - 1, "Epoch 0/-2"
+            return f"Epoch {current_epoch}".ljust(len(self.validation_description))
+        return super()._get_train_description(current_epoch)
 
 
 def warmup_cosine(step: int, *, peak: float, start: float, warmup: int, total: int, final_ratio: float) -> float:
@@ -179,7 +203,7 @@ class LitResFormer(L.LightningModule):
         # Lightning's default bars, refreshed when the logs are written (a model callback replaces the trainer's
         # callbacks of its parent type).
         if bar is TQDMProgressBar:
-            callbacks.append(TQDMBar(refresh_rate=interval))
+            callbacks.append(TQDMBar(interval))
         elif bar is RichProgressBar:
             callbacks.append(RichBar(interval))
         return callbacks

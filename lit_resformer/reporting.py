@@ -14,17 +14,19 @@ import io
 import json
 import os
 import re
-import tempfile
+import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 
 def atomic_write(path: str | Path, content: str | bytes) -> Path:
-    """Write to a temporary file in the same directory, then rename it over `path`: readers never see half a file."""
+    """Write to a temporary file in the same directory, then rename it over `path`: readers never see half a file.
+    The file gets the permissions of any new file (0644 under the usual umask 022), not tempfile's private 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the kernel applies the umask
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content.encode() if isinstance(content, str) else content)
@@ -88,6 +90,13 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def integer_ticks(axis) -> None:
+    """Ticks of a matplotlib axis (e.g. `ax.xaxis`) at whole numbers only: steps, not step 2.5."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def save_figure(fig, path: str | Path) -> Path:

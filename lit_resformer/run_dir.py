@@ -25,6 +25,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +107,14 @@ class RunDir:
 
     def __hash__(self) -> int:
         return hash(self.path)
+
+    @property
+    def name(self) -> str:
+        """What tables call the run: `<grid>/<cell>/seed<k>` for a run of an ablation grid (laid out so), else the
+        folder's name."""
+        if re.fullmatch(r"seed\d+", self.path.name) and len(self.path.parts) >= 3:
+            return "/".join(self.path.parts[-3:])
+        return self.path.name
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path) -> RunDir | None:

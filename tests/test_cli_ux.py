@@ -1,0 +1,155 @@
+"""What a new user meets first: `lit-resformer --help` and every command's own help, `grid --dry-run` showing what
+each cell changes, Ctrl-C on a grid, and the runner's one-line messages. Grids here train with the fake trainer of
+test_ablations (the `lit-resformer fit` contract without Lightning)."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_ablations import THREE_CELLS, alive, calls, fake, summary, write_grid  # noqa: F401  (fake: a fixture)
+
+from ablations import run_grid
+from lit_resformer.cli import SUITE_COMMANDS, main
+from lit_resformer.experiment import ResFormerCLI
+
+# Every command `lit-resformer` dispatches: the suite's and the LightningCLI's.
+COMMANDS = [*ResFormerCLI.subcommands(), *SUITE_COMMANDS]
+
+
+def help_text(capsys, argv: list[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    return exit_info.value.code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], []])
+def test_help_lists_every_command_with_one_line(capsys, argv):
+    code, text = help_text(capsys, argv)
+    assert code == (0 if argv else 2)
+    listed = {line.split()[0]: line for line in text.splitlines() if line.startswith("  ") and line.strip()}
+    assert set(listed) == set(COMMANDS)
+    assert all(len(line.split()) > 2 for line in listed.values())  # a description beside each name
+    assert "predict" not in COMMANDS  # the module has no prediction step, so Lightning's predict is not offered
+
+
+HELP_CALLS = [[c, "--help"] for c in COMMANDS if c != "lm-eval"] + [["eval", "prepare-data", "--help"]]
+
+
+@pytest.mark.parametrize("argv", HELP_CALLS)
+def test_every_command_has_its_own_help(capsys, argv):
+    code, text = help_text(capsys, argv)
+    assert code == 0
+    assert "usage:" in text
+    if argv[0] in ("fit", "validate", "test"):
+        assert "--trainer.max_steps" in text and "--model.config.residual.target" in text
+    elif argv[0] == "eval" and len(argv) == 2:
+        assert "lit-resformer eval prepare-data DIR" in " ".join(text.split())  # where offline data comes from
+
+
+def test_lm_eval_help_adds_lm_evals_own():
+    # in a process of its own: lm-eval's command line sets up logging handlers on the streams it is given
+    shown = subprocess.run([sys.executable, "-m", "lit_resformer.cli", "lm-eval", "--help"], capture_output=True,
+                           text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert "usage: lit-resformer lm-eval" in shown.stdout and "--model_args" in shown.stdout
+
+
+def test_unknown_command_is_one_line_with_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["gird", "configs/grids/demo.yaml"])
+    assert str(exit_info.value.code).startswith("lit-resformer: error: unknown command 'gird'; did you mean 'grid'?")
+
+
+def test_dry_run_shows_what_each_cell_changes_relative_to_the_base(tmp_path, fake, capsys):
+    # BASE has trainer.max_steps 20, model.lr 6e-4 and no residual (the default target "none").
+    grid = write_grid(tmp_path, {
+        "baseline": "vanilla",
+        "overrides": {"trainer.max_steps": 30},
+        "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v", "model.lr": 1e-3},
+                  "same-lr": {"model.lr": 6.0e-4}},  # sets the base's own value: no change
+    })
+    out = tmp_path / "dry.txt"
+    with open(out, "w") as f:
+        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, dry_run=True, out=f)
+    listing = out.read_text().split("what each cell changes relative to the base experiment")[1].splitlines()[1:-1]
+    assert listing == [
+        "  every cell:",
+        "      trainer.max_steps: 20 -> 30",
+        "  vanilla: nothing else",
+        "  resformer:",
+        '      model.config.residual.target: "none" -> "v"',
+        "      model.lr: 0.0006 -> 0.001",
+        "  same-lr: nothing else",
+    ]
+
+
+def test_diverged_run_is_reported_without_a_doubled_prefix(tmp_path, fake, capsys):
+    outcome = run_grid(write_grid(tmp_path, THREE_CELLS), runs_dir=tmp_path / "runs", train_command=fake,
+                       progress=False, report=False)
+    assert summary(tmp_path / "runs/g/boom/seed0")["error"] == "non-finite loss at step 3"
+    printed = capsys.readouterr().out
+    assert "g/boom/seed0: diverged: non-finite loss at step 3" in printed
+    assert "diverged: diverged" not in printed
+    assert outcome.failed == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and the parent-death signal")
+def test_ctrl_c_on_a_grid_marks_the_run_interrupted_and_a_rerun_resumes_it(tmp_path, fake):
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer": {}}})
+    runs = tmp_path / "runs"
+    run_dir = runs / "g/vanilla/seed0"
+    env = {**os.environ, "LIT_RESFORMER_TRAIN_CMD": shlex.join(fake), "FAKE_STEP_SLEEP": "0.2"}  # 20 steps: ~4 s
+    # Its own session, so that SIGINT to the session's process group is what Ctrl-C in a terminal sends.
+    runner = subprocess.Popen([sys.executable, "-m", "lit_resformer.cli", "grid", str(grid), "--runs-dir", str(runs)],
+                              env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (run_dir / "checkpoints/last.ckpt").exists():
+        assert time.time() < deadline and runner.poll() is None
+        time.sleep(0.1)
+    os.killpg(runner.pid, signal.SIGINT)
+    stdout, stderr = runner.communicate(timeout=60)
+
+    assert runner.returncode == 130
+    assert stdout.splitlines()[-1] == "interrupted; rerun the same command to resume"
+    assert "Traceback" not in stdout + stderr
+    interrupted = summary(run_dir)
+    assert interrupted["status"] == "interrupted" and interrupted["error"] is None
+    assert not alive(calls(run_dir)[0]["pid"])  # the runner stopped its trainer before it exited
+    assert not (runs / "g/resformer/seed0/summary.json").exists()  # the next run never started
+
+    rerun = subprocess.run([sys.executable, "-m", "lit_resformer.cli", "grid", str(grid), "--runs-dir", str(runs),
+                            "--no-report"], env={**env, "FAKE_STEP_SLEEP": "0"}, capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert calls(run_dir)[1]["argv"][-2:] == ["--ckpt_path", "last"]
+    resumed = summary(run_dir)
+    assert resumed["status"] == "done" and resumed["attempts"] == 2 and resumed["resumed"]
+    assert summary(runs / "g/resformer/seed0")["status"] == "done"
+
+
+def test_runner_stops_its_trainer_as_ctrl_c_would(tmp_path):
+    """A trainer that ignores nothing: stopped with SIGINT, it exits through KeyboardInterrupt (Lightning's clean
+    shutdown); the runner records the attempt as interrupted, not failed."""
+    import threading
+
+    from ablations.job import RunJob, execute
+
+    script = tmp_path / "trainer.py"
+    script.write_text("import sys, time\nprint('started', flush=True)\ntime.sleep(60)\n")
+    job = RunJob("g", "c", 0, tmp_path / "run", [sys.executable, str(script)])
+    stop = threading.Event()
+    timer = threading.Timer(2.0, stop.set)
+    timer.start()
+    started = time.monotonic()
+    result = execute(job, stop=stop)
+    assert time.monotonic() - started < 30
+    assert result["status"] == "interrupted"
+    assert "KeyboardInterrupt" in (tmp_path / "run/logs/stderr.log").read_text()
+    assert json.loads((tmp_path / "run/summary.json").read_text())["status"] == "interrupted"
+    assert Path(tmp_path / "run/logs/stdout.log").read_text().rstrip().endswith("started")
