@@ -40,6 +40,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval", action="store_true", help="zero-shot eval of every finished run")
     parser.add_argument("--analyze", action="store_true", help="attention analysis of every finished run")
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    parser.add_argument("--allow-any-class", action="store_true",
+                        help="let the grid's configs construct any class (only for a grid file you trust)")
     local = parser.add_argument_group("local executor")
     local.add_argument("--devices", help="comma-separated GPU ids to use (default: all visible GPUs)")
     local.add_argument("--gpus-per-run", type=int, default=1, help="GPUs per run (also for slurm)")
@@ -77,6 +79,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             cpu_slots=args.cpu_slots,
             threads_per_run=args.threads_per_run,
             slurm=slurm,
+            allow_any_class=args.allow_any_class,
         )
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from lit_resformer.reporting import atomic_write
 from lit_resformer.run_dir import RunConflict, RunDir
+from lit_resformer.trust import ALLOW_ANY_CLASS_FLAG
 
 from .executors import LocalExecutor, SlurmExecutor
 from .job import RunJob, default_train_command, post_training_result, post_training_step
@@ -161,16 +162,18 @@ def run_grid(
     slurm: dict | None = None,
     progress: bool = True,
     out: TextIO | None = None,
+    allow_any_class: bool = False,
 ) -> GridOutcome:
     """Train every run of a grid file into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
 
     `train_command` replaces the training command (default: `lit-resformer fit`, or
     $LIT_RESFORMER_TRAIN_CMD); it is called with `--config YAML --trainer.default_root_dir RUN_DIR
     [--ckpt_path last]`. `slurm` holds SlurmExecutor options (partition, cpus_per_task, mem_gb,
-    time_min, account, qos, constraint, max_requeues, cluster).
+    time_min, account, qos, constraint, max_requeues, cluster). `allow_any_class` lets the grid's configs
+    construct any class (validation and training alike).
     """
     out = out or sys.stdout
-    spec = load_grid(grid, seeds=seeds)
+    spec = load_grid(grid, seeds=seeds, allow_any_class=allow_any_class)
     runs = spec.runs()
     grid_dir = Path(runs_dir) / spec.name
     post_training = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
@@ -180,6 +183,8 @@ def run_grid(
     pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm, threads_per_run)
     check_devices(runs, pool, gpus_per_run)
     command = list(train_command) if train_command is not None else default_train_command()
+    if allow_any_class:
+        command.append(ALLOW_ANY_CLASS_FLAG)
     jobs = [
         RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train,
                post_training=tuple(p.post_training))

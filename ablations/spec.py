@@ -127,8 +127,9 @@ class Grid:
         }
 
 
-def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
-    """Read, validate and expand a grid file. `seeds` replaces the file's seeds (CLI `--seeds`)."""
+def load_grid(path: str | Path, seeds: Sequence[int] | None = None, allow_any_class: bool = False) -> Grid:
+    """Read, validate and expand a grid file. `seeds` replaces the file's seeds (CLI `--seeds`); `allow_any_class`
+    lets its configs construct any class (CLI `--allow-any-class`, for a file the user trusts)."""
     path = Path(path)
     if not path.is_file():
         raise GridError(f"grid file not found: {path}")
@@ -176,7 +177,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None) -> Grid:
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
 
-    checker = ConfigChecker()
+    checker = ConfigChecker(allow_any_class=allow_any_class)
     configs = _cell_configs(checker, base, overrides, cells, where)
     return Grid(
         name=name,

@@ -20,6 +20,8 @@ refuse it.
 from __future__ import annotations
 
 import difflib
+import os
+import re
 import sys
 import types
 import typing
@@ -40,6 +42,7 @@ from .lit_module import LitResFormer
 from .model import ModelConfig
 from .reporting import atomic_write
 from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem
+from .trust import ALLOW_ANY_CLASS_FLAG, check_objects
 
 COMPOSE = "compose"
 
@@ -115,9 +118,73 @@ class RunConfig(SaveConfigCallback):
         atomic_write(path, text)
 
 
+class ConfigParser(LightningArgumentParser):
+    """fit's parser. A mistake on the command line or in a config file is one line naming the field, with the
+    closest valid ones for an unknown key, instead of the whole usage (~130 lines) followed by the error."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            return super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        sys.stderr.write(f"lit-resformer: error: {explain_parser_error(parser, message)}\n")
+        sys.stderr.write(f"(`{parser.prog.replace(' [options]', '')} --help` lists every option)\n")
+        self.exit(2)
+
+
+def config_file_keys(parser: LightningArgumentParser) -> set[str]:
+    """The keys that hold the paths of config files (`--config`), not config values."""
+    return {a.dest for a in parser._actions if isinstance(a, ActionConfigFile)}
+
+
+def config_fields(parser: LightningArgumentParser) -> list[str]:
+    """Every dotted key a config may set (the paths of config files aside)."""
+    return sorted(set(parser.get_defaults().keys()) - config_file_keys(parser))
+
+
+def explain_parser_error(parser: LightningArgumentParser, message: str) -> str:
+    """jsonargparse's (multi-line) error as one line: an unknown key with the closest fields, a value of the wrong
+    type with what the field takes."""
+    unknown = re.search(r"unrecognized arguments: --?([\w.]+)|does not accept option '([\w.]+)'|"
+                        r"Key '([\w.]+)' is not expected", message)
+    if unknown:
+        key = next(group for group in unknown.groups() if group)
+        return f"unknown key '{key}': {unknown_field(parser, config_fields(parser), key) or 'not a field'}"
+    wrong = re.match(r'Parser key "([\w.]+)":.*?Got value: (.*)$', message, re.S)
+    if wrong:
+        key, value = wrong.groups()
+        hint = expected_type(parser, key)
+        if hint:
+            return f"{key} expects {hint}, got {value.strip()}"
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def unknown_field(parser: LightningArgumentParser, fields: Sequence[str], key: str) -> str | None:
+    """Why the dotted `key` is not a field (naming the class it would belong to and the closest fields), or None
+    when it is one or lies inside one (e.g. a key of a mapping-valued field)."""
+    if any(key == field or key.startswith(field + ".") for field in fields):
+        return None
+    parts = key.split(".")
+    depth = max((d for d in range(1, len(parts)) if ".".join(parts[:d]) in parser.groups), default=0)
+    parent, name = ".".join(parts[:depth]), parts[depth]
+    prefix = parent + "." if parent else ""
+    siblings = sorted({f[len(prefix):].split(".")[0] for f in fields if f.startswith(prefix)})
+    group_class = getattr(parser.groups.get(parent), "group_class", None)
+    owner = group_class.__name__ if group_class else f"'{parent}'" if parent else "the config"
+    close = difflib.get_close_matches(name, siblings, n=3)
+    return f"{owner} has no field '{name}'; " + (f"did you mean {close}?" if close else f"fields: {siblings}")
+
+
+def expected_type(parser: LightningArgumentParser, key: str) -> str | None:
+    """What the field `key` takes, in words (e.g. "one of ['none', 'v']"); None for a key that is no field."""
+    action = next((a for a in parser._actions if a.dest == key), None)
+    hint = getattr(action, "_typehint", None)
+    return None if hint is None else describe_type(hint)
+
+
 # How the CLI is built, for `fit` and for the checker alike. The training module configures its own optimizer
 # (AdamW groups and the warmup-cosine schedule), so LightningCLI's --optimizer/--lr_scheduler are not offered.
 CLI_SETTINGS = dict(
+    parser_class=ConfigParser,
     save_config_callback=RunConfig, save_config_kwargs={"overwrite": True},
     trainer_defaults={"use_distributed_sampler": False, "log_every_n_steps": 1},
     auto_configure_optimizers=False,
@@ -190,6 +257,9 @@ class ResFormerCLI(LightningCLI):
                 self.config = parser.parse_object(args)
             else:
                 args = sys.argv[1:] if args is None else list(args)
+                # a command-line flag only: a config file cannot lift the limit on what it constructs
+                self.allow_any_class = ALLOW_ANY_CLASS_FLAG in args
+                args = [arg for arg in args if arg != ALLOW_ANY_CLASS_FLAG]
                 self.config_name = config_name(args)
                 self.config = parser.parse_args(expand_config_args(args))
             self._check_arguments()
@@ -207,6 +277,8 @@ class ResFormerCLI(LightningCLI):
         if sub is None:
             return
         cfg = self.config[sub]
+        if not getattr(self, "allow_any_class", False):
+            check_objects(cfg, skip=frozenset(config_file_keys(self._subcommand_parsers[sub])))
         if not cfg.trainer.default_root_dir:
             cfg.trainer.default_root_dir = str(Path("runs") / getattr(self, "config_name", "default"))
         run = RunDir(cfg.trainer.default_root_dir)
@@ -265,16 +337,19 @@ class ConfigChecker:
     The parser is the one of `lit-resformer fit` without `--ckpt_path`, which a config file does not hold.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, allow_any_class: bool = False) -> None:
         self.parser = _ParserOnly(LitResFormer, LMDataModule, run=False, **CLI_SETTINGS,
                                   parser_kwargs={**PARSER_SETTINGS, "exit_on_error": False}).parser
-        config_files = {a.dest for a in self.parser._actions if isinstance(a, ActionConfigFile)}
-        self.fields = sorted(set(self.parser.get_defaults().keys()) - config_files)  # every key a config may set
+        self.fields = config_fields(self.parser)  # every key a config may set
+        self.allow_any_class = allow_any_class
 
     def check(self, config: Mapping[str, Any]) -> Namespace:
         """The parsed config, or the first problem: argparse.ArgumentError for a key the parser does not know or a
-        value of the wrong type; ValueError for a check of `fit` or of a constructor."""
+        value of the wrong type; ValueError for a check of `fit` or of a constructor, or for an object the config
+        may not construct (`lit_resformer.trust`)."""
         cfg = self.parser.parse_object(dict(config))
+        if not self.allow_any_class:
+            check_objects(cfg, skip=frozenset(config_file_keys(self.parser)))
         check_experiment(cfg)
         check_classes(cfg)
         return cfg
@@ -284,25 +359,12 @@ class ConfigChecker:
         return yaml.safe_load(self.parser.dump(self.check(config), skip_none=False))
 
     def unknown_field(self, key: str) -> str | None:
-        """Why the dotted `key` is not a field (naming the class it would belong to and the closest fields), or None
-        when it is one or lies inside one (e.g. a key of a mapping-valued field)."""
-        if any(key == field or key.startswith(field + ".") for field in self.fields):
-            return None
-        parts = key.split(".")
-        depth = max((d for d in range(1, len(parts)) if ".".join(parts[:d]) in self.parser.groups), default=0)
-        parent, name = ".".join(parts[:depth]), parts[depth]
-        prefix = parent + "." if parent else ""
-        siblings = sorted({f[len(prefix):].split(".")[0] for f in self.fields if f.startswith(prefix)})
-        group_class = getattr(self.parser.groups.get(parent), "group_class", None)
-        owner = group_class.__name__ if group_class else f"'{parent}'" if parent else "the config"
-        close = difflib.get_close_matches(name, siblings, n=3)
-        return f"{owner} has no field '{name}'; " + (f"did you mean {close}?" if close else f"fields: {siblings}")
+        """Why the dotted `key` is not a field, or None (see `unknown_field`)."""
+        return unknown_field(self.parser, self.fields, key)
 
     def expected(self, key: str) -> str | None:
-        """What the field `key` takes, in words (e.g. "one of ['none', 'v']"); None for a key that is no field."""
-        action = next((a for a in self.parser._actions if a.dest == key), None)
-        hint = getattr(action, "_typehint", None)
-        return None if hint is None else describe_type(hint)
+        """What the field `key` takes, in words; None for a key that is no field."""
+        return expected_type(self.parser, key)
 
 
 def describe_type(hint: Any) -> str:

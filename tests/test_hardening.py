@@ -1,0 +1,113 @@
+"""Hostile and careless input: configs that would run code, bad values and files refused before compute with one line
+naming what is wrong, and damaged run files and caches survived."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.experiments import tiny_experiment
+
+from ablations import GridError, load_grid
+from lit_resformer.cli import main
+from lit_resformer.experiment import ConfigChecker
+
+# ------------------------------------------------------------------------------------------ objects a config constructs
+
+
+def command_callback(marker: Path) -> dict:
+    """The attack: a Lightning callback whose hook is a shell command (submitit's CommandFunction)."""
+    return {"class_path": "lightning.pytorch.callbacks.LambdaCallback",
+            "init_args": {"on_fit_start": {"class_path": "submitit.helpers.CommandFunction",
+                                           "init_args": {"command": ["sh", "-c", f"touch {marker}"]}}}}
+
+
+def callable_callback(dotted: str) -> dict:
+    return {"class_path": "lightning.pytorch.callbacks.LambdaCallback", "init_args": {"on_fit_start": dotted}}
+
+
+# Each: trainer settings that name something a config may not construct, and the key the refusal must name.
+UNTRUSTED_OBJECTS = {
+    "shell command as a callback hook": (
+        lambda marker: {"callbacks": [command_callback(marker)]},
+        "trainer.callbacks[0].init_args.on_fit_start.class_path"),
+    "builtin function as a callback hook": (
+        lambda marker: {"callbacks": [callable_callback("builtins.print")]},
+        "trainer.callbacks[0].init_args.on_fit_start"),
+    "os function as a callback hook": (
+        lambda marker: {"callbacks": [callable_callback("os.system")]},
+        "trainer.callbacks[0].init_args.on_fit_start"),
+    "file removal as the second callback's hook": (
+        lambda marker: {"callbacks": [{"class_path": "lightning.pytorch.callbacks.LearningRateMonitor"},
+                                      {"class_path": "lightning.pytorch.callbacks.LambdaCallback",
+                                       "init_args": {"on_exception": "shutil.rmtree"}}]},
+        "trainer.callbacks[1].init_args.on_exception"),
+    "callable nested in an allowed strategy": (
+        lambda marker: {"strategy": {"class_path": "lightning.pytorch.strategies.DDPStrategy",
+                                     "init_args": {"ddp_comm_hook": "os.system"}}},
+        "trainer.strategy.init_args.ddp_comm_hook"),
+}
+
+
+@pytest.fixture
+def experiment(tmp_path, tiny_corpus, data_cache):
+    """Factory: the tiny experiment YAML with `trainer` settings merged in."""
+    def make(**trainer) -> Path:
+        return tiny_experiment(tmp_path / "exp.yaml", tiny_corpus, data_cache, trainer={"max_steps": 1, **trainer})
+    return make
+
+
+@pytest.mark.parametrize("case", sorted(UNTRUSTED_OBJECTS))
+def test_configs_cannot_construct_arbitrary_objects(tmp_path, experiment, capsys, case):
+    """Refused by `fit` and by grid validation alike, before anything is built or written, naming the key and the
+    allowed prefixes; the attack's command never runs."""
+    settings, key = UNTRUSTED_OBJECTS[case]
+    marker = tmp_path / "command-ran"
+    path = experiment(**settings(marker))
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as refused:
+        main(["fit", "--config", str(path), "--trainer.default_root_dir", str(run)])
+    assert refused.value.code == 2
+    first_line = capsys.readouterr().err.splitlines()[0]
+    assert first_line.startswith(f"lit-resformer: error: {key}") and "lightning.pytorch.callbacks." in first_line
+    assert "--allow-any-class" in first_line
+    assert not run.exists() and not marker.exists()
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"base": str(path), "baseline": "a", "cells": {"a": {}}}))
+    with pytest.raises(GridError, match=f"cell 'a': {re.escape(key)}"):
+        load_grid(grid)
+    assert not marker.exists()
+
+
+def test_the_attack_runs_only_when_the_user_lifts_the_limit_on_the_command_line(tmp_path, experiment):
+    marker = tmp_path / "command-ran"
+    path = experiment(callbacks=[command_callback(marker)])
+    config = yaml.safe_load(path.read_text())
+    assert ConfigChecker(allow_any_class=True).check(config)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"base": str(path), "baseline": "a", "cells": {"a": {}}}))
+    assert load_grid(grid, allow_any_class=True).runs()
+    # a config file cannot lift it itself: the flag is no config key
+    with pytest.raises(GridError, match="unknown override key 'allow_any_class'"):
+        grid.write_text(yaml.safe_dump({"base": str(path), "baseline": "a",
+                                        "cells": {"a": {"allow_any_class": True}}}))
+        load_grid(grid)
+    main(["fit", "--allow-any-class", "--config", str(path), "--trainer.default_root_dir", str(tmp_path / "run")])
+    assert marker.exists()  # proves the refusal above was the check, not a broken attack
+
+
+def test_allowed_classes_pass(experiment):
+    path = experiment(
+        callbacks=[{"class_path": "lightning.pytorch.callbacks.EarlyStopping", "init_args": {"monitor": "val/loss"}},
+                   {"class_path": "LearningRateMonitor"}],
+        logger={"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "x"}},
+        strategy={"class_path": "lightning.pytorch.strategies.DDPStrategy",
+                  "init_args": {"cluster_environment": {
+                      "class_path": "lightning.pytorch.plugins.environments.SLURMEnvironment"}}},
+        profiler="simple",
+    )
+    cfg = ConfigChecker().check(yaml.safe_load(path.read_text()))
+    assert cfg.trainer.callbacks[1].class_path == "lightning.pytorch.callbacks.LearningRateMonitor"
