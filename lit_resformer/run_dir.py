@@ -53,17 +53,46 @@ class RunBusy(RuntimeError):
     """Another process is working in this run directory."""
 
 
+class CheckpointError(ValueError):
+    """A file that is not a readable checkpoint; the message names the file and why, in one line."""
+
+
+def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
+    """A checkpoint's contents, loaded with `weights_only` (tensors and plain data only, never arbitrary objects).
+    Raises CheckpointError naming the file for a missing, truncated or foreign file. With `mmap` the tensors stay on
+    disk until read, so looking at its index costs no memory."""
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist" + (" (it is a folder)" if path.is_dir() else ""))
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        # torch's message would advise weights_only=False, i.e. running whatever code the file holds
+        reason = ("it holds Python objects other than tensors and plain data, which are never loaded"
+                  if "weights only" in str(err).lower() else "it is not a torch checkpoint file (unpickling failed)")
+        raise CheckpointError(f"{path} is not a readable checkpoint: {reason}") from None
+    except Exception as err:  # noqa: BLE001 - truncated zip, foreign bytes, ...: the same problem to the caller
+        first_sentence = (str(err).strip().splitlines() or [""])[0].split(". ")[0][:200]
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or not a torch file: "
+                              f"{type(err).__name__}: {first_sentence})") from None
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{path} is not a Lightning checkpoint (it holds a {type(ckpt).__name__}, not a dict)")
+    return ckpt
+
+
 def checkpoint_problem(path: str | Path) -> str | None:
     """Why `path` cannot resume training (unreadable, truncated, not a Lightning training checkpoint), or None.
 
     The file is memory-mapped, so this reads its index, not its tensors.
     """
-    import torch
-
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # noqa: BLE001 - every unreadable file is the same problem to the caller
-        return f"not a readable checkpoint ({type(err).__name__}: {err})"
+        ckpt = read_checkpoint(path, mmap=True)
+    except CheckpointError as err:
+        return str(err)
     missing = [k for k in CHECKPOINT_KEYS if k not in ckpt]
     return f"not a Lightning training checkpoint (missing {missing})" if missing else None
 

@@ -111,3 +111,84 @@ def test_allowed_classes_pass(experiment):
     )
     cfg = ConfigChecker().check(yaml.safe_load(path.read_text()))
     assert cfg.trainer.callbacks[1].class_path == "lightning.pytorch.callbacks.LearningRateMonitor"
+
+
+# ------------------------------------------------------------------------------------------ command-line mistakes
+# Each: arguments of `fit` after the tiny experiment's --config, and what the one-line error must say.
+BAD_ARGUMENTS = {
+    "misspelt model field": (["--model.config.n_layr", "3"], "unknown key 'model.config.n_layr'.*did you mean \\['n_layer'\\]"),
+    "misspelt data field": (["--data.seqlen", "8"], "unknown key 'data.seqlen'.*did you mean \\['seq_len'"),
+    "misspelt training field": (["--model.lrr", "0.1"], "unknown key 'model.lrr'.*did you mean \\['lr'\\]"),
+    "misspelt section": (["--trainr.max_steps", "3"], "unknown key 'trainr.max_steps'"),
+    "text for an integer": (["--data.seq_len", "abc"], "data.seq_len expects a number \\(integer\\), got abc"),
+    "value outside its choices": (["--model.config.residual.target", "w"],
+                                  "model.config.residual.target expects one of \\['none', 'v', 'q', 'k'\\], got w"),
+    "text for a number": (["--trainer.max_steps", "many"], "trainer.max_steps"),
+    "unknown source": (["--data.source", "ftp"], "data.source"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGUMENTS))
+def test_argument_mistakes_are_one_line_first(tmp_path, experiment, capsys, case):
+    arguments, message = BAD_ARGUMENTS[case]
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as refused:
+        main(["fit", "--config", str(experiment()), *arguments, "--trainer.default_root_dir", str(run)])
+    assert refused.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert re.match(f"lit-resformer: error: .*{message}", lines[0]), lines[0]
+    assert len(lines) <= 2 and "usage" not in "\n".join(lines)  # the error and a pointer to --help, no usage dump
+    assert not run.exists()
+
+
+# ------------------------------------------------------------------------------------------ files that are no checkpoint
+class _RunsCode:
+    """Pickled, it would call os.system when loaded without weights_only."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def write_bad_checkpoint(kind: str, path: Path) -> Path:
+    import torch
+
+    if kind == "text":
+        path.write_text("not a checkpoint\n")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        torch.save({"state_dict": {"w": torch.zeros(10_000)}, "hyper_parameters": {}}, path)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif kind == "code":
+        torch.save({"state_dict": _RunsCode(path.with_suffix(".ran"))}, path)
+    elif kind == "tensor":
+        torch.save(torch.zeros(3), path)
+    elif kind == "foreign dict":
+        torch.save({"weights": torch.zeros(3)}, path)
+    return path
+
+
+BAD_CHECKPOINTS = ["text", "empty", "truncated", "code", "tensor", "foreign dict"]
+CHECKPOINT_COMMANDS = {
+    "eval": lambda ckpt, out: ["eval", "--ckpt", str(ckpt), "--tasks", "lrf_tiny_mc", "--out", str(out)],
+    "analyze": lambda ckpt, out: ["analyze", "--ckpt", str(ckpt), "--out", str(out)],
+    "export": lambda ckpt, out: ["export", "--ckpt", str(ckpt), "--to-hf", str(out)],
+}
+
+
+@pytest.mark.parametrize("command", sorted(CHECKPOINT_COMMANDS))
+@pytest.mark.parametrize("kind", BAD_CHECKPOINTS)
+def test_a_file_that_is_no_checkpoint_is_named_in_one_line(tmp_path, command, kind):
+    ckpt = write_bad_checkpoint(kind, tmp_path / "model.ckpt")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as refused:
+        main(CHECKPOINT_COMMANDS[command](ckpt, out))
+    message = str(refused.value.code)
+    assert message.startswith(f"lit-resformer {command}: error: {ckpt}") and "\n" not in message, message
+    assert "weights_only" not in message and "Traceback" not in message
+    assert not out.exists() and not ckpt.with_suffix(".ran").exists()
