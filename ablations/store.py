@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lit_resformer.experiment import config_differences
 from lit_resformer.run_dir import RunConflict, RunDir
 
 from . import metrics as M
@@ -28,16 +29,6 @@ TRAIN_LOSS_WINDOW = 10
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two configs, e.g. ['trainer.max_steps: 300 -> 200']."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for key in sorted(set(old) | set(new), key=str):
-            out += config_differences(old.get(key, "<missing>"), new.get(key, "<missing>"), f"{prefix}{key}.")
-        return out
-    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
 
 
 SameRun = Callable[[dict, dict], bool]  # whether two configs run the same

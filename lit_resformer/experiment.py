@@ -36,12 +36,14 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
 from omegaconf import OmegaConf
+from tokenizers import Tokenizer
 
 from .data import LMDataModule
+from .data.tokenizer import TokenizerMismatch, load_tokenizer, parse_tokenizer_spec, tokenizer_fingerprint
 from .lit_module import LitResFormer
 from .model import ModelConfig
 from .reporting import atomic_write
-from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem
+from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem, read_checkpoint
 from .trust import ALLOW_ANY_CLASS_FLAG, check_objects
 
 COMPOSE = "compose"
@@ -233,6 +235,51 @@ def check_experiment(cfg: Namespace) -> None:
         cfg.trainer.accumulate_grad_batches = tokens // per_step
 
 
+def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two configs, e.g. ['trainer.max_steps: 300 -> 200']."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += config_differences(old.get(key, "<missing>"), new.get(key, "<missing>"), f"{prefix}{key}.")
+        return out
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+# Data settings a run may change when it resumes: they decide how fast or where data is read and how much of the
+# validation split is scored, not which token stream it trains on.
+RESUMABLE_DATA_FIELDS = ("num_workers", "cache_dir", "val_sequences_per_domain")
+
+
+def check_checkpoint_matches(cfg: Namespace, ckpt_path: str | Path, resuming: bool) -> None:
+    """Refuse a checkpoint made with another model, tokenizer or (when `resuming` training) another token stream
+    than `cfg` describes, naming every differing field; nothing is built or read but the checkpoint's index."""
+    ckpt = read_checkpoint(ckpt_path, mmap=True)
+    saved_model = (ckpt.get("hyper_parameters") or {}).get("config")
+    differences = []
+    if isinstance(saved_model, dict):
+        ignore = {"vocab_size"}  # linked from the tokenizer, compared through it below
+        saved = {k: v for k, v in ModelConfig(**saved_model).to_dict().items() if k not in ignore}
+        wanted = {k: v for k, v in model_config(cfg).to_dict().items() if k not in ignore}
+        differences += config_differences(saved, wanted, "model.config.")
+    saved_data = ckpt.get("datamodule_hyper_parameters")
+    if resuming and isinstance(saved_data, dict):
+        wanted = cfg.data.as_dict()
+        stream = [k for k in saved_data if k in wanted and k not in RESUMABLE_DATA_FIELDS]
+        differences += config_differences({k: saved_data[k] for k in stream}, {k: wanted[k] for k in stream}, "data.")
+    saved_tokenizer = next((v["tokenizer_json"] for v in ckpt.values() if isinstance(v, dict) and "tokenizer_json" in v),
+                           None)
+    kind, value = parse_tokenizer_spec(cfg.data.tokenizer)
+    if saved_tokenizer is not None and kind == "file":  # a hub or trained tokenizer is compared when data is set up
+        saved_hash = tokenizer_fingerprint(Tokenizer.from_str(saved_tokenizer))
+        file_hash = tokenizer_fingerprint(load_tokenizer(kind, value))
+        if saved_hash != file_hash:
+            differences.append(f"tokenizer hash: {saved_hash} -> {file_hash} ({value})")
+    if differences:
+        action = "resume from" if resuming else "use"
+        raise ValueError(f"cannot {action} {ckpt_path}: it was made with another config ({'; '.join(differences)}); "
+                         f"use the checkpoint's settings, or train a new run in another --trainer.default_root_dir")
+
+
 def check_classes(cfg: Namespace) -> None:
     """The data module's and the training module's own argument checks, without data: the data module reads no
     corpus in its constructor, and the model is built on the meta device (no memory)."""
@@ -272,6 +319,12 @@ class ResFormerCLI(LightningCLI):
         except ValueError as err:  # bad data or model settings found while building them
             self.parser.exit(2, f"lit-resformer: error: {err}\n")
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except TokenizerMismatch as err:  # found when the checkpoint is restored, before any step
+            self.parser.exit(2, f"lit-resformer: error: {err}\n")
+
     def _check_arguments(self) -> None:
         sub = self.config.get("subcommand")
         if sub is None:
@@ -285,6 +338,7 @@ class ResFormerCLI(LightningCLI):
         ckpt = cfg.get("ckpt_path")
         if ckpt == "last":
             self.resume_point = run.resume_point()
+            ckpt = self.resume_point.path if self.resume_point else None
         elif ckpt is not None:
             problem = checkpoint_problem(ckpt)
             if problem:
@@ -293,6 +347,8 @@ class ResFormerCLI(LightningCLI):
             raise ValueError(f"{run.path} already holds a run; resume it with --ckpt_path last, or choose another "
                              f"--trainer.default_root_dir")
         check_experiment(cfg)
+        if ckpt is not None:
+            check_checkpoint_matches(cfg, ckpt, resuming=sub == "fit")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand]

@@ -192,3 +192,79 @@ def test_a_file_that_is_no_checkpoint_is_named_in_one_line(tmp_path, command, ki
     assert message.startswith(f"lit-resformer {command}: error: {ckpt}") and "\n" not in message, message
     assert "weights_only" not in message and "Traceback" not in message
     assert not out.exists() and not ckpt.with_suffix(".ran").exists()
+
+
+# ------------------------------------------------------------------------------------------ resuming with another config
+def tree_state(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `root` with its size and modification time: equal states mean nothing was written."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_corpus, data_cache):
+    """A tiny run trained 2 steps with a tokenizer.json file (so swapping the file's contents can be tried)."""
+    from lit_resformer.data.sources import local_documents
+    from lit_resformer.data.tokenizer import train_bpe
+
+    root = tmp_path_factory.mktemp("trained")
+    tokenizer = root / "tokenizer.json"
+    train_bpe((d.text for d in local_documents(tiny_corpus)), 300).save(str(tokenizer))
+    experiment = tiny_experiment(root / "exp.yaml", tiny_corpus, data_cache, trainer={"max_steps": 2},
+                                 data={"tokenizer": str(tokenizer)})
+    main(["fit", "--config", str(experiment), "--trainer.default_root_dir", str(root / "run")])
+    return root
+
+
+RESUME_MISMATCHES = {
+    "SVFormer flags on a vanilla-v checkpoint": (["--model.config.share.svformer", "true",
+                                                  "--model.config.residual.target", "none"],
+                                                 "model.config.residual.target: 'v' -> 'none'.*share.svformer"),
+    "another width": (["--model.config.d_model", "64"], "model.config.d_model: 32 -> 64"),
+    "another seq_len": (["--data.seq_len", "32"], "data.seq_len: 16 -> 32"),
+    "another tokenizer": (["--data.tokenizer", "bpe"], "data.tokenizer: '.*tokenizer.json' -> 'bpe'"),
+    "another corpus": (["--data.holdout_fraction", "0.1"], "data.holdout_fraction: 0.05 -> 0.1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESUME_MISMATCHES))
+def test_resuming_with_another_model_or_data_config_is_refused(trained, capsys, case):
+    arguments, message = RESUME_MISMATCHES[case]
+    before = tree_state(trained / "run")
+    with pytest.raises(SystemExit) as refused:
+        main(["fit", "--config", str(trained / "exp.yaml"), "--trainer.default_root_dir", str(trained / "run"),
+              "--ckpt_path", "last", *arguments])
+    assert refused.value.code == 2
+    first = capsys.readouterr().err.splitlines()[0]
+    assert re.match(f"lit-resformer: error: cannot resume from .*last.ckpt: it was made with another config "
+                    f"\\(.*{message}", first), first
+    assert tree_state(trained / "run") == before
+
+
+def test_resuming_with_a_swapped_tokenizer_file_is_refused(trained, tmp_path, capsys):
+    from tokenizers import Tokenizer
+
+    tokenizer = trained / "tokenizer.json"
+    original = tokenizer.read_text()
+    swapped = Tokenizer.from_str(original)
+    swapped.add_tokens(["<|extra|>"])
+    tokenizer.write_text(swapped.to_str())
+    try:
+        before = tree_state(trained / "run")
+        with pytest.raises(SystemExit):
+            main(["fit", "--config", str(trained / "exp.yaml"), "--trainer.default_root_dir", str(trained / "run"),
+                  "--ckpt_path", "last"])
+        assert re.search(r"it was made with another config \(tokenizer hash: \w+ -> \w+", capsys.readouterr().err)
+        assert tree_state(trained / "run") == before
+    finally:
+        tokenizer.write_text(original)
+
+
+def test_the_data_module_refuses_a_checkpoint_of_another_tokenizer(tiny_datamodule):
+    """The last line of defence, for trained and hub tokenizers: checked when Lightning restores the data state."""
+    from lit_resformer.data.tokenizer import TokenizerMismatch, train_bpe
+
+    data = tiny_datamodule()
+    other = train_bpe(["completely different text " * 50], 300)
+    with pytest.raises(TokenizerMismatch, match=r"data.tokenizer: the checkpoint was trained with tokenizer \w+, but"):
+        data.load_state_dict({"tokenizer_json": other.to_str()})
+    data.load_state_dict({"tokenizer_json": data.tokenizer.to_str()})  # its own tokenizer is accepted

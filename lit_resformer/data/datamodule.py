@@ -52,6 +52,7 @@ from .sources import (
 from .tokenizer import (
     EOS_TOKEN,
     MIN_BPE_VOCAB_SIZE,
+    TokenizerMismatch,
     eos_id_of,
     load_tokenizer,
     parse_tokenizer_spec,
@@ -539,6 +540,14 @@ class LMDataModule(L.LightningDataModule):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("tokenizer_json")
+        if saved is not None:
+            saved_hash, this_hash = tokenizer_fingerprint(Tokenizer.from_str(saved)), tokenizer_fingerprint(self.tokenizer)
+            if saved_hash != this_hash:
+                raise TokenizerMismatch(
+                    f"data.tokenizer: the checkpoint was trained with tokenizer {saved_hash}, but this run's tokenizer "
+                    f"({self.hparams.tokenizer!r}) is {this_hash}: its token ids mean other text; use the checkpoint's "
+                    "tokenizer or train a new run")
         # Lightning's fit loop restores the train loader from its own copy of this state, except when the loader
         # was created before the checkpoint was read (e.g. trainer.estimated_stepping_batches called in
         # configure_optimizers, Lightning issue #20550); applying it again here is harmless in the normal case.
