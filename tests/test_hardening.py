@@ -268,3 +268,80 @@ def test_the_data_module_refuses_a_checkpoint_of_another_tokenizer(tiny_datamodu
     with pytest.raises(TokenizerMismatch, match=r"data.tokenizer: the checkpoint was trained with tokenizer \w+, but"):
         data.load_state_dict({"tokenizer_json": other.to_str()})
     data.load_state_dict({"tokenizer_json": data.tokenizer.to_str()})  # its own tokenizer is accepted
+
+
+# ------------------------------------------------------------------------------------------ local data that is not text
+def parquet_bytes(columns: dict) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns), buffer)
+    return buffer.getvalue()
+
+
+def garbage(size: int = 4096) -> bytes:
+    import random
+
+    return bytes(random.Random(0).randrange(256) for _ in range(size))
+
+
+# Each: file name, its bytes, data module arguments beyond path, and what the error must say.
+BAD_DATA = {
+    "binary garbage as .txt": ("a.txt", garbage(), {}, r"a.txt is not utf-8 text \(byte 0x[0-9a-f]{2} at offset \d+"),
+    "latin-1 text read as utf-8": ("a.txt", "un café noir".encode("latin-1"), {},
+                                   r"a.txt is not utf-8 text \(byte 0xe9 at offset 6 .*set data.encoding"),
+    "NUL bytes in valid utf-8": ("a.txt", b"plain words\x00\x00\x00more", {}, r"a.txt is not text \(it holds NUL"),
+    "gzip as .txt": ("a.txt", __import__("gzip").compress(b"hello world " * 100), {}, r"a.txt is not utf-8 text"),
+    "utf-16 read as utf-8": ("a.txt", "text in utf-16".encode("utf-16"), {}, r"a.txt is not utf-8 text"),
+    "undecodable .jsonl": ("a.jsonl", b'{"text": "caf\xe9"}\n', {}, r"a.jsonl is not utf-8 text"),
+    "image as .parquet": ("a.parquet", b"\x89PNG\r\n\x1a\n" + garbage(), {}, r"a.parquet is not a parquet file"),
+    "parquet without a text column": ("a.parquet", parquet_bytes({"body": ["x"], "id": [1]}), {},
+                                      r"a.parquet has no column 'text' \(columns: \['body', 'id'\]\)"),
+    "parquet with numbers as text": ("a.parquet", parquet_bytes({"text": [1, 2]}), {},
+                                     r"a.parquet column 'text' holds int64, not text"),
+    "unknown encoding": ("a.txt", b"words", {"encoding": "klingon"}, r"data.encoding: unknown text encoding 'klingon'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DATA))
+def test_local_data_that_is_not_text_is_refused_before_compute(tmp_path, case):
+    from lit_resformer.data import LMDataModule
+
+    name, content, arguments, message = BAD_DATA[case]
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / name).write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        LMDataModule(source="local", path=str(tmp_path / "corpus"), cache_dir=str(tmp_path / "cache"), **arguments)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_bad_byte_past_the_checked_head_is_refused_when_read(tmp_path):
+    from lit_resformer.data.sources import SNIFF_BYTES, local_documents
+
+    corpus = tmp_path / "a.txt"
+    corpus.write_bytes(b"words and more words.\n\n" * (SNIFF_BYTES // 10) + b"caf\xe9\n")
+    with pytest.raises(ValueError, match=rf"a.txt is not utf-8 text \(byte 0xe9 at offset {corpus.stat().st_size - 2}"):
+        list(local_documents(corpus))
+
+
+def test_other_encodings_are_read_when_named(tmp_path):
+    from lit_resformer.data import LMDataModule
+    from lit_resformer.data.sources import local_documents
+
+    (tmp_path / "a.txt").write_bytes("un café noir\n\nune crème brûlée".encode("latin-1"))
+    LMDataModule(source="local", path=str(tmp_path / "a.txt"), encoding="latin-1")
+    assert [d.text for d in local_documents(tmp_path / "a.txt", encoding="latin-1")] == ["un café noir",
+                                                                                          "une crème brûlée"]
+
+
+def test_fit_names_the_binary_file_in_one_line(tmp_path, data_cache, capsys):
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "blob.txt").write_bytes(garbage())
+    path = tiny_experiment(tmp_path / "exp.yaml", tmp_path / "corpus", data_cache)
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(path), "--trainer.default_root_dir", str(tmp_path / "run")])
+    assert re.match(r"lit-resformer: error: data.path: .*blob.txt is not utf-8 text", capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()

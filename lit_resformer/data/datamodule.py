@@ -37,6 +37,7 @@ from .packing import (
     write_token_streams,
 )
 from .sources import (
+    DEFAULT_ENCODING,
     SLIMPAJAMA,
     SLIMPAJAMA_DOMAIN_FIELD,
     TABLE2_MIXTURE,
@@ -135,6 +136,7 @@ class LMDataModule(L.LightningDataModule):
         path: local source: a .txt/.jsonl/.parquet file or a folder of them.
         domain_field: field of a .jsonl/.parquet/hub record holding its domain (dotted for nested records);
             local default: the file name; hub default: "meta.redpajama_set_name".
+        encoding: the text encoding of local .txt/.jsonl files; a file that does not decode in it is refused.
         hub_name: dataset name for `datasets.load_dataset` (also a builder such as "json" with hub_data_files).
         hub_config: dataset configuration name, if the dataset has several.
         hub_split: split to stream.
@@ -165,6 +167,7 @@ class LMDataModule(L.LightningDataModule):
         source: Source = "embedded",
         path: str | None = None,
         domain_field: str | None = None,
+        encoding: str = DEFAULT_ENCODING,
         hub_name: str = SLIMPAJAMA,
         hub_config: str | None = None,
         hub_split: str = "train",
@@ -212,7 +215,7 @@ class LMDataModule(L.LightningDataModule):
             raise ValueError("data.eos_token: must be a non-empty token string")
         self.tokenizer_kind, self.tokenizer_value = parse_tokenizer_spec(tokenizer)
         if source == "local":
-            local_files(path, domain_field)
+            local_files(path, domain_field, encoding)
         if source == "hub":
             if not hub_name:
                 raise ValueError("data.hub_name: required when source is 'hub'")
@@ -246,7 +249,7 @@ class LMDataModule(L.LightningDataModule):
         if self.source == "embedded":
             return embedded_documents()
         if self.source == "local":
-            return local_documents(self.hparams.path, self.hparams.domain_field)
+            return local_documents(self.hparams.path, self.hparams.domain_field, self.hparams.encoding)
         return self._snapshot_documents(self._hub_snapshot())
 
     def corpus_scan(self) -> CorpusScan:
