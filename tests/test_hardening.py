@@ -345,3 +345,50 @@ def test_fit_names_the_binary_file_in_one_line(tmp_path, data_cache, capsys):
         main(["fit", "--config", str(path), "--trainer.default_root_dir", str(tmp_path / "run")])
     assert re.match(r"lit-resformer: error: data.path: .*blob.txt is not utf-8 text", capsys.readouterr().err)
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------------ damaged caches
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _only(directory: Path, pattern: str) -> Path:
+    (found,) = directory.glob(pattern)
+    return found
+
+
+# Each: how a cache entry is damaged (given the cache dir).
+CACHE_DAMAGE = {
+    "truncated tokenizer": lambda c: _truncate(_only(c / "tokenizers", "bpe-*[0-9].json")),
+    "tokenizer meta missing": lambda c: _only(c / "tokenizers", "*.meta.json").unlink(),
+    "tokenizer edited": lambda c: _flip_last_byte(_only(c / "tokenizers", "bpe-*[0-9].json")),
+    "short packed memmap": lambda c: _truncate(_only(c / "packed", "*/train.npy")),
+    "packed meta missing": lambda c: _only(c / "packed", "*/meta.json").unlink(),
+    "packed bytes changed": lambda c: _flip_last_byte(_only(c / "packed", "*/val.0.npy")),
+    "short token stream": lambda c: (_truncate(_only(c / "tokens", "*/train.bin")),
+                                     __import__("shutil").rmtree(_only(c / "packed", "*"))),
+    "token counts truncated": lambda c: _truncate(_only(c / "tokens", "*/train_counts.npy")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CACHE_DAMAGE))
+def test_a_damaged_cache_entry_is_rebuilt_to_the_same_data(tmp_path, tiny_datamodule, case):
+    import numpy as np
+
+    def snapshot():
+        data = tiny_datamodule(cache_dir=str(tmp_path))
+        data.setup()
+        rows = {p.name: np.load(p) for p in sorted(data._packed["dir"].glob("*.npy"))}
+        return data.tokenizer.to_str(), rows, data.unigram_val_losses()
+
+    tokenizer, rows, unigram = snapshot()
+    CACHE_DAMAGE[case](tmp_path)
+    tokenizer_again, rows_again, unigram_again = snapshot()
+    assert tokenizer_again == tokenizer and unigram_again == unigram
+    assert rows_again.keys() == rows.keys() and all(np.array_equal(rows[k], rows_again[k]) for k in rows)
