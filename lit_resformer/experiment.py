@@ -32,7 +32,6 @@ from typing import Any
 import torch
 import yaml
 from jsonargparse import ActionConfigFile, Namespace
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
 from omegaconf import OmegaConf
@@ -43,6 +42,7 @@ from .data.tokenizer import TokenizerMismatch, load_tokenizer, parse_tokenizer_s
 from .lit_module import LitResFormer
 from .model import ModelConfig
 from .reporting import atomic_write
+from .run_checkpoint import RunCheckpoint
 from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem, read_checkpoint
 from .trust import ALLOW_ANY_CLASS_FLAG, check_objects
 
@@ -292,8 +292,9 @@ class ResFormerCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--global_batch_tokens", type=int | None, default=None,
                             help="tokens per optimizer step over all devices; sets trainer.accumulate_grad_batches")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.filename": "step{step:06d}", "checkpoint.auto_insert_metric_name": False,
+                             "checkpoint.enable_version_counter": False,
                              "checkpoint.every_n_train_steps": 100, "checkpoint.save_last": True,
                              "checkpoint.save_top_k": 1, "checkpoint.monitor": None})
         parser.link_arguments("data.vocab_size", "model.config.vocab_size", apply_on="instantiate")

@@ -15,27 +15,39 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+TEMPORARY_SUFFIX = ".tmp"  # of the temporary files of atomic writes: `.<name>.<random>.tmp` beside <name>
 
 
-def atomic_write(path: str | Path, content: str | bytes) -> Path:
-    """Write to a temporary file in the same directory, then rename it over `path`: readers never see half a file."""
+@contextlib.contextmanager
+def atomic_open(path: str | Path, sync: bool = True) -> Iterator[BinaryIO]:
+    """A binary file to write that appears at `path` (renamed over it) only when the block succeeds: readers never see
+    half a file. The temporary file lies in the same directory, so the rename is atomic and a process killed while
+    writing leaves a `.<name>.*.tmp` there (never in the system's temporary folder). `sync` flushes it to disk first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(content.encode() if isinstance(content, str) else content)
+            yield f
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    return path
+
+
+def atomic_write(path: str | Path, content: str | bytes) -> Path:
+    """Write `content` to `path` atomically (`atomic_open`)."""
+    with atomic_open(path) as f:
+        f.write(content.encode() if isinstance(content, str) else content)
+    return Path(path)
 
 
 def atomic_write_json(path: str | Path, data: Any, **dumps: Any) -> Path:

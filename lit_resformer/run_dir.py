@@ -97,6 +97,15 @@ def checkpoint_problem(path: str | Path) -> str | None:
     return f"not a Lightning training checkpoint (missing {missing})" if missing else None
 
 
+def step_checkpoints_in(folder: str | Path) -> list[Path]:
+    """Every checkpoint file in `folder` but last.ckpt, newest first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.glob("*.ckpt") if p.name != LAST_CHECKPOINT and p.is_file()]
+    return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
+
+
 @dataclass(frozen=True)
 class ResumePoint:
     """The checkpoint a run resumes from, and why last.ckpt was passed over (None when it is last.ckpt)."""
@@ -150,10 +159,7 @@ class RunDir:
     # ------------------------------------------------------------------ checkpoints
     def step_checkpoints(self) -> list[Path]:
         """Every checkpoint but last.ckpt, newest first."""
-        if not self.checkpoints_dir.is_dir():
-            return []
-        found = [p for p in self.checkpoints_dir.glob("*.ckpt") if p.name != LAST_CHECKPOINT and p.is_file()]
-        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+        return step_checkpoints_in(self.checkpoints_dir)
 
     def has_checkpoint(self) -> bool:
         """Whether any checkpoint file exists (cheap: nothing is read)."""

@@ -392,3 +392,73 @@ def test_a_damaged_cache_entry_is_rebuilt_to_the_same_data(tmp_path, tiny_datamo
     tokenizer_again, rows_again, unigram_again = snapshot()
     assert tokenizer_again == tokenizer and unigram_again == unigram
     assert rows_again.keys() == rows.keys() and all(np.array_equal(rows[k], rows_again[k]) for k in rows)
+
+
+# ------------------------------------------------------------------------------------------ the checkpoint folder
+def fit(experiment: Path, run: Path, *arguments: str) -> None:
+    main(["fit", "--config", str(experiment), "--trainer.default_root_dir", str(run), *arguments])
+
+
+def checkpoint_steps(run: Path) -> dict[str, int]:
+    from lit_resformer.run_dir import read_checkpoint
+
+    return {p.name: read_checkpoint(p, mmap=True)["global_step"] for p in sorted((run / "checkpoints").iterdir())}
+
+
+@pytest.fixture
+def four_steps(tmp_path, tiny_corpus, data_cache, monkeypatch):
+    """A run trained 4 steps, a checkpoint every 2 (the system's temporary folder watched: `tmp_path/system-tmp`)."""
+    import tempfile
+
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
+    experiment = tiny_experiment(tmp_path / "exp.yaml", tiny_corpus, data_cache, trainer={"max_steps": 4})
+    fit(experiment, tmp_path / "run")
+    assert checkpoint_steps(tmp_path / "run") == {"last.ckpt": 4, "step000004.ckpt": 4}
+    return experiment
+
+
+def test_a_moved_run_keeps_last_ckpt_the_newest_and_no_stale_checkpoints(tmp_path, four_steps):
+    (tmp_path / "run").rename(tmp_path / "moved")
+    fit(four_steps, tmp_path / "moved", "--ckpt_path", "last", "--trainer.max_steps", "6")
+    assert checkpoint_steps(tmp_path / "moved") == {"last.ckpt": 6, "step000006.ckpt": 6}
+
+
+def test_resuming_from_a_step_checkpoint_prunes_it_once_a_newer_one_is_saved(tmp_path, four_steps):
+    _truncate(tmp_path / "run/checkpoints/last.ckpt")  # killed while writing it: the step checkpoint is resumed
+    with pytest.warns(UserWarning, match="resuming from .*step000004.ckpt: last.ckpt: .*not a readable checkpoint"):
+        fit(four_steps, tmp_path / "run", "--ckpt_path", "last", "--trainer.max_steps", "6")
+    assert checkpoint_steps(tmp_path / "run") == {"last.ckpt": 6, "step000006.ckpt": 6}
+
+
+def test_partial_files_of_killed_writes_are_cleaned_and_nothing_is_staged_elsewhere(tmp_path, four_steps):
+    leftover = tmp_path / "run/checkpoints/.last.ckpt.x1y2z3.tmp"  # what a write killed midway leaves
+    leftover.write_bytes(b"\0" * 1000)
+    fit(four_steps, tmp_path / "run", "--ckpt_path", "last", "--trainer.max_steps", "6")
+    assert not leftover.exists()
+    assert not list((tmp_path / "system-tmp").iterdir())  # Lightning's own writes would have staged them here
+
+
+def test_a_failed_checkpoint_write_leaves_the_previous_file_and_no_partial_one(tmp_path, monkeypatch):
+    import torch
+
+    from lit_resformer.run_checkpoint import AtomicCheckpointIO
+
+    target = tmp_path / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"global_step": 1}, target)
+
+    staged = []
+
+    def dies_midway(obj, f, *args, **kwargs):
+        staged.append(Path(f.name))
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"global_step": 2}, target)
+    monkeypatch.undo()
+    assert staged[0].parent == tmp_path  # the partial file is written beside its target, never in $TMPDIR
+    assert io.load_checkpoint(target)["global_step"] == 1 and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
