@@ -3,6 +3,7 @@ naming what is wrong, and damaged run files and caches survived."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -452,7 +453,7 @@ def test_a_failed_checkpoint_write_leaves_the_previous_file_and_no_partial_one(t
     staged = []
 
     def dies_midway(obj, f, *args, **kwargs):
-        staged.append(Path(f.name))
+        staged.append(Path(os.readlink(f"/proc/self/fd/{f.fileno()}")))  # where the bytes go
         f.write(b"half a checkpoint")
         raise KeyboardInterrupt
 
