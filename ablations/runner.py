@@ -24,7 +24,7 @@ from lit_resformer.run_dir import RunConflict, RunDir
 from lit_resformer.trust import ALLOW_ANY_CLASS_FLAG
 
 from .executors import LocalExecutor, SlurmExecutor
-from .job import RunJob, default_train_command, post_training_result, post_training_step
+from .job import BUSY, RunJob, default_train_command, post_training_result, post_training_step
 from .spec import Grid, GridError, Run, load_grid
 from .store import FINISHED, check_config, last_step, write_config
 
@@ -39,8 +39,13 @@ class GridOutcome:
 
     @property
     def failed(self) -> list[str]:
-        bad = [name for name, s in self.summaries.items() if s and s.get("status") not in FINISHED]
+        bad = [name for name, s in self.summaries.items() if s and s.get("status") not in (*FINISHED, BUSY)]
         return sorted(set(bad) | set(self.errors))
+
+    @property
+    def busy(self) -> list[str]:
+        """Runs another process works in: left to it, neither run nor reported here."""
+        return sorted(name for name, s in self.summaries.items() if s and s.get("status") == BUSY)
 
 
 def make_executor(
@@ -67,6 +72,7 @@ class PlannedRun:
     action: str  # what will happen, for --dry-run and the log
     train: bool  # False: training is finished (done or diverged)
     post_training: list[str]  # eval/analysis steps still to run on it
+    busy: bool = False  # another process holds the run's lock
 
 
 def plan(grid: Grid, runs: list[Run], grid_dir: Path, post_training: Sequence[str]) -> list[PlannedRun]:
@@ -82,6 +88,10 @@ def plan(grid: Grid, runs: list[Run], grid_dir: Path, post_training: Sequence[st
             continue
         summary = run_dir.read_summary() or {}
         status = summary.get("status")
+        holder = run_dir.lock_holder()
+        if holder is not None:  # another runner trains it (or evaluates it): leave it to that runner
+            planned.append(PlannedRun(run, run_dir, f"skip: busy (locked by {holder})", False, [], busy=True))
+            continue
         if status == "done":
             action = "skip: done"
         elif status == "diverged":
@@ -134,7 +144,9 @@ def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) ->
             else:
                 outcome.summaries[job.name] = summary
                 counts[summary.get("status", "?")] += 1
-                if summary.get("status") != "done":
+                if summary.get("status") == BUSY:
+                    bar.write(f"{job.name}: skipped, busy in another process ({summary.get('error')})")
+                elif summary.get("status") != "done":
                     bar.write(f"{job.name}: {summary.get('status')}: {summary.get('error')}")
             bar.update(1)
             bar.set_postfix(dict(counts))
@@ -216,9 +228,15 @@ def run_grid(
 
     _run_jobs(pool, jobs, outcome, progress)
     for p in planned:
-        if p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
+        if p.busy:
+            outcome.summaries[p.run.name] = {"status": BUSY, "error": p.action}
+        elif p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
             outcome.summaries[p.run.name] = p.run_dir.read_summary()
-    if report:
+    if outcome.busy:
+        # the runner working in them writes the report when it ends; one written now would show them unfinished
+        print(f"{len(outcome.busy)} run(s) busy in another process, left to it: {', '.join(outcome.busy)}"
+              + ("; the report is left to that runner" if report else ""), file=out)
+    elif report:
         from .report import write_report
 
         outcome.report = write_report(grid_dir)

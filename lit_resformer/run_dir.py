@@ -234,6 +234,22 @@ class RunDir:
         """NaN and infinities are not JSON: a diverged run's losses are written as null."""
         atomic_write_json(self.summary_file, _finite_or_none(summary), allow_nan=False)
 
+    def lock_holder(self) -> str | None:
+        """Who holds the run's lock ("<host> <pid>" as the holder wrote it), or None when no process does. Nothing
+        is created: a run never started has no holder."""
+        if not self.lock_file.is_file():
+            return None
+        fd = os.open(self.lock_file, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return self.lock_file.read_text().strip() or "another process"
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
     @contextlib.contextmanager
     def lock(self):
         """Hold an exclusive flock on the run for as long as this block (and any process that inherits the yielded

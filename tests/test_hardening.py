@@ -463,3 +463,99 @@ def test_a_failed_checkpoint_write_leaves_the_previous_file_and_no_partial_one(t
     monkeypatch.undo()
     assert staged[0].parent == tmp_path  # the partial file is written beside its target, never in $TMPDIR
     assert io.load_checkpoint(target)["global_step"] == 1 and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+# ------------------------------------------------------------------------------------------ grids: resume and busy runs
+def test_a_grid_run_with_a_damaged_last_ckpt_resumes_from_a_step_checkpoint_and_says_so(tmp_path):
+    import sys
+
+    import torch
+
+    from ablations.job import RunJob, execute
+
+    run = tmp_path / "g/cell/seed0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "experiment.yaml").write_text("{}\n")
+    torch.save({"state_dict": {}, "global_step": 4, "loops": {}}, run / "checkpoints/step000004.ckpt")
+    (run / "checkpoints/last.ckpt").write_bytes(b"PK\x03\x04 cut short")  # killed while writing it
+    command = [sys.executable, "-c", "import sys; print(' '.join(sys.argv[1:]))"]
+    summary = execute(RunJob("g", "cell", 0, run, command))
+    assert summary["status"] == "done" and summary["resumed_from"] == str(run / "checkpoints/step000004.ckpt")
+    assert re.match(r"resuming from step000004.ckpt: last.ckpt: .*not a readable checkpoint", summary["resume_note"])
+    assert json_of(run / "summary.json")["resume_note"] == summary["resume_note"]
+    assert f"===== {summary['resume_note']}" in (run / "logs/stdout.log").read_text()
+    assert "--ckpt_path last" in (run / "logs/stdout.log").read_text()
+
+
+def json_of(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text())
+
+
+def fake_grid(tmp_path: Path) -> tuple[Path, list[str]]:
+    import sys
+
+    from test_ablations import FAKE_TRAINER, THREE_CELLS, write_grid
+
+    script = tmp_path / "fake_trainer.py"
+    script.write_text(FAKE_TRAINER)
+    grid = write_grid(tmp_path, {**THREE_CELLS, "cells": {k: v for k, v in THREE_CELLS["cells"].items() if k != "boom"}})
+    return grid, [sys.executable, str(script), "fit"]
+
+
+def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(tmp_path):
+    import io
+
+    from ablations import run_grid
+    from lit_resformer.run_dir import RunDir
+
+    grid, command = fake_grid(tmp_path)
+    runs = tmp_path / "runs"
+    busy = RunDir(runs / "g/resformer/seed0")
+    first_report = runs / "g/index.html"
+    first_report.parent.mkdir(parents=True)
+    first_report.write_text("the first runner's report")
+    out = io.StringIO()
+    with busy.lock():  # the first runner trains this run
+        outcome = run_grid(grid, runs_dir=runs, train_command=command, progress=False, out=out)
+    assert outcome.busy == ["g/resformer/seed0"] and outcome.failed == []
+    assert outcome.summaries["g/vanilla/seed0"]["status"] == "done"
+    assert not busy.summary_file.exists() and not busy.stdout_log.exists()  # not a byte written into it
+    assert re.search(r"g/resformer/seed0 +skip: busy \(locked by \S+ \d+\)", out.getvalue())
+    assert "1 run(s) busy in another process, left to it: g/resformer/seed0" in out.getvalue()
+    assert first_report.read_text() == "the first runner's report"
+
+
+def test_a_run_taken_between_planning_and_starting_is_reported_busy_not_failed(tmp_path):
+    from ablations.job import RunJob, execute
+    from lit_resformer.run_dir import RunDir
+
+    run = RunDir(tmp_path / "g/cell/seed0")
+    with run.lock():
+        summary = execute(RunJob("g", "cell", 0, run.path, ["false"]), lock_wait_s=0.2)
+    assert summary["status"] == "busy" and "in use by another process" in summary["error"]
+    assert not run.summary_file.exists()
+
+
+def test_two_runners_on_one_grid(tmp_path):
+    """The second, started while the first trains, skips its busy runs and exits 0; the first ends with its report."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    grid, command = fake_grid(tmp_path)
+    env = {**os.environ, "LIT_RESFORMER_TRAIN_CMD": " ".join(command), "FAKE_STEP_SLEEP": "0.15"}
+    arguments = [sys.executable, "-m", "ablations", "run", str(grid), "--runs-dir", str(tmp_path / "runs")]
+    first = subprocess.Popen(arguments, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 60
+    while not list((tmp_path / "runs").glob("g/*/seed0/logs/stdout.log")) and time.time() < deadline:
+        time.sleep(0.1)
+    second = subprocess.run(arguments, env=env, capture_output=True, text=True, timeout=120)
+    first_out, _ = first.communicate(timeout=120)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "busy in another process, left to it" in second.stdout and "report:" not in second.stdout
+    assert first.returncode == 0 and "report:" in first_out, first_out
+    statuses = {p.parent.parent.name: json_of(p)["status"] for p in (tmp_path / "runs/g").glob("*/seed0/summary.json")}
+    assert statuses == {"vanilla": "done", "resformer": "done"}
