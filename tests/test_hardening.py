@@ -559,3 +559,81 @@ def test_two_runners_on_one_grid(tmp_path):
     assert first.returncode == 0 and "report:" in first_out, first_out
     statuses = {p.parent.parent.name: json_of(p)["status"] for p in (tmp_path / "runs/g").glob("*/seed0/summary.json")}
     assert statuses == {"vanilla": "done", "resformer": "done"}
+
+
+# ------------------------------------------------------------------------------------------ eval: task files and network
+@pytest.fixture
+def tiny_lm():
+    import torch
+
+    from eval.lm_eval_model import LitResFormerLM
+    from lit_resformer.data.tokenizer import train_bpe
+    from lit_resformer.model import ModelConfig, Transformer
+
+    tokenizer = train_bpe(["Which object is attracted by a magnet? an iron nail"] * 20, 300)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(n_layer=1, n_head=2, d_model=16, ffn_dim=32,
+                                    vocab_size=tokenizer.get_vocab_size(), max_seq_len=64)).eval()
+    return LitResFormerLM(model=model, tokenizer=tokenizer)
+
+
+def plant_task(folder: Path, marker: Path) -> None:
+    """A task YAML whose `!function` imports a planted module (which leaves `marker` when imported)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "0_planted.yaml").write_text(
+        "task: arc_easy\ndataset_path: arrow\ntest_split: validation\ndoc_to_text: '{{question}}'\n"
+        "doc_to_target: 0\ndoc_to_choice: '{{choices.text}}'\nprocess_docs: !function planted.process_docs\n")
+    (folder / "planted.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                       "def process_docs(docs):\n    return docs\n")
+
+
+def test_eval_loads_only_the_task_files_it_wrote_in_that_call(tmp_path, tiny_lm):
+    from test_eval import ARC_ROWS, arc_data_dir
+
+    from eval.run import run_eval
+
+    data_dir, _ = arc_data_dir(tmp_path / "data")
+    out, marker = tmp_path / "out", tmp_path / "planted-code-ran"
+    plant_task(out / "offline_tasks", marker)  # a leftover of an earlier call, or planted
+    plant_task(data_dir, marker)
+    results = run_eval(tiny_lm, tasks=["arc_easy"], data_dir=data_dir, out_dir=out)
+    assert not marker.exists()
+    assert [s["target"] for s in results["samples"]["arc_easy"]] == [1, 0, 2]  # the real task: answer keys B, A, C
+    assert len(ARC_ROWS) == 3 and sorted(p.name for p in (out / "offline_tasks").iterdir()) == ["arc_easy.yaml"]
+    # a folder the user names is theirs to trust
+    plant_task(tmp_path / "mine", marker)
+    own = tmp_path / "mine/0_planted.yaml"
+    own.write_text(own.read_text().replace("task: arc_easy", "task: my_task"))
+    with pytest.raises(Exception):  # noqa: B017 - the task has no data; what counts is that its code was loaded
+        run_eval(tiny_lm, tasks=["my_task"], include_path=[tmp_path / "mine"])
+    assert marker.exists()
+
+
+def test_offline_eval_opens_no_connection_even_without_offline_settings(tmp_path, tiny_lm, monkeypatch):
+    import socket
+
+    import datasets
+    import huggingface_hub
+    from test_eval import arc_data_dir
+
+    from eval.run import run_eval
+
+    data_dir, _ = arc_data_dir(tmp_path / "data")
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # as a user's shell has them: unset
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_UPDATE_DOWNLOAD_COUNTS", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    attempts = []
+
+    def record(*args, **kwargs):  # libraries swallow network errors, so a refusal alone would go unseen
+        attempts.append(args[:2])
+        raise OSError("no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", record)
+    monkeypatch.setattr(socket.socket, "connect", record)
+    monkeypatch.setattr(socket, "create_connection", record)
+    results = run_eval(tiny_lm, tasks=["arc_easy"], data_dir=data_dir)
+    assert results["n-samples"]["arc_easy"]["effective"] == 3
+    assert attempts == []
+    assert datasets.config.HF_HUB_OFFLINE is False and "HF_HUB_OFFLINE" not in os.environ  # restored after the call
