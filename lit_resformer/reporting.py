@@ -73,15 +73,36 @@ HTML_STYLE = (
 )
 
 
-def markdown_to_html(text: str, base: Path, title: str) -> str:
-    """A self-contained page: the markdown rendered, local PNGs (relative to `base`) embedded as base64 data."""
-    import markdown
+SAFE_LINK = re.compile(r"^(https?:|mailto:|#|data:image/png;base64,|(?![A-Za-z][A-Za-z0-9+.-]*:))", re.I)
 
-    body = markdown.markdown(text, extensions=["tables"])
+
+def markdown_to_html(text: str, base: Path, title: str) -> str:
+    """A self-contained page: the markdown rendered, local PNGs under `base` embedded as base64 data.
+
+    Reports quote configs, data and runs (a grid's description, domain names, error lines), so the markdown is
+    rendered as text only: HTML in it is escaped, not passed through, and a link or image whose address has a
+    scheme other than http(s)/mailto (e.g. `javascript:`) loses it.
+    """
+    import markdown
+    from markdown.treeprocessors import Treeprocessor
+
+    class DropUnsafeLinks(Treeprocessor):
+        def run(self, root):
+            for element in root.iter():
+                for attribute in ("href", "src"):
+                    if attribute in element.attrib and not SAFE_LINK.match(element.attrib[attribute].strip()):
+                        del element.attrib[attribute]
+
+    renderer = markdown.Markdown(extensions=["tables"])
+    renderer.preprocessors.deregister("html_block")
+    renderer.inlinePatterns.deregister("html")
+    renderer.treeprocessors.register(DropUnsafeLinks(renderer), "drop_unsafe_links", 0)
+    body = renderer.convert(text)
+    root = base.resolve()
 
     def inline(match: re.Match) -> str:
-        path = base / html.unescape(match.group(1))
-        if not path.is_file():
+        path = (base / html.unescape(match.group(1))).resolve()
+        if not path.is_file() or root not in path.parents:
             return match.group(0)
         return f'src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}"'
 

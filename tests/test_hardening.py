@@ -637,3 +637,78 @@ def test_offline_eval_opens_no_connection_even_without_offline_settings(tmp_path
     assert results["n-samples"]["arc_easy"]["effective"] == 3
     assert attempts == []
     assert datasets.config.HF_HUB_OFFLINE is False and "HF_HUB_OFFLINE" not in os.environ  # restored after the call
+
+
+# ------------------------------------------------------------------------------------------ the HTML report
+# Each payload, if the page ran it, marks the page that loads the report (its parent frame) with data-pwned.
+SCRIPT = "<script>parent.document.body.dataset.pwned=1</script>"
+IMG = "<img src=x onerror=parent.document.body.dataset.pwned=2>"
+SVG = "<svg onload=parent.document.body.dataset.pwned=3>"
+ALERT = "<script>alert(document.domain)</script>"
+LINK = "[click me](javascript:parent.document.body.dataset.pwned=4)"
+
+
+def hostile_grid(tmp_path: Path) -> Path:
+    """A grid whose description, data domain names and run errors carry script and attribute payloads."""
+    from test_report import make_grid_dir, write_run
+
+    grid_dir = make_grid_dir(tmp_path, {"description": f"Grid {SCRIPT} {ALERT} {LINK} end.", "baseline": "vanilla",
+                                        "cells": {"vanilla": {}, "other": {"model.config.residual.target": "v"}}})
+    curve = {s: 5.0 - s / 100 for s in range(100)}
+    write_run(grid_dir, "vanilla", 0, curve, {99: {IMG: 3.0, "code": 3.1}})
+    write_run(grid_dir, "other", 0, curve, {99: {IMG: 2.9, "code": 3.0}})
+    write_run(grid_dir, "other", 1, curve, status="failed", error=f"ValueError: data.path: '{SVG}' does not exist")
+    return grid_dir
+
+
+def test_report_escapes_everything_it_quotes(tmp_path):
+    """Without a browser: the page has no script element, no event handler and no javascript: address."""
+    from html.parser import HTMLParser
+
+    from ablations import write_report
+
+    index = write_report(hostile_grid(tmp_path))
+    found = []
+
+    class Elements(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.extend([f"<{tag}>"] if tag in ("script", "svg", "iframe") else [])
+            found.extend(f"{tag}.{name}={value}" for name, value in attrs
+                         if name.startswith("on") or "javascript:" in (value or "").lower())
+
+    Elements().feed(index.read_text())
+    assert found == []
+    text = index.read_text()
+    for payload in (SCRIPT, IMG, SVG, ALERT):
+        assert __import__("html").escape(payload, quote=False) in text
+
+
+def test_report_payloads_stay_text_in_headless_chromium(tmp_path):
+    import shutil
+    import subprocess
+
+    from ablations import write_report
+
+    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("needs Chromium (Debian: apt-get install chromium)")
+    index = write_report(hostile_grid(tmp_path))
+    probe = tmp_path / "probe.html"
+    payloads = [SCRIPT, IMG, SVG, ALERT]
+    probe.write_text(
+        f'<html><body><iframe id="report" src="{index.as_uri()}"></iframe><script>'
+        'document.getElementById("report").onload = function () {'
+        "  const doc = this.contentDocument;"
+        '  const scripted = Array.from(doc.querySelectorAll("a, img")).filter(e => /^javascript:/i.test(e.href || e.src));'
+        '  if (scripted.length) document.body.dataset.pwned = "link";'
+        f"  const payloads = {__import__('json').dumps(payloads).replace('</', '<' + chr(92) + '/')};"
+        "  const shown = payloads.filter(p => doc.body.innerText.includes(p)).length;"
+        '  document.body.setAttribute("data-shown", shown + "/" + payloads.length);'
+        "};</script></body></html>"
+    )
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"]
+    dom = subprocess.run([*flags, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=180).stdout
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    assert f'data-shown="{len(payloads)}/{len(payloads)}"' in body, body  # every payload is visible as text
+    assert "data-pwned" not in body, body  # and none of them ran
