@@ -21,10 +21,10 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
         config = ModelConfig(**ckpt["hyper_parameters"]["config"])
         weights = ckpt["state_dict"]
     except KeyError as err:
-        raise CheckpointError(f"{path} is not a lit-resformer checkpoint (no {err})") from None
+        raise CheckpointError(path, f"not a lit-resformer checkpoint (no {err})") from None
     except TypeError:
-        raise CheckpointError(f"{path} is not a lit-resformer checkpoint (its contents are not a Lightning "
-                              "checkpoint's)") from None
+        raise CheckpointError(path, "not a lit-resformer checkpoint (its contents are not a Lightning "
+                                    "checkpoint's)") from None
     model = Transformer(config)
     prefix = "model._orig_mod." if any(k.startswith("model._orig_mod.") for k in weights) else "model."
     model.load_state_dict({k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)})

@@ -56,6 +56,10 @@ class RunBusy(RuntimeError):
 class CheckpointError(ValueError):
     """A file that is not a readable checkpoint; the message names the file and why, in one line."""
 
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path} is {reason}")
+        self.reason = reason
+
 
 def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
     """A checkpoint's contents, loaded with `weights_only` (tensors and plain data only, never arbitrary objects).
@@ -67,20 +71,20 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
 
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist" + (" (it is a folder)" if path.is_dir() else ""))
+        raise CheckpointError(path, "a folder, not a checkpoint file" if path.is_dir() else "missing")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
         # torch's message would advise weights_only=False, i.e. running whatever code the file holds
         reason = ("it holds Python objects other than tensors and plain data, which are never loaded"
                   if "weights only" in str(err).lower() else "it is not a torch checkpoint file (unpickling failed)")
-        raise CheckpointError(f"{path} is not a readable checkpoint: {reason}") from None
+        raise CheckpointError(path, f"not a readable checkpoint: {reason}") from None
     except Exception as err:  # noqa: BLE001 - truncated zip, foreign bytes, ...: the same problem to the caller
         first_sentence = (str(err).strip().splitlines() or [""])[0].split(". ")[0][:200]
-        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or not a torch file: "
-                              f"{type(err).__name__}: {first_sentence})") from None
+        raise CheckpointError(path, f"not a readable checkpoint (truncated or not a torch file: "
+                                    f"{type(err).__name__}: {first_sentence})") from None
     if not isinstance(ckpt, dict):
-        raise CheckpointError(f"{path} is not a Lightning checkpoint (it holds a {type(ckpt).__name__}, not a dict)")
+        raise CheckpointError(path, f"not a Lightning checkpoint (it holds a {type(ckpt).__name__}, not a dict)")
     return ckpt
 
 
@@ -92,7 +96,7 @@ def checkpoint_problem(path: str | Path) -> str | None:
     try:
         ckpt = read_checkpoint(path, mmap=True)
     except CheckpointError as err:
-        return str(err)
+        return err.reason
     missing = [k for k in CHECKPOINT_KEYS if k not in ckpt]
     return f"not a Lightning training checkpoint (missing {missing})" if missing else None
 
