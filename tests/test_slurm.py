@@ -258,15 +258,15 @@ def test_grid_runs_one_slurm_job_per_run_and_records_a_failing_one(slurm, tmp_pa
 
 def test_ddp_under_srun_matches_a_single_process(slurm, tmp_path, tiny_corpus, data_cache):
     """2 Slurm tasks x micro-batch 2 (DDP, gloo) == 1 process outside Slurm with micro-batch 4."""
-    probe = "--trainer.callbacks+=slurm_probe.RecordRank"
+    probe = ["--allow-any-class", "--trainer.callbacks+=slurm_probe.RecordRank"]  # the test's own callback
     single = experiment(tmp_path / "single.yaml", tiny_corpus, data_cache)
-    reference = fit_outside_slurm(single, tmp_path / "single", probe)
+    reference = fit_outside_slurm(single, tmp_path / "single", *probe)
     ddp = experiment(tmp_path / "ddp.yaml", tiny_corpus, data_cache, data={"micro_batch_size": 2})
     run = tmp_path / "ddp"
     job_id, log = submit(
         tmp_path, "ddp", ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"],
         [str(BIN / "lit-resformer"), "fit", "--config", str(ddp), "--trainer.default_root_dir", str(run),
-         "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", probe],
+         "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", *probe],
     )
     wait_until_ended(job_id, log)
     finish(reference)
@@ -315,7 +315,8 @@ def test_preempted_jobs_resume_from_their_last_checkpoint_with_identical_losses(
         job_id, log = submit(
             tmp_path, name, ["--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1", "--requeue"],
             [str(BIN / "lit-resformer"), "fit", "--config", str(config), "--trainer.default_root_dir", str(run),
-             "--ckpt_path", "last", "--trainer.callbacks+=slurm_probe.HoldForRequeue", "--trainer.callbacks.step=6"],
+             "--ckpt_path", "last", "--allow-any-class", "--trainer.callbacks+=slurm_probe.HoldForRequeue",
+             "--trainer.callbacks.step=6"],
         )
         jobs[name] = (run, job_id, log)
     for run, job_id, log in jobs.values():
