@@ -16,7 +16,6 @@ from .report import write_report
 from .runner import run_grid
 from .spec import GridError
 
-
 EXIT_RUNS_LEFT = 75  # EX_TEMPFAIL: a time limit left runs for the next call
 
 
@@ -68,6 +67,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, metavar="SECONDS",
                         help="stop after this many seconds: no run starts later, running ones are stopped and "
                              "resumed by the next call (exit code 75 while runs are left)")
+    parser.add_argument("--allow-any-class", action="store_true",
+                        help="let the grid's configs construct any class (only for a grid file you trust)")
     local = parser.add_argument_group("local executor")
     local.add_argument("--devices", help="comma-separated GPU ids to use (default: all visible GPUs)")
     local.add_argument("--gpus-per-run", type=int, default=1, help="GPUs per run (also for slurm)")
@@ -110,6 +111,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             time_limit_s=args.time_limit,
             forced=dict(args.set),
             slurm=slurm,
+            allow_any_class=args.allow_any_class,
         )
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -86,25 +86,36 @@ class RunJob:
         return f"{self.grid}/{self.cell}/seed{self.seed}"
 
 
+BUSY = "busy"  # the status `execute` returns (never writes) for a run another process works in
+
+
 def execute(job: RunJob, env: dict[str, str] | None = None, lock_wait_s: float = 60.0,
             stop: threading.Event | None = None) -> dict:
     """Run the job in its directory and return its summary (also written to summary.json).
 
     The run directory is locked for the whole job; the lock is inherited by the training process,
-    so a restarted grid waits (up to `lock_wait_s`) for a still-exiting process before giving up
-    with RunBusy. Setting `stop` (the runner was interrupted) stops the training process and records
+    so a restarted grid waits (up to `lock_wait_s`) for a still-exiting process. A run still locked
+    then belongs to another runner: it is left alone and {"status": "busy", "error": who holds it} returned.
+    Setting `stop` (the runner was interrupted, or its time is up) stops the training process and records
     the run as interrupted, for the next grid run to resume.
     """
     run = RunDir(job.run_dir)
     env = {**os.environ, **job.env, **(env or {})}
-    with _lock_with_wait(run, lock_wait_s) as lock_fd:
-        summary = run.read_summary() or {}
-        if job.train and summary.get("status") not in FINISHED:
-            summary = _train(job, run, summary, env, lock_fd, stop)
-        if summary.get("status") == "done":
-            for kind in job.post_training:
-                summary = _post_train(kind, run, summary, env)
-        return summary
+    try:
+        with _lock_with_wait(run, lock_wait_s) as lock_fd:
+            return _execute_locked(job, run, env, lock_fd, stop)
+    except RunBusy as busy:
+        return {"status": BUSY, "error": str(busy)}
+
+
+def _execute_locked(job: RunJob, run: RunDir, env: dict, lock_fd: int, stop: threading.Event | None) -> dict:
+    summary = run.read_summary() or {}
+    if job.train and summary.get("status") not in FINISHED:
+        summary = _train(job, run, summary, env, lock_fd, stop)
+    if summary.get("status") == "done":
+        for kind in job.post_training:
+            summary = _post_train(kind, run, summary, env)
+    return summary
 
 
 @contextlib.contextmanager
@@ -121,9 +132,21 @@ def _lock_with_wait(run: RunDir, wait_s: float):
             time.sleep(0.5)
 
 
+def _resume_note(run: RunDir) -> tuple[str | None, str | None]:
+    """(the checkpoint the attempt resumes from, why last.ckpt was passed over): what training will pick."""
+    try:
+        point = run.resume_point()
+    except ValueError as error:  # no intact checkpoint: the training command says so and fails
+        return None, str(error)
+    if point is None:
+        return None, None
+    return str(point.path), point.fallback_reason and f"resuming from {point.path.name}: {point.fallback_reason}"
+
+
 def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, stop: threading.Event | None) -> dict:
     attempt = previous.get("attempts", 0) + 1
     resume = run.has_checkpoint()
+    resumed_from, resume_note = _resume_note(run) if resume else (None, None)
     command = [*job.command, "--config", str(run.experiment_file), "--trainer.default_root_dir", str(run.path)]
     if resume or run.has_training_output():
         command += ["--ckpt_path", "last"]
@@ -134,6 +157,8 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
         "status": "running",
         "attempts": attempt,
         "resumed": resume,
+        "resumed_from": resumed_from,
+        "resume_note": resume_note,
         "started_at": now(),
         "host": socket.gethostname(),
         "pid": os.getpid(),
@@ -156,6 +181,8 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
     stderr_offset = run.stderr_log.stat().st_size if run.stderr_log.exists() else 0
     started = time.monotonic()
     banner = f"===== attempt {attempt} at {summary['started_at']}{' (resuming)' if resume else ''}: {shlex.join(command)}\n"
+    if resume_note:
+        banner += f"===== {resume_note}\n"
     with open(run.stdout_log, "a") as out, open(run.stderr_log, "a") as err:
         for path, log in ((run.stdout_log, out), (run.stderr_log, err)):
             # a killed attempt may have stopped mid-line (a progress bar): start the banner on its own line

@@ -21,9 +21,10 @@ from tqdm import tqdm
 
 from lit_resformer.reporting import atomic_write
 from lit_resformer.run_dir import RunConflict, RunDir
+from lit_resformer.trust import ALLOW_ANY_CLASS_FLAG
 
 from .executors import LocalExecutor, SlurmExecutor, TimeLimitReached
-from .job import RunJob, default_train_command, post_training_result, post_training_step
+from .job import BUSY, RunJob, default_train_command, post_training_result, post_training_step
 from .spec import Grid, GridError, Run, load_grid
 from .store import FINISHED, check_config, common_changes, last_step, show_value, write_config
 
@@ -39,8 +40,13 @@ class GridOutcome:
 
     @property
     def failed(self) -> list[str]:
-        bad = [name for name, s in self.summaries.items() if s and s.get("status") not in FINISHED]
+        bad = [name for name, s in self.summaries.items() if s and s.get("status") not in (*FINISHED, BUSY)]
         return sorted((set(bad) | set(self.errors)) - set(self.left))
+
+    @property
+    def busy(self) -> list[str]:
+        """Runs another process works in: left to it, neither run nor reported here."""
+        return sorted(name for name, s in self.summaries.items() if s and s.get("status") == BUSY)
 
 
 def make_executor(
@@ -71,6 +77,7 @@ class PlannedRun:
     action: str  # what will happen, for --dry-run and the log
     train: bool  # False: training is finished (done or diverged)
     post_training: list[str]  # eval/analysis steps still to run on it
+    busy: bool = False  # another process holds the run's lock
 
 
 def plan(grid: Grid, runs: list[Run], grid_dir: Path, post_training: Sequence[str]) -> list[PlannedRun]:
@@ -86,6 +93,10 @@ def plan(grid: Grid, runs: list[Run], grid_dir: Path, post_training: Sequence[st
             continue
         summary = run_dir.read_summary() or {}
         status = summary.get("status")
+        holder = run_dir.lock_holder()
+        if holder is not None:  # another runner trains it (or evaluates it): leave it to that runner
+            planned.append(PlannedRun(run, run_dir, f"skip: busy (locked by {holder})", False, [], busy=True))
+            continue
         if status == "done":
             action = "skip: done"
         elif status == "diverged":
@@ -161,7 +172,9 @@ def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) ->
             else:
                 outcome.summaries[job.name] = summary
                 counts[summary.get("status", "?")] += 1
-                if summary.get("status") != "done":
+                if summary.get("status") == BUSY:
+                    bar.write(f"{job.name}: skipped, busy in another process ({summary.get('error')})")
+                elif summary.get("status") != "done":
                     bar.write(f"{job.name}: {summary.get('status')}: {summary.get('error')}")
             bar.update(1)
             bar.set_postfix(dict(counts))
@@ -192,6 +205,7 @@ def run_grid(
     slurm: dict | None = None,
     progress: bool = True,
     out: TextIO | None = None,
+    allow_any_class: bool = False,
 ) -> GridOutcome:
     """Train every run of a grid file into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
 
@@ -199,11 +213,12 @@ def run_grid(
     $LIT_RESFORMER_TRAIN_CMD); it is called with `--config YAML --trainer.default_root_dir RUN_DIR
     [--ckpt_path last]`. `runs_per_gpu` shares each GPU between that many small runs; after `time_limit_s`
     seconds no run starts and running ones are stopped, so the same command resumes the grid in the next
-    time-bounded slice; `forced` holds dotted overrides for every cell (`--set`). `slurm` holds SlurmExecutor options (partition, cpus_per_task, mem_gb,
-    time_min, account, qos, constraint, max_requeues, cluster).
+    time-bounded slice; `forced` holds dotted overrides for every cell (`--set`). `slurm` holds SlurmExecutor
+    options (partition, cpus_per_task, mem_gb, time_min, account, qos, constraint, max_requeues, cluster).
+    `allow_any_class` lets the grid's configs construct any class (validation and training alike).
     """
     out = out or sys.stdout
-    spec = load_grid(grid, seeds=seeds, forced=forced)
+    spec = load_grid(grid, seeds=seeds, forced=forced, allow_any_class=allow_any_class)
     runs = spec.runs()
     grid_dir = Path(runs_dir) / spec.name
     post_training = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
@@ -214,6 +229,8 @@ def run_grid(
                          time_limit_s)
     check_devices(runs, pool, gpus_per_run)
     command = list(train_command) if train_command is not None else default_train_command()
+    if allow_any_class:
+        command.append(ALLOW_ANY_CLASS_FLAG)
     jobs = [
         RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train,
                post_training=tuple(p.post_training))
@@ -242,9 +259,15 @@ def run_grid(
 
     _run_jobs(pool, jobs, outcome, progress)
     for p in planned:
-        if p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
+        if p.busy:
+            outcome.summaries[p.run.name] = {"status": BUSY, "error": p.action}
+        elif p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
             outcome.summaries[p.run.name] = p.run_dir.read_summary()
-    if report:
+    if outcome.busy:
+        # the runner working in them writes the report when it ends; one written now would show them unfinished
+        print(f"{len(outcome.busy)} run(s) busy in another process, left to it: {', '.join(outcome.busy)}"
+              + ("; the report is left to that runner" if report else ""), file=out)
+    elif report:
         from .report import write_report
 
         outcome.report = write_report(grid_dir)

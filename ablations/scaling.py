@@ -38,12 +38,12 @@ import numpy as np
 import yaml
 from scipy.optimize import OptimizeWarning, curve_fit
 
+from lit_resformer.reporting import atomic_write, atomic_write_json
+
 from . import metrics as M
 from .claims import PLATEAU_MARGIN, past_plateau
 from .spec import SCALING_AXES as AXES
 from .stats import mean_std, paired_difference
-from lit_resformer.reporting import atomic_write, atomic_write_json
-
 from .store import TRAIN_LOSS_WINDOW
 
 METRICS = ("val", "train")

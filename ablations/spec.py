@@ -38,10 +38,9 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from lit_resformer.experiment import ConfigChecker, load_experiment
+from lit_resformer.experiment import ConfigChecker, changed_fields, load_experiment
 
 from .claims import parse_claims
-from .store import changed_fields
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,9 +139,11 @@ class Grid:
         }
 
 
-def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict[str, Any] | None = None) -> Grid:
+def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict[str, Any] | None = None,
+              allow_any_class: bool = False) -> Grid:
     """Read, validate and expand a grid file. `seeds` replaces the file's seeds (CLI `--seeds`); `forced` holds
-    dotted overrides that win over the grid's and every cell's own (CLI `--set`, e.g. a machine's accelerator)."""
+    dotted overrides that win over the grid's and every cell's own (CLI `--set`, e.g. a machine's accelerator);
+    `allow_any_class` lets its configs construct any class (CLI `--allow-any-class`, for a file the user trusts)."""
     path = Path(path)
     if not path.is_file():
         raise GridError(f"grid file not found: {path}")
@@ -180,7 +181,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
 
-    checker = ConfigChecker()
+    checker = ConfigChecker(allow_any_class=allow_any_class)
     forced = _flatten_overrides(forced or {}, "--set")
     configs = _cell_configs(checker, base, overrides, cells, where, forced)
     return Grid(

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lit_resformer.experiment import config_differences
 from lit_resformer.run_dir import RunConflict, RunDir
 
 from . import metrics as M
@@ -29,17 +30,6 @@ TRAIN_LOSS_WINDOW = 10
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def changed_fields(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
-    """{dotted key: (old value, new value)} for every leaf whose value differs between two configs, sorted by key;
-    a key that only one side has is "<missing>" on the other."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out: dict[str, tuple[Any, Any]] = {}
-        for key in sorted(set(old) | set(new), key=str):
-            out.update(changed_fields(old.get(key, "<missing>"), new.get(key, "<missing>"), f"{prefix}{key}."))
-        return out
-    return {} if old == new else {prefix.rstrip("."): (old, new)}
 
 
 def common_changes(changes: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -53,11 +43,6 @@ def common_changes(changes: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def show_value(value: Any) -> str:
     """A config value as JSON (strings quoted, null, true), so that "none" and null read differently."""
     return json.dumps(value, default=str)
-
-
-def config_differences(old: Any, new: Any) -> list[str]:
-    """Dotted keys whose values differ between two configs, e.g. ['trainer.max_steps: 300 -> 200']."""
-    return [f"{key}: {a!r} -> {b!r}" for key, (a, b) in changed_fields(old, new).items()]
 
 
 SameRun = Callable[[dict, dict], bool]  # whether two configs run the same

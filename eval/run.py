@@ -8,15 +8,23 @@ Writes into ``out_dir``:
                             ``lit_resformer`` = {name, ckpt, data_dir, tasks, offline: manifest entries}
     samples_<task>.jsonl    lm-eval's per-example records (arguments, loglikelihoods, metrics)
     zero_shot.md / .csv     the Table 1 style table (eval.report)
-    offline_tasks/          the generated task overrides (offline mode only)
+    offline_tasks/          a copy of the generated task overrides, for the record (offline mode only)
+
+Task files are code to lm-eval (`!function` imports Python next to them), so a call loads only the task files it
+generates itself, into a fresh folder of its own, plus the project's tasks and folders the caller names in
+`include_path`; never a file it finds in `out_dir` or `data_dir`. The offline path opens no network connection:
+the Hugging Face libraries are put in offline mode for the call (`datasets` would otherwise report each local
+load to the hub).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import lm_eval
@@ -49,6 +57,35 @@ def write_results(results: dict, out_dir: str | Path) -> Path:
     return atomic_write_json(out_dir / EVAL_RESULTS, summary, default=handle_non_serializable, ensure_ascii=False)
 
 
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+@contextlib.contextmanager
+def hub_offline() -> Iterator[None]:
+    """HF hub and datasets in offline mode for the block: their environment variables, and the flags the libraries
+    already read from them when imported (with the download-count report `datasets` sends on every load)."""
+    import datasets
+    import huggingface_hub
+
+    flags = [(datasets.config, "HF_HUB_OFFLINE", True), (datasets.config, "HF_DATASETS_OFFLINE", True),
+             (datasets.config, "HF_UPDATE_DOWNLOAD_COUNTS", False), (huggingface_hub.constants, "HF_HUB_OFFLINE", True)]
+    saved_flags = [(module, name, getattr(module, name)) for module, name, _ in flags]
+    saved_env = {name: os.environ.get(name) for name in OFFLINE_ENV}
+    try:
+        for module, name, value in flags:
+            setattr(module, name, value)
+        os.environ.update(dict.fromkeys(OFFLINE_ENV, "1"))
+        yield
+    finally:
+        for module, name, value in saved_flags:
+            setattr(module, name, value)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run_eval(
     ckpt: str | Path | LM,
     tasks: str | Sequence[str] = "paper",
@@ -58,6 +95,7 @@ def run_eval(
     out_dir: str | Path | None = None,
     device: str = "cpu",
     name: str | None = None,
+    include_path: Sequence[str | Path] = (),
 ) -> dict:
     """Evaluate `ckpt` zero-shot on `tasks` and return lm-eval's results dict (with samples).
 
@@ -65,12 +103,14 @@ def run_eval(
         tokenizer=...)`` or lm-eval's ``HFLM``); then `batch_size`/`device` are the LM's own.
     tasks: "paper" (the six Table 1 tasks), comma-separated names, or a list of names/sets.
     data_dir: offline task data (see eval.prepare_data); None scores the standard tasks from the hub.
+    include_path: folders of the caller's own task YAMLs (trusted by passing them: lm-eval may run their code).
     Task names and offline files are checked before the checkpoint is loaded.
     """
     task_names = resolve_tasks(tasks)
-    with tempfile.TemporaryDirectory() as tmp:
-        override_dir = Path(out_dir) / "offline_tasks" if out_dir is not None else Path(tmp)
-        task_manager = build_task_manager(task_names, data_dir=data_dir, override_dir=override_dir)
+    offline = hub_offline() if data_dir is not None else contextlib.nullcontext()
+    with tempfile.TemporaryDirectory(prefix="lit-resformer-tasks-") as override_dir, offline:
+        task_manager = build_task_manager(task_names, data_dir=data_dir, override_dir=override_dir,
+                                          include_path=include_path)
         lm = ckpt if isinstance(ckpt, LM) else LitResFormerLM(ckpt=ckpt, batch_size=batch_size, device=device)
         try:
             results = lm_eval.simple_evaluate(
@@ -88,6 +128,10 @@ def run_eval(
                 f"`lit-resformer eval prepare-data DIR` (or `make eval-data`), then pass --data-dir DIR (a grid's "
                 f"--eval reads $LIT_RESFORMER_EVAL_DATA)"
             ) from None
+        if out_dir is not None and data_dir is not None:
+            record = Path(out_dir) / "offline_tasks"
+            shutil.rmtree(record, ignore_errors=True)
+            shutil.copytree(override_dir, record)
     local = set(project_task_names())
     offline = {}
     if data_dir is not None:

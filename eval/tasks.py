@@ -146,21 +146,27 @@ def write_offline_overrides(task_names: Sequence[str], data_dir: str | Path, ove
 
 
 def build_task_manager(
-    task_names: Sequence[str], data_dir: str | Path | None = None, override_dir: str | Path | None = None
+    task_names: Sequence[str], data_dir: str | Path | None = None, override_dir: str | Path | None = None,
+    include_path: Sequence[str | Path] = (),
 ) -> TaskManager:
-    """A TaskManager that knows `task_names`: hub tasks online, local overrides when `data_dir` is given.
+    """A TaskManager that knows `task_names`: hub tasks online, local overrides when `data_dir` is given. It reads
+    the project's tasks, the overrides it writes into `override_dir` (an empty folder of the caller's), and the
+    caller's own `include_path` folders: no other task file.
 
     Raises (before any model compute) if a task is unknown or its offline data file is missing.
     """
+    own = [str(PROJECT_TASKS_DIR), *(str(p) for p in include_path)]
     if data_dir is None:
         # Indexing lm-eval's thousands of built-in YAMLs takes seconds: skip it when only project tasks run.
-        needs_builtins = not set(task_names) <= set(project_task_names())
-        manager = TaskManager(include_path=str(PROJECT_TASKS_DIR), include_defaults=needs_builtins)
+        needs_builtins = bool(include_path) or not set(task_names) <= set(project_task_names())
+        manager = TaskManager(include_path=own, include_defaults=needs_builtins)
     else:
         if override_dir is None:
             raise ValueError("override_dir is required with data_dir (the generated task YAMLs go there)")
+        if Path(override_dir).is_dir() and any(Path(override_dir).iterdir()):
+            raise ValueError(f"{override_dir} is not empty; offline task overrides go into a folder of their own")
         write_offline_overrides(task_names, data_dir, override_dir)
-        manager = TaskManager(include_path=[str(PROJECT_TASKS_DIR), str(override_dir)], include_defaults=False)
+        manager = TaskManager(include_path=[*own, str(override_dir)], include_defaults=False)
     unknown = [t for t in task_names if t not in manager.all_tasks]
     if unknown:
         raise ValueError(f"unknown lm-eval task(s) {unknown}; task sets: {sorted(TASK_SETS)}")

@@ -7,20 +7,24 @@ from pathlib import Path
 import torch
 
 from .model import ModelConfig, Transformer
+from .run_dir import CheckpointError, read_checkpoint
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     """The model in eval mode and its `tokenizers.Tokenizer`. Scoring, sampling data for analysis and export all
     need the run's own tokenizer, so a checkpoint without one is refused."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = read_checkpoint(path)
     try:
         config = ModelConfig(**ckpt["hyper_parameters"]["config"])
         weights = ckpt["state_dict"]
     except KeyError as err:
-        raise ValueError(f"{path} is not a lit-resformer checkpoint (no {err})") from None
+        raise CheckpointError(path, f"not a lit-resformer checkpoint (no {err})") from None
+    except TypeError:
+        raise CheckpointError(path, "not a lit-resformer checkpoint (its contents are not a Lightning "
+                                    "checkpoint's)") from None
     model = Transformer(config)
     prefix = "model._orig_mod." if any(k.startswith("model._orig_mod.") for k in weights) else "model."
     model.load_state_dict({k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)})

@@ -42,6 +42,8 @@ def eval_command(argv: list[str]) -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--out", help="output folder (default: the checkpoint's run's eval folder)")
+    parser.add_argument("--include-path", action="append", default=[], metavar="DIR",
+                        help="a folder of your own lm-eval task YAMLs (lm-eval runs their code; repeatable)")
     args = parser.parse_args(argv)
     from eval.run import run_eval
 
@@ -50,7 +52,7 @@ def eval_command(argv: list[str]) -> None:
     out = Path(args.out) if args.out else run.eval_dir if run else ckpt.parent / "eval"
     limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
     run_eval(ckpt, tasks=args.tasks, limit=limit, data_dir=args.data_dir, batch_size=args.batch_size,
-             out_dir=out, device=args.device)
+             out_dir=out, device=args.device, include_path=args.include_path)
     print(f"results in {out}/results.json, table in {out}/zero_shot.md")
 
 

@@ -20,6 +20,8 @@ refuse it.
 from __future__ import annotations
 
 import difflib
+import os
+import re
 import sys
 import types
 import typing
@@ -31,16 +33,19 @@ from typing import Any
 import torch
 import yaml
 from jsonargparse import ActionConfigFile, Namespace
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
 from omegaconf import OmegaConf
+from tokenizers import Tokenizer
 
 from .data import LMDataModule
+from .data.tokenizer import TokenizerMismatch, load_tokenizer, parse_tokenizer_spec, tokenizer_fingerprint
 from .lit_module import LitResFormer
 from .model import ModelConfig
 from .reporting import atomic_write
-from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem
+from .run_checkpoint import RunCheckpoint
+from .run_dir import CSV_LOGS, TB_LOGS, RunDir, checkpoint_problem, read_checkpoint
+from .trust import ALLOW_ANY_CLASS_FLAG, check_objects
 
 COMPOSE = "compose"
 
@@ -117,9 +122,73 @@ class RunConfig(SaveConfigCallback):
         atomic_write(path, text)
 
 
+class ConfigParser(LightningArgumentParser):
+    """fit's parser. A mistake on the command line or in a config file is one line naming the field, with the
+    closest valid ones for an unknown key, instead of the whole usage (~130 lines) followed by the error."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            return super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        sys.stderr.write(f"lit-resformer: error: {explain_parser_error(parser, message)}\n")
+        sys.stderr.write(f"(`{parser.prog.replace(' [options]', '')} --help` lists every option)\n")
+        self.exit(2)
+
+
+def config_file_keys(parser: LightningArgumentParser) -> set[str]:
+    """The keys that hold the paths of config files (`--config`), not config values."""
+    return {a.dest for a in parser._actions if isinstance(a, ActionConfigFile)}
+
+
+def config_fields(parser: LightningArgumentParser) -> list[str]:
+    """Every dotted key a config may set (the paths of config files aside)."""
+    return sorted(set(parser.get_defaults().keys()) - config_file_keys(parser))
+
+
+def explain_parser_error(parser: LightningArgumentParser, message: str) -> str:
+    """jsonargparse's (multi-line) error as one line: an unknown key with the closest fields, a value of the wrong
+    type with what the field takes."""
+    unknown = re.search(r"unrecognized arguments: --?([\w.]+)|does not accept option '([\w.]+)'|"
+                        r"Key '([\w.]+)' is not expected", message)
+    if unknown:
+        key = next(group for group in unknown.groups() if group)
+        return f"unknown key '{key}': {unknown_field(parser, config_fields(parser), key) or 'not a field'}"
+    wrong = re.match(r'Parser key "([\w.]+)":.*?Got value: (.*)$', message, re.S)
+    if wrong:
+        key, value = wrong.groups()
+        hint = expected_type(parser, key)
+        if hint:
+            return f"{key} expects {hint}, got {value.strip()}"
+    return " ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def unknown_field(parser: LightningArgumentParser, fields: Sequence[str], key: str) -> str | None:
+    """Why the dotted `key` is not a field (naming the class it would belong to and the closest fields), or None
+    when it is one or lies inside one (e.g. a key of a mapping-valued field)."""
+    if any(key == field or key.startswith(field + ".") for field in fields):
+        return None
+    parts = key.split(".")
+    depth = max((d for d in range(1, len(parts)) if ".".join(parts[:d]) in parser.groups), default=0)
+    parent, name = ".".join(parts[:depth]), parts[depth]
+    prefix = parent + "." if parent else ""
+    siblings = sorted({f[len(prefix):].split(".")[0] for f in fields if f.startswith(prefix)})
+    group_class = getattr(parser.groups.get(parent), "group_class", None)
+    owner = group_class.__name__ if group_class else f"'{parent}'" if parent else "the config"
+    close = difflib.get_close_matches(name, siblings, n=3)
+    return f"{owner} has no field '{name}'; " + (f"did you mean {close}?" if close else f"fields: {siblings}")
+
+
+def expected_type(parser: LightningArgumentParser, key: str) -> str | None:
+    """What the field `key` takes, in words (e.g. "one of ['none', 'v']"); None for a key that is no field."""
+    action = next((a for a in parser._actions if a.dest == key), None)
+    hint = getattr(action, "_typehint", None)
+    return None if hint is None else describe_type(hint)
+
+
 # How the CLI is built, for `fit` and for the checker alike. The training module configures its own optimizer
 # (AdamW groups and the warmup-cosine schedule), so LightningCLI's --optimizer/--lr_scheduler are not offered.
 CLI_SETTINGS = dict(
+    parser_class=ConfigParser,
     save_config_callback=RunConfig, save_config_kwargs={"overwrite": True},
     trainer_defaults={"use_distributed_sampler": False, "log_every_n_steps": 1},
     auto_configure_optimizers=False,
@@ -168,6 +237,57 @@ def check_experiment(cfg: Namespace) -> None:
         cfg.trainer.accumulate_grad_batches = tokens // per_step
 
 
+def changed_fields(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """{dotted key: (old value, new value)} for every leaf whose value differs between two configs, sorted by key;
+    a key that only one side has is "<missing>" on the other."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(old) | set(new), key=str):
+            out.update(changed_fields(old.get(key, "<missing>"), new.get(key, "<missing>"), f"{prefix}{key}."))
+        return out
+    return {} if old == new else {prefix.rstrip("."): (old, new)}
+
+
+def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two configs, e.g. ['trainer.max_steps: 300 -> 200']."""
+    return [f"{key}: {a!r} -> {b!r}" for key, (a, b) in changed_fields(old, new, prefix).items()]
+
+
+# Data settings a run may change when it resumes: they decide how fast or where data is read and how much of the
+# validation split is scored, not which token stream it trains on.
+RESUMABLE_DATA_FIELDS = ("num_workers", "cache_dir", "val_sequences_per_domain")
+
+
+def check_checkpoint_matches(cfg: Namespace, ckpt_path: str | Path, resuming: bool) -> None:
+    """Refuse a checkpoint made with another model, tokenizer or (when `resuming` training) another token stream
+    than `cfg` describes, naming every differing field; nothing is built or read but the checkpoint's index."""
+    ckpt = read_checkpoint(ckpt_path, mmap=True)
+    saved_model = (ckpt.get("hyper_parameters") or {}).get("config")
+    differences = []
+    if isinstance(saved_model, dict):
+        ignore = {"vocab_size"}  # linked from the tokenizer, compared through it below
+        saved = {k: v for k, v in ModelConfig(**saved_model).to_dict().items() if k not in ignore}
+        wanted = {k: v for k, v in model_config(cfg).to_dict().items() if k not in ignore}
+        differences += config_differences(saved, wanted, "model.config.")
+    saved_data = ckpt.get("datamodule_hyper_parameters")
+    if resuming and isinstance(saved_data, dict):
+        wanted = cfg.data.as_dict()
+        stream = [k for k in saved_data if k in wanted and k not in RESUMABLE_DATA_FIELDS]
+        differences += config_differences({k: saved_data[k] for k in stream}, {k: wanted[k] for k in stream}, "data.")
+    saved_tokenizer = next((v["tokenizer_json"] for v in ckpt.values() if isinstance(v, dict) and "tokenizer_json" in v),
+                           None)
+    kind, value = parse_tokenizer_spec(cfg.data.tokenizer)
+    if saved_tokenizer is not None and kind == "file":  # a hub or trained tokenizer is compared when data is set up
+        saved_hash = tokenizer_fingerprint(Tokenizer.from_str(saved_tokenizer))
+        file_hash = tokenizer_fingerprint(load_tokenizer(kind, value))
+        if saved_hash != file_hash:
+            differences.append(f"tokenizer hash: {saved_hash} -> {file_hash} ({value})")
+    if differences:
+        action = "resume from" if resuming else "use"
+        raise ValueError(f"cannot {action} {ckpt_path}: it was made with another config ({'; '.join(differences)}); "
+                         f"use the checkpoint's settings, or train a new run in another --trainer.default_root_dir")
+
+
 def check_classes(cfg: Namespace) -> None:
     """The data module's and the training module's own argument checks, without data: the data module reads no
     corpus in its constructor, and the model is built on the meta device (no memory)."""
@@ -185,8 +305,9 @@ class ResFormerCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--global_batch_tokens", type=int | None, default=None,
                             help="tokens per optimizer step over all devices; sets trainer.accumulate_grad_batches")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.filename": "step{step:06d}", "checkpoint.auto_insert_metric_name": False,
+                             "checkpoint.enable_version_counter": False,
                              "checkpoint.every_n_train_steps": 100, "checkpoint.save_last": True,
                              "checkpoint.save_top_k": 1, "checkpoint.monitor": None})
         parser.link_arguments("data.vocab_size", "model.config.vocab_size", apply_on="instantiate")
@@ -197,6 +318,9 @@ class ResFormerCLI(LightningCLI):
                 self.config = parser.parse_object(args)
             else:
                 args = sys.argv[1:] if args is None else list(args)
+                # a command-line flag only: a config file cannot lift the limit on what it constructs
+                self.allow_any_class = ALLOW_ANY_CLASS_FLAG in args
+                args = [arg for arg in args if arg != ALLOW_ANY_CLASS_FLAG]
                 self.config_name = config_name(args)
                 self.config = parser.parse_args(expand_config_args(args))
             self._check_arguments()
@@ -209,17 +333,26 @@ class ResFormerCLI(LightningCLI):
         except ValueError as err:  # bad data or model settings found while building them
             self.parser.exit(2, f"lit-resformer: error: {err}\n")
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except TokenizerMismatch as err:  # found when the checkpoint is restored, before any step
+            self.parser.exit(2, f"lit-resformer: error: {err}\n")
+
     def _check_arguments(self) -> None:
         sub = self.config.get("subcommand")
         if sub is None:
             return
         cfg = self.config[sub]
+        if not getattr(self, "allow_any_class", False):
+            check_objects(cfg, skip=frozenset(config_file_keys(self._subcommand_parsers[sub])))
         if not cfg.trainer.default_root_dir:
             cfg.trainer.default_root_dir = str(Path("runs") / getattr(self, "config_name", "default"))
         run = RunDir(cfg.trainer.default_root_dir)
         ckpt = cfg.get("ckpt_path")
         if ckpt == "last":
             self.resume_point = run.resume_point()
+            ckpt = self.resume_point.path if self.resume_point else None
         elif ckpt is not None:
             problem = checkpoint_problem(ckpt)
             if problem:
@@ -228,6 +361,8 @@ class ResFormerCLI(LightningCLI):
             raise ValueError(f"{run.path} already holds a run; resume it with --ckpt_path last, or choose another "
                              f"--trainer.default_root_dir")
         check_experiment(cfg)
+        if ckpt is not None:
+            check_checkpoint_matches(cfg, ckpt, resuming=sub == "fit")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand]
@@ -289,16 +424,19 @@ class ConfigChecker:
     The parser is the one of `lit-resformer fit` without `--ckpt_path`, which a config file does not hold.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, allow_any_class: bool = False) -> None:
         self.parser = _ParserOnly(LitResFormer, LMDataModule, run=False, **CLI_SETTINGS,
                                   parser_kwargs={**PARSER_SETTINGS, "exit_on_error": False}).parser
-        config_files = {a.dest for a in self.parser._actions if isinstance(a, ActionConfigFile)}
-        self.fields = sorted(set(self.parser.get_defaults().keys()) - config_files)  # every key a config may set
+        self.fields = config_fields(self.parser)  # every key a config may set
+        self.allow_any_class = allow_any_class
 
     def check(self, config: Mapping[str, Any]) -> Namespace:
         """The parsed config, or the first problem: argparse.ArgumentError for a key the parser does not know or a
-        value of the wrong type; ValueError for a check of `fit` or of a constructor."""
+        value of the wrong type; ValueError for a check of `fit` or of a constructor, or for an object the config
+        may not construct (`lit_resformer.trust`)."""
         cfg = self.parser.parse_object(dict(config))
+        if not self.allow_any_class:
+            check_objects(cfg, skip=frozenset(config_file_keys(self.parser)))
         check_experiment(cfg)
         check_classes(cfg)
         return cfg
@@ -308,25 +446,12 @@ class ConfigChecker:
         return yaml.safe_load(self.parser.dump(self.check(config), skip_none=False))
 
     def unknown_field(self, key: str) -> str | None:
-        """Why the dotted `key` is not a field (naming the class it would belong to and the closest fields), or None
-        when it is one or lies inside one (e.g. a key of a mapping-valued field)."""
-        if any(key == field or key.startswith(field + ".") for field in self.fields):
-            return None
-        parts = key.split(".")
-        depth = max((d for d in range(1, len(parts)) if ".".join(parts[:d]) in self.parser.groups), default=0)
-        parent, name = ".".join(parts[:depth]), parts[depth]
-        prefix = parent + "." if parent else ""
-        siblings = sorted({f[len(prefix):].split(".")[0] for f in self.fields if f.startswith(prefix)})
-        group_class = getattr(self.parser.groups.get(parent), "group_class", None)
-        owner = group_class.__name__ if group_class else f"'{parent}'" if parent else "the config"
-        close = difflib.get_close_matches(name, siblings, n=3)
-        return f"{owner} has no field '{name}'; " + (f"did you mean {close}?" if close else f"fields: {siblings}")
+        """Why the dotted `key` is not a field, or None (see `unknown_field`)."""
+        return unknown_field(self.parser, self.fields, key)
 
     def expected(self, key: str) -> str | None:
-        """What the field `key` takes, in words (e.g. "one of ['none', 'v']"); None for a key that is no field."""
-        action = next((a for a in self.parser._actions if a.dest == key), None)
-        hint = getattr(action, "_typehint", None)
-        return None if hint is None else describe_type(hint)
+        """What the field `key` takes, in words; None for a key that is no field."""
+        return expected_type(self.parser, key)
 
 
 def describe_type(hint: Any) -> str:

@@ -15,29 +15,41 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+TEMPORARY_SUFFIX = ".tmp"  # of the temporary files of atomic writes: `.<name>.<random>.tmp` beside <name>
 
 
-def atomic_write(path: str | Path, content: str | bytes) -> Path:
-    """Write to a temporary file in the same directory, then rename it over `path`: readers never see half a file.
+@contextlib.contextmanager
+def atomic_open(path: str | Path, sync: bool = True) -> Iterator[BinaryIO]:
+    """A binary file to write that appears at `path` (renamed over it) only when the block succeeds: readers never see
+    half a file. The temporary file lies in the same directory, so the rename is atomic and a process killed while
+    writing leaves a `.<name>.*.tmp` there (never in the system's temporary folder). `sync` flushes it to disk first.
     The file gets the permissions of any new file (0644 under the usual umask 022), not tempfile's private 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}{TEMPORARY_SUFFIX}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the kernel applies the umask
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(content.encode() if isinstance(content, str) else content)
+            yield f
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    return path
+
+
+def atomic_write(path: str | Path, content: str | bytes) -> Path:
+    """Write `content` to `path` atomically (`atomic_open`)."""
+    with atomic_open(path) as f:
+        f.write(content.encode() if isinstance(content, str) else content)
+    return Path(path)
 
 
 def atomic_write_json(path: str | Path, data: Any, **dumps: Any) -> Path:
@@ -63,15 +75,36 @@ HTML_STYLE = (
 )
 
 
-def markdown_to_html(text: str, base: Path, title: str) -> str:
-    """A self-contained page: the markdown rendered, local PNGs (relative to `base`) embedded as base64 data."""
-    import markdown
+SAFE_LINK = re.compile(r"^(https?:|mailto:|#|data:image/png;base64,|(?![A-Za-z][A-Za-z0-9+.-]*:))", re.I)
 
-    body = markdown.markdown(text, extensions=["tables"])
+
+def markdown_to_html(text: str, base: Path, title: str) -> str:
+    """A self-contained page: the markdown rendered, local PNGs under `base` embedded as base64 data.
+
+    Reports quote configs, data and runs (a grid's description, domain names, error lines), so the markdown is
+    rendered as text only: HTML in it is escaped, not passed through, and a link or image whose address has a
+    scheme other than http(s)/mailto (e.g. `javascript:`) loses it.
+    """
+    import markdown
+    from markdown.treeprocessors import Treeprocessor
+
+    class DropUnsafeLinks(Treeprocessor):
+        def run(self, root):
+            for element in root.iter():
+                for attribute in ("href", "src"):
+                    if attribute in element.attrib and not SAFE_LINK.match(element.attrib[attribute].strip()):
+                        del element.attrib[attribute]
+
+    renderer = markdown.Markdown(extensions=["tables"])
+    renderer.preprocessors.deregister("html_block")
+    renderer.inlinePatterns.deregister("html")
+    renderer.treeprocessors.register(DropUnsafeLinks(renderer), "drop_unsafe_links", 0)
+    body = renderer.convert(text)
+    root = base.resolve()
 
     def inline(match: re.Match) -> str:
-        path = base / html.unescape(match.group(1))
-        if not path.is_file():
+        path = (base / html.unescape(match.group(1))).resolve()
+        if not path.is_file() or root not in path.parents:
             return match.group(0)
         return f'src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}"'
 

@@ -54,19 +54,61 @@ class RunBusy(RuntimeError):
     """Another process is working in this run directory."""
 
 
+class CheckpointError(ValueError):
+    """A file that is not a readable checkpoint; the message names the file and why, in one line."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path} is {reason}")
+        self.reason = reason
+
+
+def read_checkpoint(path: str | Path, mmap: bool = False) -> dict:
+    """A checkpoint's contents, loaded with `weights_only` (tensors and plain data only, never arbitrary objects).
+    Raises CheckpointError naming the file for a missing, truncated or foreign file. With `mmap` the tensors stay on
+    disk until read, so looking at its index costs no memory."""
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(path, "a folder, not a checkpoint file" if path.is_dir() else "missing")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        # torch's message would advise weights_only=False, i.e. running whatever code the file holds
+        reason = ("it holds Python objects other than tensors and plain data, which are never loaded"
+                  if "weights only" in str(err).lower() else "it is not a torch checkpoint file (unpickling failed)")
+        raise CheckpointError(path, f"not a readable checkpoint: {reason}") from None
+    except Exception as err:  # noqa: BLE001 - truncated zip, foreign bytes, ...: the same problem to the caller
+        first_sentence = (str(err).strip().splitlines() or [""])[0].split(". ")[0][:200]
+        raise CheckpointError(path, f"not a readable checkpoint (truncated or not a torch file: "
+                                    f"{type(err).__name__}: {first_sentence})") from None
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(path, f"not a Lightning checkpoint (it holds a {type(ckpt).__name__}, not a dict)")
+    return ckpt
+
+
 def checkpoint_problem(path: str | Path) -> str | None:
     """Why `path` cannot resume training (unreadable, truncated, not a Lightning training checkpoint), or None.
 
     The file is memory-mapped, so this reads its index, not its tensors.
     """
-    import torch
-
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # noqa: BLE001 - every unreadable file is the same problem to the caller
-        return f"not a readable checkpoint ({type(err).__name__}: {err})"
+        ckpt = read_checkpoint(path, mmap=True)
+    except CheckpointError as err:
+        return err.reason
     missing = [k for k in CHECKPOINT_KEYS if k not in ckpt]
     return f"not a Lightning training checkpoint (missing {missing})" if missing else None
+
+
+def step_checkpoints_in(folder: str | Path) -> list[Path]:
+    """Every checkpoint file in `folder` but last.ckpt, newest first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.glob("*.ckpt") if p.name != LAST_CHECKPOINT and p.is_file()]
+    return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -137,10 +179,7 @@ class RunDir:
     # ------------------------------------------------------------------ checkpoints
     def step_checkpoints(self) -> list[Path]:
         """Every checkpoint but last.ckpt, newest first."""
-        if not self.checkpoints_dir.is_dir():
-            return []
-        found = [p for p in self.checkpoints_dir.glob("*.ckpt") if p.name != LAST_CHECKPOINT and p.is_file()]
-        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+        return step_checkpoints_in(self.checkpoints_dir)
 
     def has_checkpoint(self) -> bool:
         """Whether any checkpoint file exists (cheap: nothing is read)."""
@@ -214,6 +253,22 @@ class RunDir:
     def write_summary(self, summary: dict) -> None:
         """NaN and infinities are not JSON: a diverged run's losses are written as null."""
         atomic_write_json(self.summary_file, _finite_or_none(summary), allow_nan=False)
+
+    def lock_holder(self) -> str | None:
+        """Who holds the run's lock ("<host> <pid>" as the holder wrote it), or None when no process does. Nothing
+        is created: a run never started has no holder."""
+        if not self.lock_file.is_file():
+            return None
+        fd = os.open(self.lock_file, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return self.lock_file.read_text().strip() or "another process"
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def lock(self):

@@ -2,6 +2,7 @@
 
 import json
 import random
+import signal
 
 import pytest
 
@@ -25,6 +26,16 @@ def write_tiny_corpus(folder, documents_per_domain: int = 60, seed: int = 0):
         for _ in range(documents_per_domain):
             out.write(json.dumps({"text": _sentences(_BETA_WORDS, rng, rng.randint(2, 5))}) + "\n")
     return folder
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises_keyboard_interrupt():
+    """Lightning ignores SIGINT once a fit was interrupted in-process (so that shutdown is not interrupted) and leaves
+    it so, as does a shell starting pytest in the background; the processes a test starts would inherit that and
+    never see the Ctrl-C the test sends them."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

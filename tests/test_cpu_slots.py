@@ -10,7 +10,6 @@ import pytest
 from helpers.experiments import tiny_experiment
 
 from ablations import LocalExecutor, run_grid
-from ablations.store import RunDir
 from lit_resformer.run_dir import RunDir
 
 

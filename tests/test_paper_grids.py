@@ -74,7 +74,7 @@ def test_gpu_tier_trains_the_82m_preset_on_at_least_25m_tokens_a_run(tmp_path):
     from ablations.spec import load_grid
 
     corpus = tmp_path / "python.jsonl"  # the real corpus is written on the GPU machine; any file passes validation
-    corpus.write_text("".join('{"text": "def f%d(): return %d"}\n' % (i, i) for i in range(50)))
+    corpus.write_text("".join(f'{{"text": "def f{i}(): return {i}"}}\n' for i in range(50)))
     three_seeds = {"fig7", "fig7-lengths", "fig9", "fig11", "fig13"}
     grids = sorted((GRIDS / "gpu").glob("*.yaml"))
     assert {p.stem for p in grids} >= {"fig5", "fig7", "fig7-lengths", "fig8", "fig9", "fig10", "fig11", "fig13",

@@ -200,6 +200,9 @@ def test_grid_runs_one_slurm_job_per_run_and_records_a_failing_one(slurm, tmp_pa
              "lr": 3e-3, "warmup_steps": 3}
     experiment(tmp_path / "base.yaml", tiny_corpus, data_cache, trainer={"max_steps": 8, "val_check_interval": 4},
                model=model)
+    # Valid for the grid (the path exists), refused by `lit-resformer fit` when it reads the data: a job that fails.
+    (tmp_path / "blob").mkdir()
+    (tmp_path / "blob" / "blob.txt").write_bytes(bytes(range(128, 256)) * 8)
     grid = tmp_path / "micro.yaml"
     grid.write_text(yaml.safe_dump({
         "name": "micro",
@@ -207,9 +210,8 @@ def test_grid_runs_one_slurm_job_per_run_and_records_a_failing_one(slurm, tmp_pa
         "baseline": "vanilla",
         "seeds": [0],
         "cells": {
-            # Valid for the grid, refused by `lit-resformer fit` (seq_len > max_seq_len): a job that fails.
             # First, so that it frees its CPU early for the third job.
-            "too_long": {"data.seq_len": 128},
+            "not_text": {"data.path": str(tmp_path / "blob")},
             "vanilla": {"model.config.residual.target": "none"},
             "resformer": {"model.config.residual.target": "v"},
         },
@@ -223,17 +225,17 @@ def test_grid_runs_one_slurm_job_per_run_and_records_a_failing_one(slurm, tmp_pa
     assert dry.returncode == 0, dry.stderr[-3000:]
     for line in ("#SBATCH --partition=local", "#SBATCH --time=10", "#SBATCH --cpus-per-task=1",
                  "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=1", "#SBATCH --signal=USR2@120",
-                 "#SBATCH --job-name=micro.too_long.seed0", "3 of 3 runs would start"):
+                 "#SBATCH --job-name=micro.not_text.seed0", "3 of 3 runs would start"):
         assert line in dry.stdout, (line, dry.stdout)
     assert not (runs / "micro").exists() and not slurm_cmd("squeue", "-h").strip()  # nothing submitted
 
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 1, result.stdout + result.stderr[-3000:]  # one run failed, the others finished
-    assert "1 run(s) did not finish: micro/too_long/seed0" in result.stdout
+    assert "1 run(s) did not finish: micro/not_text/seed0" in result.stdout
 
     grid_dir = runs / "micro"
     summaries = {cell: json.loads((grid_dir / cell / "seed0" / "summary.json").read_text())
-                 for cell in ("vanilla", "resformer", "too_long")}
+                 for cell in ("vanilla", "resformer", "not_text")}
     job_ids = {cell: s["slurm_job_id"] for cell, s in summaries.items()}
     assert None not in job_ids.values() and len(set(job_ids.values())) == 3  # one Slurm job per run
     assert {p.name for p in (grid_dir / ".submitit").iterdir()} >= set(job_ids.values())
@@ -244,12 +246,12 @@ def test_grid_runs_one_slurm_job_per_run_and_records_a_failing_one(slurm, tmp_pa
     for cell in ("vanilla", "resformer"):
         assert summaries[cell]["status"] == "done", summaries[cell]
         assert summaries[cell]["steps"] == 7 and summaries[cell]["final_train_loss"] > 0
-    failed = summaries["too_long"]
+    failed = summaries["not_text"]
     assert failed["status"] == "failed" and failed["returncode"] == 2
-    assert "data.seq_len=128 exceeds model.config.max_seq_len=64" in failed["error"]
+    assert "blob.txt is not utf-8 text" in failed["error"]
     report = (grid_dir / "report.md").read_text()
     assert (grid_dir / "index.html").is_file()
-    assert "too_long" in report and "data.seq_len=128 exceeds" in report
+    assert "not_text" in report and "blob.txt is not utf-8 text" in report
 
 
 # ------------------------------------------------------------------------------------------------
@@ -258,15 +260,15 @@ def test_grid_runs_one_slurm_job_per_run_and_records_a_failing_one(slurm, tmp_pa
 
 def test_ddp_under_srun_matches_a_single_process(slurm, tmp_path, tiny_corpus, data_cache):
     """2 Slurm tasks x micro-batch 2 (DDP, gloo) == 1 process outside Slurm with micro-batch 4."""
-    probe = "--trainer.callbacks+=slurm_probe.RecordRank"
+    probe = ["--allow-any-class", "--trainer.callbacks+=slurm_probe.RecordRank"]  # the test's own callback
     single = experiment(tmp_path / "single.yaml", tiny_corpus, data_cache)
-    reference = fit_outside_slurm(single, tmp_path / "single", probe)
+    reference = fit_outside_slurm(single, tmp_path / "single", *probe)
     ddp = experiment(tmp_path / "ddp.yaml", tiny_corpus, data_cache, data={"micro_batch_size": 2})
     run = tmp_path / "ddp"
     job_id, log = submit(
         tmp_path, "ddp", ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1"],
         [str(BIN / "lit-resformer"), "fit", "--config", str(ddp), "--trainer.default_root_dir", str(run),
-         "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", probe],
+         "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu", *probe],
     )
     wait_until_ended(job_id, log)
     finish(reference)
@@ -315,7 +317,8 @@ def test_preempted_jobs_resume_from_their_last_checkpoint_with_identical_losses(
         job_id, log = submit(
             tmp_path, name, ["--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1", "--requeue"],
             [str(BIN / "lit-resformer"), "fit", "--config", str(config), "--trainer.default_root_dir", str(run),
-             "--ckpt_path", "last", "--trainer.callbacks+=slurm_probe.HoldForRequeue", "--trainer.callbacks.step=6"],
+             "--ckpt_path", "last", "--allow-any-class", "--trainer.callbacks+=slurm_probe.HoldForRequeue",
+             "--trainer.callbacks.step=6"],
         )
         jobs[name] = (run, job_id, log)
     for run, job_id, log in jobs.values():

@@ -95,7 +95,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, tiny_corpus, data_cache):
     proc = subprocess.run(
         [sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(config),
          "--trainer.default_root_dir", str(crashed),
-         "--trainer.callbacks+=crash.KillAtStep", "--trainer.callbacks.step=5"],
+         "--allow-any-class", "--trainer.callbacks+=crash.KillAtStep", "--trainer.callbacks.step=5"],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == -9, proc.stderr[-2000:]

@@ -59,7 +59,7 @@ import torch
 
 from lit_resformer.model import Transformer
 from lit_resformer.reporting import atomic_write_json
-from lit_resformer.run_dir import ANALYSIS_RESULTS, RunDir
+from lit_resformer.run_dir import ANALYSIS_RESULTS, RunDir, read_checkpoint
 
 from .plots import write_plots
 from .trace import DEFAULT_ATTENTION_BUDGET, AnalysisTrace
@@ -254,7 +254,7 @@ def sample_validation_batches(datamodule_hparams: dict[str, Any], n: int, seq_le
 
 def _datamodule_hparams(path: Path) -> dict[str, Any]:
     """The data module's hyperparameters that Lightning saved in the checkpoint."""
-    hparams = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("datamodule_hyper_parameters")
+    hparams = read_checkpoint(path, mmap=True).get("datamodule_hyper_parameters")
     if hparams is None:
         raise ValueError(f"{path} holds no datamodule hyperparameters; cannot sample its validation data")
     return dict(hparams)

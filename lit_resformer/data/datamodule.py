@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -21,22 +22,29 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
 from .packing import (
+    FILES,
+    META,
     SPLITS,
     CorpusScan,
     atomic_directory,
     atomic_file,
     atomic_write_text,
     default_cache_dir,
+    describe_files,
     digest,
+    entry_problem,
+    files_problem,
     read_json,
     read_token_stream,
     scan_corpus,
     stream_name,
     token_dtype,
+    write_meta,
     write_packed,
     write_token_streams,
 )
 from .sources import (
+    DEFAULT_ENCODING,
     SLIMPAJAMA,
     SLIMPAJAMA_DOMAIN_FIELD,
     TABLE2_MIXTURE,
@@ -52,6 +60,7 @@ from .sources import (
 from .tokenizer import (
     EOS_TOKEN,
     MIN_BPE_VOCAB_SIZE,
+    TokenizerMismatch,
     eos_id_of,
     load_tokenizer,
     parse_tokenizer_spec,
@@ -66,6 +75,29 @@ Source = Literal["embedded", "local", "hub"]
 # Used only to size the hub snapshot when the tokenizer (a BPE trained on that snapshot) does not exist yet:
 # byte-level BPEs of a few thousand tokens average about 4 bytes of English text per token.
 BYTES_PER_TOKEN_ESTIMATE = 4
+
+
+def _cached_tokenizer_problem(path: Path, meta_path: Path) -> str | None:
+    """Why a cached trained tokenizer cannot be used (its meta missing, the file changed or truncated), or None."""
+    try:
+        files = read_json(meta_path)[FILES]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{meta_path.name} is missing or unreadable"
+    return files_problem(path.parent, files)
+
+
+def _remove_if_damaged(entry: Path, what: str) -> None:
+    """Delete a cache directory that fails its check (the caller, holding the entry's lock, builds it again)."""
+    if entry.is_dir() and (problem := entry_problem(entry)) is not None:
+        log.warning("%s %s is damaged (%s); building it again", what, entry, problem)
+        shutil.rmtree(entry)
+
+
+def _read_counts(path: Path) -> np.ndarray | None:
+    try:
+        return np.load(path)
+    except (OSError, ValueError, EOFError):  # missing, truncated or not an array
+        return None
 
 
 class PackedSequences(Dataset):
@@ -134,6 +166,7 @@ class LMDataModule(L.LightningDataModule):
         path: local source: a .txt/.jsonl/.parquet file or a folder of them.
         domain_field: field of a .jsonl/.parquet/hub record holding its domain (dotted for nested records);
             local default: the file name; hub default: "meta.redpajama_set_name".
+        encoding: the text encoding of local .txt/.jsonl files; a file that does not decode in it is refused.
         hub_name: dataset name for `datasets.load_dataset` (also a builder such as "json" with hub_data_files).
         hub_config: dataset configuration name, if the dataset has several.
         hub_split: split to stream.
@@ -164,6 +197,7 @@ class LMDataModule(L.LightningDataModule):
         source: Source = "embedded",
         path: str | None = None,
         domain_field: str | None = None,
+        encoding: str = DEFAULT_ENCODING,
         hub_name: str = SLIMPAJAMA,
         hub_config: str | None = None,
         hub_split: str = "train",
@@ -211,7 +245,7 @@ class LMDataModule(L.LightningDataModule):
             raise ValueError("data.eos_token: must be a non-empty token string")
         self.tokenizer_kind, self.tokenizer_value = parse_tokenizer_spec(tokenizer)
         if source == "local":
-            local_files(path, domain_field)
+            local_files(path, domain_field, encoding)
         if source == "hub":
             if not hub_name:
                 raise ValueError("data.hub_name: required when source is 'hub'")
@@ -231,6 +265,7 @@ class LMDataModule(L.LightningDataModule):
         self._unigram_val_losses: dict[str, float] | None = None
         self._train_loader: StatefulDataLoader | None = None
         self._train_loader_state: dict[str, Any] | None = None
+        self._packed_checked = False  # the packed cache was checked against its meta (once per data module)
 
     # ---------------------------------------------------------------------------------------------------
     # corpus
@@ -245,7 +280,7 @@ class LMDataModule(L.LightningDataModule):
         if self.source == "embedded":
             return embedded_documents()
         if self.source == "local":
-            return local_documents(self.hparams.path, self.hparams.domain_field)
+            return local_documents(self.hparams.path, self.hparams.domain_field, self.hparams.encoding)
         return self._snapshot_documents(self._hub_snapshot())
 
     def corpus_scan(self) -> CorpusScan:
@@ -348,12 +383,17 @@ class LMDataModule(L.LightningDataModule):
             return self._load_fixed_tokenizer()
         scan = self.corpus_scan()
         path = self.cache_dir / "tokenizers" / f"bpe-{scan.key}-v{self.hparams.bpe_vocab_size}.json"
+        meta_path = path.with_name(f"{path.stem}.{META}")
         with self._lock(path.stem):
-            if not path.is_file():
+            problem = _cached_tokenizer_problem(path, meta_path) if path.exists() else "missing"
+            if problem != "missing" and problem is not None:
+                log.warning("cached tokenizer %s is damaged (%s); training it again", path, problem)
+            if problem is not None:
                 log.info("training a byte-level BPE (vocab %d) -> %s", self.hparams.bpe_vocab_size, path)
                 train_texts = (doc.text for split, doc in scan.assign(self.documents()) if split == "train")
                 trained = train_bpe(train_texts, self.hparams.bpe_vocab_size, self.hparams.eos_token)
                 atomic_write_text(path, trained.to_str())
+                atomic_write_text(meta_path, json.dumps({FILES: describe_files(path.parent, [path.name])}))
         self._tokenizer = Tokenizer.from_file(str(path))
         return self._tokenizer
 
@@ -373,12 +413,16 @@ class LMDataModule(L.LightningDataModule):
     # ---------------------------------------------------------------------------------------------------
     # token caches
 
+    def _tokens_key(self) -> str:
+        """Names the token streams of this corpus, split and tokenizer."""
+        return f"{self.corpus_scan().key}-{digest(tokenizer_fingerprint(self.tokenizer), self.hparams.eos_token)}"
+
     def _tokens_dir(self) -> Path:
         """Flat token streams of every split (every document followed by EOS); built once per corpus+tokenizer."""
-        scan, tokenizer = self.corpus_scan(), self.tokenizer
-        key = f"{scan.key}-{digest(tokenizer_fingerprint(tokenizer), self.hparams.eos_token)}"
+        scan, tokenizer, key = self.corpus_scan(), self.tokenizer, self._tokens_key()
         final = self.cache_dir / "tokens" / key
         with self._lock(f"tokens-{key}"):
+            _remove_if_damaged(final, "token cache")
             if not final.is_dir():
                 log.info("tokenising the corpus -> %s", final)
                 with atomic_directory(final) as building:
@@ -393,16 +437,20 @@ class LMDataModule(L.LightningDataModule):
                         "documents": scan.documents,
                         "lengths": lengths,
                     }
-                    atomic_write_text(building / "meta.json", json.dumps(meta, indent=1))
+                    write_meta(building, meta, [f"{name}.bin" for name in lengths])
         return final
 
     def _packed_dir(self) -> Path:
-        """Sequences of seq_len + 1 tokens per split (and per domain for val/test), as .npy files."""
-        tokens_dir = self._tokens_dir()
-        final = self.cache_dir / "packed" / f"{tokens_dir.name}-T{self.seq_len}"
+        """Sequences of seq_len + 1 tokens per split (and per domain for val/test), as .npy files; checked against
+        its meta once per data module (the token streams only when the sequences are built from them)."""
+        final = self.cache_dir / "packed" / f"{self._tokens_key()}-T{self.seq_len}"
+        if self._packed_checked:
+            return final
         with self._lock(f"packed-{final.name}"):
+            _remove_if_damaged(final, "packed-sequence cache")
             if not final.is_dir():
-                meta = read_json(tokens_dir / "meta.json")
+                tokens_dir = self._tokens_dir()
+                meta = {k: v for k, v in read_json(tokens_dir / META).items() if k != FILES}
                 dtype = np.dtype(meta["dtype"])
                 names = ["train"] + [
                     stream_name(s, d) for s in SPLITS[1:] for d in range(len(meta["domains"]))
@@ -412,8 +460,8 @@ class LMDataModule(L.LightningDataModule):
                     for name in names:
                         tokens = read_token_stream(tokens_dir, name, meta["lengths"].get(name, 0), dtype)
                         rows[name] = write_packed(tokens, self.seq_len, building / f"{name}.npy")
-                    packed_meta = {**meta, "seq_len": self.seq_len, "rows": rows}
-                    atomic_write_text(building / "meta.json", json.dumps(packed_meta, indent=1))
+                    write_meta(building, {**meta, "seq_len": self.seq_len, "rows": rows}, [f"{n}.npy" for n in names])
+        self._packed_checked = True
         return final
 
     def train_token_counts(self) -> np.ndarray:
@@ -421,12 +469,18 @@ class LMDataModule(L.LightningDataModule):
         tokens_dir = self._tokens_dir()
         path = tokens_dir / "train_counts.npy"
         with self._lock(f"counts-{tokens_dir.name}"):
-            if not path.is_file():
-                meta = read_json(tokens_dir / "meta.json")
-                train = read_token_stream(tokens_dir, "train", meta["lengths"].get("train", 0), np.dtype(meta["dtype"]))
+            meta = read_json(tokens_dir / META)
+            train_tokens = meta["lengths"].get("train", 0)
+            counts = _read_counts(path)
+            if counts is not None and (counts.shape != (self.vocab_size,) or counts.sum() != train_tokens):
+                log.warning("cached token counts %s do not match the token cache; counting again", path)
+                counts = None
+            if counts is None:
+                train = read_token_stream(tokens_dir, "train", train_tokens, np.dtype(meta["dtype"]))
+                counts = token_counts(train, self.vocab_size)
                 with atomic_file(path, binary=True) as out:
-                    np.save(out, token_counts(train, self.vocab_size))
-        return np.load(path)
+                    np.save(out, counts)
+        return counts
 
     def unigram_val_losses(self) -> dict[str, float]:
         """Per domain, the loss of the training split's add-one unigram (`unigram.py`) on exactly the tokens the
@@ -449,7 +503,7 @@ class LMDataModule(L.LightningDataModule):
         if self._packed is not None:
             return
         directory = self._packed_dir()
-        meta = read_json(directory / "meta.json")
+        meta = read_json(directory / META)
         for split in SPLITS[1:]:
             for index, domain in enumerate(meta["domains"]):
                 if meta["rows"][stream_name(split, index)] == 0:
@@ -539,6 +593,14 @@ class LMDataModule(L.LightningDataModule):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("tokenizer_json")
+        if saved is not None:
+            saved_hash, this_hash = tokenizer_fingerprint(Tokenizer.from_str(saved)), tokenizer_fingerprint(self.tokenizer)
+            if saved_hash != this_hash:
+                raise TokenizerMismatch(
+                    f"data.tokenizer: the checkpoint was trained with tokenizer {saved_hash}, but this run's tokenizer "
+                    f"({self.hparams.tokenizer!r}) is {this_hash}: its token ids mean other text; use the checkpoint's "
+                    "tokenizer or train a new run")
         # Lightning's fit loop restores the train loader from its own copy of this state, except when the loader
         # was created before the checkpoint was read (e.g. trainer.estimated_stepping_batches called in
         # configure_optimizers, Lightning issue #20550); applying it again here is harmless in the normal case.

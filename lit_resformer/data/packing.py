@@ -12,7 +12,9 @@ Cache layout (under `cache_dir`, see `default_cache_dir`):
         meta.json, train.npy, val.<d>.npy, test.<d>.npy
 
 Every entry is written under a temporary name and renamed into place, so a killed process leaves either a
-complete entry or none.
+complete entry or none. Each entry's meta also records the size and a content hash of each of its files (a trained
+tokenizer has them in `<name>.meta.json` beside it); an entry is checked against them when it is opened and rebuilt
+when it is damaged (a file truncated, changed or missing, the meta missing).
 """
 
 from __future__ import annotations
@@ -91,6 +93,56 @@ def atomic_file(path: Path, binary: bool = False) -> Iterator[TextIO | BinaryIO]
 def atomic_write_text(path: Path, text: str) -> None:
     with atomic_file(path) as out:
         out.write(text)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# integrity of cache entries
+
+META = "meta.json"
+FILES = "files"  # meta key: file name -> {"bytes": size, "blake2b": content hash}
+
+
+def file_digest(path: Path, chunk: int = 1 << 22) -> str:
+    hasher = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as data:
+        while block := data.read(chunk):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+def describe_files(directory: Path, names: Iterable[str]) -> dict[str, dict]:
+    """What a meta records of the files it vouches for: their sizes and content hashes."""
+    return {name: {"bytes": (directory / name).stat().st_size, "blake2b": file_digest(directory / name)}
+            for name in names}
+
+
+def files_problem(directory: Path, files: dict[str, dict]) -> str | None:
+    """Why the files under `directory` are not the ones `files` (from `describe_files`) describes, or None."""
+    for name, expected in files.items():
+        path = directory / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != expected["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, not {expected['bytes']}"
+        if file_digest(path) != expected["blake2b"]:
+            return f"{name} does not match its content hash"
+    return None
+
+
+def entry_problem(directory: Path) -> str | None:
+    """Why a cache directory cannot be used (its meta.json missing or unreadable, a file missing, truncated or
+    changed), or None when it is intact."""
+    try:
+        meta = read_json(directory / META)
+        files = meta[FILES]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"{META} is missing or unreadable ({type(error).__name__})"
+    return files_problem(directory, files)
+
+
+def write_meta(directory: Path, meta: dict, names: Iterable[str]) -> None:
+    """meta.json of a cache entry, vouching for the files `names` in it."""
+    atomic_write_text(directory / META, json.dumps({**meta, FILES: describe_files(directory, names)}, indent=1))
 
 
 # ---------------------------------------------------------------------------------------------------------

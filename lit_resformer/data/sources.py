@@ -11,6 +11,7 @@ Three kinds:
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import importlib.metadata
 import json
@@ -101,11 +102,69 @@ def embedded_documents() -> Iterator[Document]:
 # local files
 
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+DEFAULT_ENCODING = "utf-8"
 _BLANK_LINES = re.compile(r"\n[ \t\r\f\v]*\n")
+# How much of each text file is checked up front (the whole file is checked again as it is read).
+SNIFF_BYTES = 1 << 16
 
 
-def local_files(path: str | os.PathLike | None, domain_field: str | None = None) -> list[Path]:
-    """The data files under `path` in sorted order; raises ValueError naming the field for bad input."""
+def check_encoding(encoding: str) -> None:
+    try:
+        codecs.lookup(encoding)
+    except (LookupError, TypeError):
+        raise ValueError(f"data.encoding: unknown text encoding {encoding!r} (e.g. 'utf-8', 'latin-1', 'utf-16')") from None
+
+
+def _not_text(file: Path, data: bytes, start: int, encoding: str, final: bool) -> str | None:
+    """Why `data` (the bytes of `file` from offset `start`) is not text in `encoding`, or None."""
+    try:
+        text = codecs.getincrementaldecoder(encoding)().decode(data, final=final)
+    except UnicodeDecodeError as error:
+        return (f"data.path: {file} is not {encoding} text (byte 0x{data[error.start]:02x} at offset "
+                f"{start + error.start} cannot be decoded); if it is text in another encoding, set data.encoding")
+    if "\x00" in text:
+        return (f"data.path: {file} is not text (it holds NUL characters, as binary files do, at offset "
+                f"{start + text.index(chr(0))}); remove it from data.path")
+    return None
+
+
+def check_local_file(file: Path, encoding: str = DEFAULT_ENCODING) -> None:
+    """Cheap checks that a local data file is what its suffix says, before any compute: the head of a text file
+    decodes and holds no NUL characters; a parquet file's schema reads and has a string column 'text'."""
+    if file.suffix.lower() == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            schema = pq.read_schema(file)
+        except (pa.ArrowException, OSError) as error:
+            raise ValueError(f"data.path: {file} is not a parquet file ({str(error).splitlines()[0]})") from None
+        if "text" not in schema.names:
+            raise ValueError(f"data.path: {file} has no column 'text' (columns: {schema.names})")
+        text_type = schema.field("text").type
+        if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+            raise ValueError(f"data.path: {file} column 'text' holds {text_type}, not text")
+        return
+    with file.open("rb") as head:
+        data = head.read(SNIFF_BYTES)
+    problem = _not_text(file, data, 0, encoding, final=len(data) < SNIFF_BYTES)
+    if problem:
+        raise ValueError(problem)
+
+
+def read_text_file(file: Path, encoding: str = DEFAULT_ENCODING) -> str:
+    """The whole file as text; ValueError naming the file and the offending byte when it is not text."""
+    data = file.read_bytes()
+    problem = _not_text(file, data, 0, encoding, final=True)
+    if problem:
+        raise ValueError(problem)
+    return data.decode(encoding)
+
+
+def local_files(path: str | os.PathLike | None, domain_field: str | None = None,
+                encoding: str | None = None) -> list[Path]:
+    """The data files under `path` in sorted order; raises ValueError naming the field for bad input. With an
+    `encoding`, every file's head is also checked to be what its suffix says (`check_local_file`)."""
     if path is None or str(path).strip() == "":
         raise ValueError(
             "data.path: required when source is 'local' (a .txt/.jsonl/.parquet file or a folder)"
@@ -136,6 +195,10 @@ def local_files(path: str | os.PathLike | None, domain_field: str | None = None)
                 f"data.domain_field: {domain_field!r} names a field of .jsonl/.parquet records, but "
                 f"{text_files[0]} is a .txt file (its domain is its file name); remove domain_field or the .txt files"
             )
+    if encoding is not None:
+        check_encoding(encoding)
+        for file in files:
+            check_local_file(file, encoding)
     return files
 
 
@@ -163,18 +226,20 @@ def _record_document(record: Any, file: Path, where: str, domain_field: str | No
     return Document(text, domain) if text else None
 
 
-def local_documents(path: str | os.PathLike, domain_field: str | None = None) -> Iterator[Document]:
+def local_documents(path: str | os.PathLike, domain_field: str | None = None,
+                    encoding: str = DEFAULT_ENCODING) -> Iterator[Document]:
     """Documents of local files, file by file in sorted order.
 
     - .txt: documents are separated by blank lines; the domain is the file name without suffix.
     - .jsonl: one JSON record per line with a string field `text`.
     - .parquet: a string column `text`.
     For .jsonl/.parquet the domain is the file name without suffix, or the record's `domain_field`
-    (a dotted name such as "meta.source" reaches into nested records).
+    (a dotted name such as "meta.source" reaches into nested records). Text files are read in `encoding`; a file
+    that is not text in it is refused (never read with replacement characters).
     """
     for file in local_files(path, domain_field):
         count = 0
-        for document in _file_documents(file, domain_field):
+        for document in _file_documents(file, domain_field, encoding):
             count += 1
             yield document
         if count == 0:
@@ -182,26 +247,31 @@ def local_documents(path: str | os.PathLike, domain_field: str | None = None) ->
                              "remove the file or add text to it")
 
 
-def _file_documents(file: Path, domain_field: str | None) -> Iterator[Document]:
+def _file_documents(file: Path, domain_field: str | None, encoding: str) -> Iterator[Document]:
     suffix = file.suffix.lower()
     if suffix == ".txt":
-        for chunk in _BLANK_LINES.split(file.read_text(encoding="utf-8", errors="replace")):
+        for chunk in _BLANK_LINES.split(read_text_file(file, encoding)):
             if chunk.strip():
                 yield Document(chunk.strip(), file.stem)
     elif suffix == ".jsonl":
-        with file.open(encoding="utf-8") as lines:
-            for line_number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(
-                        f"data.path: {file} line {line_number}: invalid JSON ({error})"
-                    ) from None
-                document = _record_document(record, file, f"line {line_number}", domain_field)
-                if document is not None:
-                    yield document
+        with file.open(encoding=encoding) as lines:
+            line_number = 0
+            try:
+                for line_number, line in enumerate(lines, start=1):  # noqa: B007 - read in the error message
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as error:
+                        raise ValueError(
+                            f"data.path: {file} line {line_number}: invalid JSON ({error})"
+                        ) from None
+                    document = _record_document(record, file, f"line {line_number}", domain_field)
+                    if document is not None:
+                        yield document
+            except UnicodeDecodeError:
+                raise ValueError(f"data.path: {file} line {line_number + 1} is not {encoding} text; if the file is "
+                                 "text in another encoding, set data.encoding") from None
     else:
         import pyarrow.parquet as pq
 

@@ -25,6 +25,10 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 TokenizerKind = Literal["bpe", "file", "hub"]
 
 
+class TokenizerMismatch(ValueError):
+    """A checkpoint was trained on other token ids than this run's tokenizer produces."""
+
+
 def parse_tokenizer_spec(spec: str) -> tuple[TokenizerKind, str]:
     """Classify `data.tokenizer` without loading anything: ("bpe", ""), ("file", path) or ("hub", name)."""
     if not isinstance(spec, str) or not spec.strip():
