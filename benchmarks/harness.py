@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 MARKDOWN = ROOT / "docs" / "BENCHMARKS.md"
 # Section order in docs/BENCHMARKS.md (and the default run order of `python -m benchmarks`).
-BENCHMARKS = ("variant_overhead", "hf_throughput", "loop_overhead", "decode", "data_loader", "mfu", "profile")
+BENCHMARKS = ("variant_overhead", "hf_throughput", "loop_overhead", "decode", "data_loader", "mfu", "profile", "cpu_slots")
 
 MARKDOWN_HEADER = """# Benchmarks
 

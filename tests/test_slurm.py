@@ -23,6 +23,7 @@ import pytest
 import yaml
 from helpers.experiments import tiny_experiment
 
+from lit_resformer.data.sources import SNIFF_BYTES
 from lit_resformer.run_dir import RunDir
 
 pytestmark = pytest.mark.slurm
@@ -200,9 +201,10 @@ def test_grid_runs_one_slurm_job_per_run_and_records_a_failing_one(slurm, tmp_pa
              "lr": 3e-3, "warmup_steps": 3}
     experiment(tmp_path / "base.yaml", tiny_corpus, data_cache, trainer={"max_steps": 8, "val_check_interval": 4},
                model=model)
-    # Valid for the grid (the path exists), refused by `lit-resformer fit` when it reads the data: a job that fails.
+    # Valid for the grid (text as far as the grid's check reads), refused by `lit-resformer fit` when it reads the
+    # whole file: a job that fails.
     (tmp_path / "blob").mkdir()
-    (tmp_path / "blob" / "blob.txt").write_bytes(bytes(range(128, 256)) * 8)
+    (tmp_path / "blob" / "blob.txt").write_bytes(b"words and more words.\n\n" * (SNIFF_BYTES // 10) + b"caf\xe9\n")
     grid = tmp_path / "micro.yaml"
     grid.write_text(yaml.safe_dump({
         "name": "micro",
