@@ -42,6 +42,9 @@ from lit_resformer.experiment import ConfigChecker, changed_fields, load_experim
 
 from .claims import parse_claims
 
+# Where a run trains, not what it computes (precision and strategy do change the numbers, so they are not here).
+PLACEMENT = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes")
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
@@ -95,14 +98,22 @@ class Grid:
     checker: ConfigChecker | None = field(default=None, repr=False)  # the parser and checks of `fit`
     base: dict = field(default_factory=dict, repr=False)  # the base experiment, its configs merged
 
-    def same_run(self, old: dict, new: dict) -> bool:
-        """Whether two configs run the same (equal once every field has its value, defaults included)."""
+    def same_run(self, old: dict, new: dict, finished: bool = False) -> bool:
+        """Whether two configs run the same (equal once every field has its value, defaults included). For a
+        `finished` run, where it trained (PLACEMENT) does not count: its results stand wherever they came from (a
+        slice on a lent GPU, merged into a folder that a CPU run of the same grid then completes)."""
         if old == new:
             return True
         try:
-            return self.checker.resolved(old) == self.checker.resolved(new)
+            old, new = self.checker.resolved(old), self.checker.resolved(new)
         except (argparse.ArgumentError, ValueError):  # a config that no longer validates runs differently
             return False
+        if finished:
+            for key in PLACEMENT:
+                section, name = key.split(".")
+                old.get(section, {}).pop(name, None)
+                new.get(section, {}).pop(name, None)
+        return old == new
 
     def changes(self) -> dict[str, dict[str, tuple[Any, Any]]]:
         """cell name -> {dotted key: (base value, cell value)} for every field the cell's config sets to another value

@@ -15,7 +15,7 @@ import yaml
 from helpers.experiments import tiny_experiment
 
 from ablations.slices import SliceError, export_grid, merge_export
-from lit_resformer.run_dir import RunDir
+from lit_resformer.run_dir import RunConflict, RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -128,3 +128,31 @@ def test_slice_script_stops_at_its_time_limit_and_the_next_call_finishes_the_gri
     assert sum("skip: done" in line for line in log.splitlines()) == len(added_first)
     for run in (tmp_path / "results/sliced").glob("*/seed*"):
         assert RunDir(run).read_summary()["attempts"] == 1
+
+
+def test_a_finished_run_counts_wherever_it_trained_an_unfinished_one_does_not(tmp_path, tiny_corpus, data_cache):
+    """Results merged from a GPU slice are skipped by a CPU run of the same grid; anything else that differs is
+    still a different run, and an unfinished run cannot resume on other hardware than its config names."""
+    from ablations import load_grid
+
+    grid = slice_grid(tmp_path, tiny_corpus, data_cache)
+    spec = load_grid(grid)
+    (run,) = [r for r in spec.runs() if r.cell == "vanilla" and r.seed == 0]
+    on_gpu = yaml.safe_load(yaml.safe_dump(run.config))
+    on_gpu["trainer"].update(accelerator="gpu", devices=1)
+    assert spec.same_run(on_gpu, run.config, True)
+    assert not spec.same_run(on_gpu, run.config, False)
+    in_bf16 = {**on_gpu, "trainer": {**on_gpu["trainer"], "precision": "bf16-mixed"}}
+    assert not spec.same_run(in_bf16, run.config, True)  # precision changes the numbers: another run
+
+    from ablations.runner import plan
+
+    grid_dir = tmp_path / "runs" / spec.name
+    finished = RunDir(grid_dir / "vanilla/seed0")
+    finished.write_experiment(on_gpu)
+    finished.write_summary({"status": "done"})
+    actions = {p.run.name: p.action for p in plan(spec, spec.runs(), grid_dir, [])}
+    assert actions["sliced/vanilla/seed0"] == "skip: done"
+    finished.write_summary({"status": "interrupted"})
+    with pytest.raises(RunConflict, match=r"trainer.accelerator: 'gpu' -> 'cpu'"):
+        plan(spec, spec.runs(), grid_dir, [])
