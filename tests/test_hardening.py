@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import chromium
 from helpers.experiments import tiny_experiment
 
 from ablations import GridError, load_grid
@@ -684,31 +685,17 @@ def test_report_escapes_everything_it_quotes(tmp_path):
 
 
 def test_report_payloads_stay_text_in_headless_chromium(tmp_path):
-    import shutil
-    import subprocess
-
     from ablations import write_report
 
-    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
-    if browser is None:
-        pytest.skip("needs Chromium (Debian: apt-get install chromium)")
+    chromium.browser()
     index = write_report(hostile_grid(tmp_path))
-    probe = tmp_path / "probe.html"
     payloads = [SCRIPT, IMG, SVG, ALERT]
-    probe.write_text(
-        f'<html><body><iframe id="report" src="{index.as_uri()}"></iframe><script>'
-        'document.getElementById("report").onload = function () {'
-        "  const doc = this.contentDocument;"
-        '  const scripted = Array.from(doc.querySelectorAll("a, img")).filter(e => /^javascript:/i.test(e.href || e.src));'
-        '  if (scripted.length) document.body.dataset.pwned = "link";'
-        f"  const payloads = {__import__('json').dumps(payloads).replace('</', '<' + chr(92) + '/')};"
-        "  const shown = payloads.filter(p => doc.body.innerText.includes(p)).length;"
-        '  document.body.setAttribute("data-shown", shown + "/" + payloads.length);'
-        "};</script></body></html>"
-    )
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"]
-    dom = subprocess.run([*flags, "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
-                         capture_output=True, text=True, timeout=180).stdout
+    dom = chromium.framed_dom(index, (
+        'const scripted = Array.from(frame.querySelectorAll("a, img")).filter(e => /^javascript:/i.test(e.href || e.src));'
+        'if (scripted.length) document.body.dataset.pwned = "link";'
+        f"const payloads = {__import__('json').dumps(payloads).replace('</', '<' + chr(92) + '/')};"
+        "const shown = payloads.filter(p => frame.body.innerText.includes(p)).length;"
+        'document.body.setAttribute("data-shown", shown + "/" + payloads.length);'), tmp_path)
     body = re.search(r"<body[^>]*>", dom).group(0)
     assert f'data-shown="{len(payloads)}/{len(payloads)}"' in body, body  # every payload is visible as text
     assert "data-pwned" not in body, body  # and none of them ran

@@ -5,8 +5,6 @@ import csv
 import json
 import math
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ import pandas as pd
 import pytest
 import scipy.stats
 import yaml
+from helpers import chromium
 
 from ablations import load_grid, write_report
 from ablations.stats import critical_point, paired_difference
@@ -206,27 +205,17 @@ def test_report_refuses_a_directory_without_grid(tmp_path):
 
 @pytest.mark.slow
 def test_index_html_shows_every_image_in_headless_chromium(tmp_path):
-    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
-    if browser is None:
-        pytest.skip("needs Chromium (Debian: apt-get install chromium)")
+    chromium.browser()
     index = write_report(synthetic_grid(tmp_path))
     expected = len(list((index.parent / "plots").glob("*.png")))
-    # A page that loads the report in a frame and records how many of its images decoded.
-    probe = tmp_path / "probe.html"
-    probe.write_text(
-        f'<html><body><iframe id="report" src="{index.as_uri()}"></iframe><script>'
-        'document.getElementById("report").onload = function () {'
-        "  const images = Array.from(this.contentDocument.images);"
-        "  const shown = images.filter(i => i.complete && i.naturalWidth > 0).length;"
-        '  document.body.setAttribute("data-images", shown + "/" + images.length);'
-        "};</script></body></html>"
-    )
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"]
-    dom = subprocess.run([*flags, "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
-                         capture_output=True, text=True, timeout=180).stdout
+    # How many of the report's images decoded.
+    dom = chromium.framed_dom(index, "const images = Array.from(frame.images);"
+                                     "const shown = images.filter(i => i.complete && i.naturalWidth > 0).length;"
+                                     'document.body.setAttribute("data-images", shown + "/" + images.length);',
+                              tmp_path, budget_ms=10000)
     assert f'data-images="{expected}/{expected}"' in dom, dom[-500:]
     shot = tmp_path / "report.png"
-    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,3000", index.as_uri()], capture_output=True, timeout=180)
+    chromium.screenshot(index, shot)
     assert shot.read_bytes().startswith(PNG_MAGIC)
 
 
