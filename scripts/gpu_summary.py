@@ -13,7 +13,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-# (benchmark, metric suffix, how to print it): the figures the GPU targets are about, in the order of DESIGN §9.
+# (benchmark, metric suffix, how to print it): the figures the GPU targets are about, model speed first, decoding last.
 HEADLINES = [
     ("mfu", "peak_matmul_flops", "tflops"),
     ("mfu", "82M.mfu", "percent"), ("mfu", "180M.mfu", "percent"), ("mfu", "468M.mfu", "percent"),

@@ -1,4 +1,4 @@
-"""ModelConfig: the base Llama-like model plus every variant of DESIGN §3, as data.
+"""ModelConfig: the base Llama-like model plus every variant of the paper and its baselines, as data.
 
 A config is validated when it is constructed; every rejected value names the field and what is allowed,
 so a bad grid cell fails before any compute. Layer numbers in configs are 1-based, as in the paper.
