@@ -51,8 +51,10 @@ SameRun = Callable[[dict, dict, bool], bool]  # whether two configs run the same
 def check_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:
     """Refuse to reuse a directory whose run was made with another config."""
     existing = run.read_experiment()
+    if existing is None:
+        return
     finished = (run.read_summary() or {}).get("status") in FINISHED
-    if existing is not None and not same_run(existing, config, finished):
+    if not same_run(existing, config, finished):
         diff = config_differences(existing, config)
         shown = "; ".join(diff[:5]) + (f"; ... ({len(diff)} differences)" if len(diff) > 5 else "")
         raise RunConflict(
