@@ -180,6 +180,30 @@ def test_decode_matches_forward_on_cuda(name):
     assert torch.equal(model.generate(x[:, :4], max_new_tokens=8), greedy)
 
 
+def test_graphed_steps_own_their_caches():
+    """The decode benchmark's pattern: several graphs recorded in one process, each over a cache the caller no
+    longer references, other tensors allocated in between, then replayed. Before the step kept its cache, the
+    freed cache memory was reused and the first replay hit a device-side index assert."""
+    x = tokens(length=14).to(CUDA)
+    models = {name: on_cuda(small(**DECODE_VARIANTS[name])) for name in ("vanilla", "svformer")}
+    steps, fulls = {}, {}
+    for name, model in models.items():
+        with torch.no_grad():
+            fulls[name] = model(x)
+            cache = model.new_cache(batch=2, max_seq=16)
+            model(x[:, :5], cache=cache)
+            steps[name] = GraphedDecodeStep(model, cache, batch=2)
+        del cache
+        torch.cuda.empty_cache()
+        clutter = [torch.full((2, 4, 16, 8), 10**6, dtype=torch.float32, device=CUDA) for _ in range(64)]
+    for name, step in steps.items():
+        assert step.cache.pos.device.type == "cuda"
+        with torch.no_grad():
+            graphed = torch.stack([step(x[:, t:t + 1]).clone() for t in range(5, 14)], 1)
+        assert relative_error(graphed, fulls[name][:, 5:]) < 1e-4
+    del clutter
+
+
 # ---------------------------------------------------------------------------- torch.compile
 @pytest.mark.parametrize("name", list(DECODE_VARIANTS))
 def test_compiled_forward_equals_eager(name):

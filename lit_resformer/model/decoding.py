@@ -28,6 +28,9 @@ class GraphedDecodeStep:
         if device.type != "cuda":
             raise ValueError(f"GraphedDecodeStep needs a CUDA model; this one is on {device}")
         cache.make_static()
+        # The graph reads and writes these tensors by address, so the step owns them: a cache the caller drops
+        # would hand its memory back to the allocator, and a replay would then index with whatever landed there.
+        self.model, self.cache = model, cache
         self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)
         forward = torch.compile(model, dynamic=False) if compile else model
         start = cache.pos.clone()
