@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ import yaml
 from lit_resformer.reporting import markdown_table
 
 from . import metrics as M
+from .slices import PROVENANCE
 from .stats import critical_point, paired_difference
 
 PLATEAU_MARGIN = 1.0  # nats below the unigram loss a final validation loss must be to count as evidence
@@ -77,10 +78,12 @@ class Verdict:
     high: float | None
     n: int
     note: str = ""  # why a claim is inconclusive beyond its interval, and what was left out
+    trained_on: str = ""  # where the grid's runs trained, from a results folder's provenance ("" if trained in place)
 
     def to_dict(self) -> dict:
         return {"grid": self.grid, **self.claim.to_dict(), "verdict": self.verdict, "delta": self.delta,
-                "ci_low": self.low, "ci_high": self.high, "n": self.n, "note": self.note}
+                "ci_low": self.low, "ci_high": self.high, "n": self.n, "note": self.note,
+                "trained_on": self.trained_on}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,7 +250,18 @@ def evaluate_grid(grid_dir: str | Path) -> list[Verdict]:
         verdicts.append(judge(claim, values["a"], values["b"], in_comparison, manifest["name"], note))
     if (manifest.get("report") or {}).get("scaling"):
         verdicts.extend(_scaling_verdicts(grid_dir))
-    return verdicts
+    where = trained_on(grid_dir)
+    return [replace(verdict, trained_on=where) for verdict in verdicts]
+
+
+def trained_on(grid_dir: Path) -> str:
+    """Where a results folder's runs trained: the distinct notes of the exports merged into it (its
+    provenance.json), in merge order; "" for a run directory trained in place."""
+    path = grid_dir / PROVENANCE
+    if not path.is_file():
+        return ""
+    notes = [entry.get("note") or "not recorded" for entry in json.loads(path.read_text())]
+    return "; ".join(dict.fromkeys(notes))
 
 
 def _scaling_verdicts(grid_dir: Path) -> list[Verdict]:
@@ -356,8 +370,13 @@ def _metric_label(claim: Claim) -> str:
 
 
 def markdown(verdicts: Sequence[Verdict]) -> str:
-    """The scoreboard as a markdown table and a count of each verdict."""
-    return markdown_table(*table(verdicts)) + "\n" + counts(verdicts) + "\n"
+    """The scoreboard as a markdown table, a count of each verdict and where each grid's runs trained (grids
+    merged from exports; runs from different machines may differ in corpus and numerics, so pair within a grid)."""
+    text = markdown_table(*table(verdicts)) + "\n" + counts(verdicts) + "\n"
+    places = {v.grid: v.trained_on for v in verdicts if v.trained_on}
+    if places:
+        text += "\nWhere the runs trained:\n" + "".join(f"- {grid}: {where}\n" for grid, where in places.items())
+    return text
 
 
 def counts(verdicts: Sequence[Verdict]) -> str:

@@ -163,9 +163,15 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     runs.mkdir()
     for grid_dir in (first, second):
         grid_dir.rename(runs / grid_dir.name)
+    # `second` holds runs merged from two exports (ablations.slices): the scoreboard says where they trained
+    provenance = [{"grid": "second", "runs": ["vanilla/seed0"], "note": "GPU box"},
+                  {"grid": "second", "runs": ["better/seed0"], "note": "GPU box"},
+                  {"grid": "second", "runs": ["worse/seed0"], "note": ""}]
+    (runs / "second" / "provenance.json").write_text(json.dumps(provenance))
 
     verdicts = scoreboard([runs])
     assert [v.grid for v in verdicts] == ["first"] * 5 + ["second"] * 5
+    assert {v.trained_on for v in verdicts} == {"", "GPU box; not recorded"}
     main(["claims", str(runs / "first"), str(runs / "second")])
     board = capsys.readouterr().out
     assert board.startswith("| grid | claim | a vs b | metric | Δ (a − b) | 95% CI | n | verdict | note |")
@@ -173,10 +179,12 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     row = f"| second | better ends below vanilla | better vs vanilla | val_loss (lower) | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] | 3 | **reproduced** |"
     assert row in board
     assert "6 reproduced, 2 contradicted, 2 inconclusive of 10 claims." in board
+    assert board.endswith("Where the runs trained:\n- second: GPU box; not recorded\n")
 
     main(["claims", str(runs), "--json"])
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 10 and {r["grid"] for r in rows} == {"first", "second"}
+    assert {r["grid"]: r["trained_on"] for r in rows} == {"first": "", "second": "GPU box; not recorded"}
     assert {r["verdict"] for r in rows if r["a"] == "same"} == {"inconclusive"}
     with pytest.raises(SystemExit, match="no grid run directory"):
         main(["claims", str(tmp_path / "a")])
