@@ -226,6 +226,23 @@ def test_compiled_training_step_equals_eager(name):
         assert relative_error(a, b) < 1e-4, param_name
 
 
+def test_compiled_cross_layer_attention_goes_through_flex_attention(monkeypatch):
+    """Eq. 2 in compiled CUDA code uses the FlexAttention block mask (the masked SDPA kernel computes every score of
+    both key blocks); the result is the eager masked SDPA's, forward and backward (the test above for every layer)."""
+    from lit_resformer.model import kernels
+
+    calls = []
+    real = kernels.flex_attention
+    monkeypatch.setattr(kernels, "flex_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    model = on_cuda(small(**DECODE_VARIANTS["cross-attention"])).train()
+    x, y = tokens().to(CUDA), tokens(seed=2).to(CUDA)
+    eager = model(x, labels=y)
+    assert not calls
+    compiled = torch.compile(model)(x, labels=y)
+    assert calls, "the compiled model did not trace FlexAttention"
+    assert abs(compiled.item() - eager.item()) < 1e-5
+
+
 # ---------------------------------------------------------------------------- padded head, chunked loss
 def test_chunked_loss_equals_cross_entropy_on_cuda():
     hidden, weight, labels = (t.detach().to(CUDA) for t in loss_inputs(rows=4096, d=64, vocab=50277, padded=50304))

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from torch.nn.attention.flex_attention import flex_attention
 
 from lit_resformer.model import ModelConfig, Trace, Transformer, kv_cache_bytes
 from lit_resformer.model.config import PRESETS
 from lit_resformer.model.hf import from_hf_llama, to_hf_llama
-from lit_resformer.model.kernels import attention, flash_available
+from lit_resformer.model.kernels import attention, blocked_causal_block_mask, flash_available
 from lit_resformer.model.transformer import _Stash
 
 SMALL = dict(n_layer=6, n_head=4, d_model=64, ffn_dim=128, vocab_size=97, max_seq_len=64)
@@ -332,6 +334,23 @@ def test_cross_attention_kernel_matches_naive_reference():
     q, k1, v1, k2, v2 = (_rand(2, 3, 7, 8, seed=s) for s in range(5))
     fast = attention(q, torch.cat([k1, k2], 2), torch.cat([v1, v2], 2), offset=0, key_blocks=2)
     assert torch.allclose(fast, _naive_cross_attention(q, k1, v1, k2, v2), atol=1e-5)
+
+
+@pytest.mark.parametrize("t,key_blocks,n_kv_head", [(7, 2, 3), (130, 2, 1), (200, 3, 3)])
+def test_flex_block_mask_is_the_blocked_causal_mask(t, key_blocks, n_kv_head):
+    """The FlexAttention path compiled CUDA training takes for Eq. 2 (CPU: forward only, unfused) computes what
+    the loops compute; 130 and 200 rows cross a 128-row tile, 3 blocks are Eq. 2 with two source layers."""
+    q = _rand(1, 3, t, 8, seed=20)
+    k, v = _rand(1, n_kv_head, key_blocks * t, 8, seed=21), _rand(1, n_kv_head, key_blocks * t, 8, seed=22)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "flex_attention called without torch.compile")
+        flex = flex_attention(q, k, v, block_mask=blocked_causal_block_mask(t, key_blocks, q.device),
+                              enable_gqa=n_kv_head != 3)
+    k, v = k.repeat_interleave(3 // n_kv_head, 1), v.repeat_interleave(3 // n_kv_head, 1)
+    assert torch.allclose(flex, attention(q, k, v, offset=0, key_blocks=key_blocks), atol=1e-5)
+    if key_blocks == 2 and t < 10:
+        assert torch.allclose(flex, _naive_cross_attention(q, k[:, :, :t], v[:, :, :t], k[:, :, t:], v[:, :, t:]),
+                              atol=1e-5)
 
 
 def test_block_identity_eq3_and_eq4():
