@@ -138,7 +138,7 @@ class Grid:
             "name": self.name,
             "description": self.description,
             "grid_file": str(self.path),
-            "base": " + ".join(str(p) for p in self.base_paths),
+            "base": " + ".join(_as_typed(p) for p in self.base_paths),
             "baseline": self.baseline,
             "seeds": self.seeds,
             "overrides": self.overrides,
@@ -368,6 +368,15 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
     overrides = {**_flatten_overrides(inherited.get("overrides") or {}, f"{parent_path}: overrides"),
                  **_flatten_overrides(spec.pop("overrides", None) or {}, f"{path}: overrides")}
     return {**inherited, **spec, "overrides": overrides}
+
+
+def _as_typed(path: Path) -> str:
+    """A resolved path as the user would type it from where the grid ran: relative when under the working
+    directory, so a report read on another machine names the repository's file, not this machine's folder."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _resolve_base(base: Any, grid_path: Path) -> Path:

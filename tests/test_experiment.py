@@ -117,12 +117,16 @@ def test_an_experiment_is_its_pieces_in_order(capsys):
     assert load_experiment(experiment) == pieces_then_variant
 
 
-def test_grid_base_may_be_a_list_of_configs(tmp_path):
+def test_grid_base_may_be_a_list_of_configs(tmp_path, monkeypatch):
     grid = tmp_path / "g.yaml"
     grid.write_text(yaml.safe_dump({"base": [str(p) for p in PIECES], "baseline": "vanilla",
                                     "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}}))
     loaded = load_grid(grid)
     assert loaded.configs["resformer"] == load_experiment(CONFIGS / "experiments/cpu-demo-resformer.yaml")
+    # the manifest names the pieces as typed from where the grid ran: relative under the working directory
+    monkeypatch.chdir(CONFIGS)
+    assert loaded.manifest()["base"] == "recipes/cpu.yaml + data/embedded.yaml + models/tiny.yaml"
+    monkeypatch.chdir(tmp_path)
     assert loaded.manifest()["base"] == " + ".join(str(p.resolve()) for p in PIECES)
 
 
