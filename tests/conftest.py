@@ -44,6 +44,14 @@ def tiny_corpus(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def gpu_tier_corpus(tmp_path_factory):
+    """Stands in for the code corpus the GPU tier writes on its machine: any local text file passes validation."""
+    corpus = tmp_path_factory.mktemp("gpu_tier_corpus") / "python.jsonl"
+    corpus.write_text("".join(f'{{"text": "def f{i}(): return {i}"}}\n' for i in range(50)))
+    return corpus
+
+
+@pytest.fixture(scope="session")
 def data_cache(tmp_path_factory):
     """One cache for the session, so the tiny corpus's BPE is trained once."""
     return tmp_path_factory.mktemp("lit_resformer_cache")

@@ -68,19 +68,17 @@ def test_fig17_anchor_counts(tier):
     assert counts == [1, 2, 4]
 
 
-def test_gpu_tier_trains_the_82m_preset_on_at_least_25m_tokens_a_run(tmp_path):
+def test_gpu_tier_trains_the_82m_preset_on_at_least_25m_tokens_a_run(gpu_tier_corpus):
     """Every GPU-tier grid: the paper's 82M preset, bf16 on one GPU, >= 25M training tokens a run, the seeds the
     tier promises (3 where the paper's effect is the headline, else 2), its parent's cells."""
     from ablations.spec import load_grid
 
-    corpus = tmp_path / "python.jsonl"  # the real corpus is written on the GPU machine; any file passes validation
-    corpus.write_text("".join(f'{{"text": "def f{i}(): return {i}"}}\n' for i in range(50)))
     three_seeds = {"fig7", "fig7-lengths", "fig9", "fig11", "fig13"}
     grids = sorted((GRIDS / "gpu").glob("*.yaml"))
     assert {p.stem for p in grids} >= {"fig5", "fig7", "fig7-lengths", "fig8", "fig9", "fig10", "fig11", "fig13",
                                        "fig14", "fig16", "fig17", "learnable"}
     for path in grids:
-        grid = load_grid(path, forced={"data.path": str(corpus)})
+        grid = load_grid(path, forced={"data.path": str(gpu_tier_corpus)})
         paper = load_grid(GRIDS / f"{path.stem}-paper.yaml")
         assert grid.name == f"{path.stem}-gpu" and {c.family or c.name for c in grid.cells} == \
             {c.family or c.name for c in paper.cells}, path
