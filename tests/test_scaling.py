@@ -485,8 +485,9 @@ def tokens_per_run(config):
     return config["trainer"]["max_steps"] * per_step
 
 
-def test_cpu_size_ladder_grid():
-    grid = load_grid(REPO / "configs/grids/scaling-size.yaml")
+@pytest.mark.parametrize("grid_file", ["scaling-size.yaml", "scaling-size-small.yaml"])
+def test_cpu_size_ladder_grid(grid_file):
+    grid = load_grid(REPO / "configs/grids" / grid_file)
     assert grid.report["scaling"] == "params" and len(grid.seeds) >= 2
     assert {c.family for c in grid.cells} == VARIANT_NAMES and grid.baseline == "vanilla"
     vanilla = [c for c in grid.cells if c.family == "vanilla"]
