@@ -137,7 +137,7 @@ class Grid:
         return {
             "name": self.name,
             "description": self.description,
-            "grid_file": str(self.path),
+            "grid_file": _as_typed(self.path.resolve()),
             "base": " + ".join(_as_typed(p) for p in self.base_paths),
             "baseline": self.baseline,
             "seeds": self.seeds,

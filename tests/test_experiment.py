@@ -126,8 +126,10 @@ def test_grid_base_may_be_a_list_of_configs(tmp_path, monkeypatch):
     # the manifest names the pieces as typed from where the grid ran: relative under the working directory
     monkeypatch.chdir(CONFIGS)
     assert loaded.manifest()["base"] == "recipes/cpu.yaml + data/embedded.yaml + models/tiny.yaml"
+    assert loaded.manifest()["grid_file"] == str(grid.resolve())
     monkeypatch.chdir(tmp_path)
     assert loaded.manifest()["base"] == " + ".join(str(p.resolve()) for p in PIECES)
+    assert loaded.manifest()["grid_file"] == "g.yaml"
 
 
 def test_composition_mistakes_are_named(tmp_path, capsys):
