@@ -83,9 +83,10 @@ def test_a_merged_results_folder_is_a_runs_folder(tmp_path):
 
 
 def slice_grid(tmp_path: Path, corpus: Path, cache: Path) -> Path:
-    # long enough (600 steps) that four runs cannot finish within the first slice's time limit on any machine
-    base = tiny_experiment(tmp_path / "base.yaml", corpus, cache, trainer={"max_steps": 600, "val_check_interval": 300},
-                           checkpoint={"every_n_train_steps": 300})
+    # long enough that four runs cannot finish within the first slice's time limit even on an idle fast machine
+    # (at 600 steps all four finished in 39 s on the idle 2-core box: ~120 steps/s after start-up)
+    base = tiny_experiment(tmp_path / "base.yaml", corpus, cache, trainer={"max_steps": 3000, "val_check_interval": 1000},
+                           checkpoint={"every_n_train_steps": 1000})
     grid = {"name": "sliced", "base": str(base), "baseline": "vanilla", "seeds": [0, 1],
             "cells": {"vanilla": {"model.config.residual.target": "none"}, "resformer": {}}}
     path = tmp_path / "sliced.yaml"
