@@ -193,7 +193,7 @@ class LMDataModule(L.LightningDataModule):
         seed: seeds the training order (the shuffle of every epoch). None (the default) = the run's seed, the one
             LightningCLI's `seed_everything` set (Lightning's PL_GLOBAL_SEED; 0 when no seed was set), so that seeds
             of a grid vary the data order as well as the initialisation. An integer fixes the order whatever the
-            run's seed: seeds then vary only the initialisation (a paired design whose seeds share the data order).
+            run's seed: seeds then vary only the initialisation.
         cache_dir: where tokenizers and token caches live; default $LIT_RESFORMER_CACHE or ~/.cache/lit-resformer.
     """
 
