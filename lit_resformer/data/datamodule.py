@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
+from .bigram import BigramCounts, KneserNeyBigram, bigram_counts
 from .packing import (
     FILES,
     META,
@@ -77,6 +78,7 @@ Source = Literal["embedded", "local", "hub"]
 BYTES_PER_TOKEN_ESTIMATE = 4
 RUN_SEED_ENV = "PL_GLOBAL_SEED"  # where Lightning's seed_everything leaves the run's seed (also for DDP ranks)
 DATA_SEED = "data_seed"  # checkpoint state: the seed of the training order
+BIGRAMS_FILE = "train_bigrams.npz"  # in the token cache: the training split's pair counts
 
 
 def _cached_tokenizer_problem(path: Path, meta_path: Path) -> str | None:
@@ -270,6 +272,7 @@ class LMDataModule(L.LightningDataModule):
         self._tokenizer: Tokenizer | None = None
         self._packed: dict[str, Any] | None = None
         self._unigram_val_losses: dict[str, float] | None = None
+        self._bigram_val_losses: dict[str, float] | None = None
         self._train_loader: StatefulDataLoader | None = None
         self._train_loader_state: dict[str, Any] | None = None
         self._checkpoint_data_seed: int | None = None  # the data seed of the checkpoint being resumed
@@ -490,18 +493,62 @@ class LMDataModule(L.LightningDataModule):
                     np.save(out, counts)
         return counts
 
+    def train_bigram_counts(self) -> BigramCounts:
+        """The pairs of consecutive tokens of the training split, counted once per token cache and kept in it
+        (train_bigrams.npz, vouched for by train_bigrams.json: its content hash and the hash of the training
+        stream it was counted from, so a damaged file or a changed stream is counted again)."""
+        tokens_dir = self._tokens_dir()
+        path, meta_path = tokens_dir / BIGRAMS_FILE, tokens_dir / f"{Path(BIGRAMS_FILE).stem}.json"
+        with self._lock(f"bigrams-{tokens_dir.name}"):
+            meta = read_json(tokens_dir / META)
+            source = meta[FILES]["train.bin"]["blake2b"] if "train.bin" in meta[FILES] else None
+            problem = "missing"
+            if meta_path.is_file():
+                try:
+                    saved = read_json(meta_path)
+                    problem = (files_problem(tokens_dir, saved[FILES]) if saved.get("source") == source
+                               else "counted from another training stream")
+                except (OSError, ValueError, KeyError, TypeError):
+                    problem = f"{meta_path.name} is unreadable"
+            if problem is None:
+                with np.load(path) as saved_counts:
+                    return BigramCounts(self.vocab_size, saved_counts["pairs"], saved_counts["counts"])
+            if problem != "missing":
+                log.warning("cached bigram counts %s: %s; counting again", path, problem)
+            train_tokens = meta["lengths"].get("train", 0)
+            train = read_token_stream(tokens_dir, "train", train_tokens, np.dtype(meta["dtype"]))
+            counts = bigram_counts(train, self.vocab_size)
+            with atomic_file(path, binary=True) as out:
+                np.savez(out, pairs=counts.pairs, counts=counts.counts)
+            atomic_write_text(meta_path, json.dumps({"source": source, FILES: describe_files(tokens_dir, [BIGRAMS_FILE])}))
+        return counts
+
+    def _val_rows(self) -> Iterator[tuple[str, np.ndarray]]:
+        """Per domain, the validated sequences (seq_len + 1 tokens each: the inputs and, shifted by one, the labels)."""
+        for index, domain in enumerate(self.domains):
+            dataset = self._dataset("val", index)
+            yield domain, np.load(dataset.path, mmap_mode="r")[: len(dataset)]
+
     def unigram_val_losses(self) -> dict[str, float]:
         """Per domain, the loss of the training split's add-one unigram (`unigram.py`) on exactly the tokens the
         validation loss is computed on (the labels of the validated sequences): the plateau reference."""
         if self._unigram_val_losses is None:
             counts = self.train_token_counts()
-            losses = {}
-            for index, domain in enumerate(self.domains):
-                dataset = self._dataset("val", index)
-                labels = np.load(dataset.path, mmap_mode="r")[: len(dataset), 1:]
-                losses[domain] = unigram_loss(counts, labels.reshape(-1))
-            self._unigram_val_losses = losses
+            self._unigram_val_losses = {
+                domain: unigram_loss(counts, rows[:, 1:].reshape(-1)) for domain, rows in self._val_rows()
+            }
         return self._unigram_val_losses
+
+    def bigram_val_losses(self) -> dict[str, float]:
+        """Per domain, the loss of the training split's Kneser-Ney bigram (`bigram.py`) on the validation labels,
+        each predicted from the token before it: the reference a model must beat to show more than pair statistics."""
+        if self._bigram_val_losses is None:
+            model = KneserNeyBigram(self.train_bigram_counts())
+            self._bigram_val_losses = {
+                domain: model.loss(rows[:, :-1].reshape(-1), rows[:, 1:].reshape(-1))
+                for domain, rows in self._val_rows()
+            }
+        return self._bigram_val_losses
 
     def prepare_data(self) -> None:
         """Build (or find) the tokenizer and token caches; Lightning calls this on one process per node."""
