@@ -55,8 +55,9 @@ def bigram_counts(tokens: np.ndarray, vocab_size: int) -> BigramCounts:
     pairs, counts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     for start in range(0, max(len(tokens) - 1, 0), _PAIR_CHUNK):
         chunk = np.asarray(tokens[start : start + _PAIR_CHUNK + 1], dtype=np.int64)  # overlaps the next by one
-        if chunk.size and (chunk.min() < 0 or chunk.max() >= vocab_size):
-            raise ValueError(f"token id {chunk.max()} is outside the vocabulary of {vocab_size} ids")
+        outside = chunk[(chunk < 0) | (chunk >= vocab_size)]
+        if outside.size:
+            raise ValueError(f"token id {outside[0]} is outside the vocabulary of {vocab_size} ids")
         ids, chunk_counts = np.unique(chunk[:-1] * vocab_size + chunk[1:], return_counts=True)
         merged, inverse = np.unique(np.concatenate([pairs, ids]), return_inverse=True)
         counts = np.bincount(inverse, weights=np.concatenate([counts, chunk_counts]), minlength=len(merged))
