@@ -86,7 +86,7 @@ def test_per_seed_scaling_saving_covers_the_true_saving(seeds):
     """L(N) = E + A N^-alpha for the baseline and a variant with a smaller A; each seed's ladder is fitted with the
     report's own fit, the saving at the largest size taken per seed, and a t interval drawn over the seeds."""
     rng = np.random.default_rng(seeds)
-    replicates = REPLICATES // 2  # each replicate costs 2 x seeds curve fits
+    replicates = 600  # each replicate costs 2 x seeds curve fits (about 1 ms each)
     sizes = np.array([1e5, 2e5, 4e5, 8e5, 1.6e6])
     baseline_law = PowerLaw(E=2.0, a=3.0, alpha=0.3, x_ref=1e5)
     variant_law = PowerLaw(E=2.0, a=2.7, alpha=0.3, x_ref=1e5)
