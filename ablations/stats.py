@@ -65,8 +65,8 @@ def critical_point(relative: pd.Series) -> int | None:
 #             in it: the differences per seed remove that shared data-order noise (`scipy.stats.ttest_rel`);
 #   unpaired  anything else (each seed's data order its own, or one order shared by every run so that seeds
 #             vary only the initialisation): Welch's two-sample t, which assumes no equal variances
-#             (`scipy.stats.ttest_ind(equal_var=False)`); with 2 or 3 seeds a side it covers more than its
-#             nominal level (conservative), by 5 seeds it is close to it;
+#             (`scipy.stats.ttest_ind(equal_var=False)`); with 2 or 3 seeds a side it may cover more than its
+#             nominal level (95% intervals: up to 97.7% at 2 seeds, 96.6% at 3), by 5 seeds it is at it;
 #   per-seed  a quantity estimated once per seed (a scaling saving refitted on each seed's ladder): the one-sample
 #             t over those estimates (`scipy.stats.ttest_1samp`).
 # A claim has a direction ("ResFormer is lower"), so its test is one-sided ("less" or "greater", scipy's names):
