@@ -17,6 +17,9 @@ from .run_dir import RunDir
 
 # Rates of the throughput monitor span at least this many optimizer steps.
 THROUGHPUT_WINDOW_STEPS = 10
+# Count models of the training split whose validation loss every run logs as a reference (`<name>_val_losses`
+# of the datamodule), from the weakest up.
+REFERENCE_MODELS = ("unigram", "bigram")
 
 
 class TrainingThroughput(ThroughputMonitor):
@@ -330,19 +333,25 @@ class LitResFormer(L.LightningModule):
             losses = [self._eval_loss(self._to_device(b)) for b in loader]
             metrics[f"val/loss/{domain}"] = torch.stack(losses).mean().item()
         metrics["val/loss"] = sum(metrics.values()) / len(metrics)
-        metrics.update(self._unigram_reference())
+        metrics.update(self._reference_losses())
         for logger in self.loggers:
             logger.log_metrics(metrics, step=0)
         self.train(was_training)
 
-    def _unigram_reference(self) -> dict[str, float]:
-        """The loss of a context-free (unigram) model on the same validation tokens, per domain and averaged like
-        val/loss: the plateau a model must get well below. Constant, so logged once, with the step-0 validation."""
-        reference = getattr(self.trainer.datamodule, "unigram_val_losses", None)
-        if reference is None:  # a datamodule without a training split to count
-            return {}
-        per_domain = {f"val/unigram_loss/{domain}": loss for domain, loss in reference().items()}
-        return {**per_domain, "val/unigram_loss": sum(per_domain.values()) / len(per_domain)}
+    def _reference_losses(self) -> dict[str, float]:
+        """The losses of count models of the training split on the same validation tokens, per domain and averaged
+        like val/loss: the unigram (context-free: the plateau a model must get well below) and the bigram (the
+        previous token only: what a model must beat to show more than pair statistics). Constant, so logged once,
+        with the step-0 validation."""
+        metrics = {}
+        for name in REFERENCE_MODELS:
+            reference = getattr(self.trainer.datamodule, f"{name}_val_losses", None)
+            if reference is None:  # a datamodule without a training split to count
+                continue
+            per_domain = {f"val/{name}_loss/{domain}": loss for domain, loss in reference().items()}
+            metrics.update(per_domain)
+            metrics[f"val/{name}_loss"] = sum(per_domain.values()) / len(per_domain)
+        return metrics
 
     def _to_device(self, batch):
         return {k: v.to(self.device) for k, v in batch.items()}

@@ -1,11 +1,16 @@
-"""Resuming from a checkpoint continues the exact training data order, within and across epochs."""
+"""The training order follows the run's seed (or an explicit data.seed), and resuming from a checkpoint continues it
+exactly, within and across epochs."""
 
 import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.experiments import tiny_experiment
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torchdata.stateful_dataloader import StatefulDataLoader
+
+from lit_resformer.cli import main
+from lit_resformer.run_dir import RunDir
 
 TOTAL_STEPS = 20
 
@@ -86,3 +91,56 @@ def test_train_loader_is_stateful_and_seeded(tiny_datamodule):
     assert torch.equal(next(iter(resumed))["input_ids"], expected)
     other_seed = next(iter(tiny_datamodule(seed=2).train_dataloader()))["input_ids"]
     assert not torch.equal(next(iter(tiny_datamodule(seed=1).train_dataloader()))["input_ids"], other_seed)
+
+
+def _first_epoch_order(datamodule) -> list[int]:
+    return list(datamodule.train_dataloader().sampler)
+
+
+@pytest.fixture
+def run_seed(monkeypatch):
+    """Seeds the run as LightningCLI does (`seed_everything`); the environment is restored afterwards."""
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    return lambda seed: L.seed_everything(seed, verbose=False)
+
+
+def test_training_order_follows_the_run_seed_unless_data_seed_is_set(tiny_datamodule, run_seed):
+    run_seed(1)
+    seed1 = _first_epoch_order(tiny_datamodule())
+    assert seed1 == _first_epoch_order(tiny_datamodule())  # same seed, same order
+    assert seed1 == _first_epoch_order(tiny_datamodule(seed=1))
+    run_seed(2)
+    seed2 = _first_epoch_order(tiny_datamodule())
+    assert seed2 != seed1 and sorted(seed2) == sorted(seed1)  # another seed: another order of the same sequences
+    # an explicit data seed decouples the order from the run's seed (which then varies only the initialisation)
+    assert _first_epoch_order(tiny_datamodule(seed=1)) == seed1
+    run_seed(3)
+    assert _first_epoch_order(tiny_datamodule(seed=2)) == seed2
+    with pytest.raises(ValueError, match="data.seed: must be an integer >= 0 or null"):
+        tiny_datamodule(seed=-1)
+
+
+def test_resume_keeps_the_checkpoints_training_order(tiny_datamodule, run_seed):
+    run_seed(5)
+    original = tiny_datamodule()
+    loader = original.train_dataloader()
+    batches = iter(loader)
+    next(batches)
+    state = original.state_dict()
+    assert state["data_seed"] == 5
+    expected = next(batches)["input_ids"]
+
+    run_seed(6)  # a resume under another run seed still continues the checkpoint's order
+    resumed = tiny_datamodule()
+    resumed.load_state_dict(state)
+    assert resumed.data_seed == 5
+    assert torch.equal(next(iter(resumed.train_dataloader()))["input_ids"], expected)
+
+
+def test_a_run_trains_in_the_order_of_its_seed_everything(tmp_path, tiny_corpus, data_cache, monkeypatch):
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    config = tiny_experiment(tmp_path / "experiment.yaml", tiny_corpus, data_cache, seed_everything=3,
+                             trainer={"max_steps": 2, "val_check_interval": 2})
+    main(["fit", "--config", str(config), "--trainer.default_root_dir", str(tmp_path / "run")])
+    checkpoint = torch.load(RunDir(tmp_path / "run").last_checkpoint, weights_only=False)
+    assert checkpoint["LMDataModule"]["data_seed"] == 3

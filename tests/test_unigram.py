@@ -1,5 +1,6 @@
 """The unigram plateau reference: the loss against a hand computation, the datamodule's value against an
-independent count over the corpus, its cache, and its place in every run's metrics and summary."""
+independent count over the corpus, its cache, and its place (beside the bigram reference) in every run's metrics
+and summary."""
 
 from __future__ import annotations
 
@@ -70,6 +71,11 @@ def test_every_run_logs_the_reference_at_step_zero_and_summarises_it(tmp_path, t
         assert metrics[f"val/unigram_loss/{domain}"] == [(0, pytest.approx(loss))]
     # averaged over domains like val/loss
     assert metrics["val/unigram_loss"] == [(0, pytest.approx(np.mean(list(expected.values()))))]
+    # the bigram reference beside it
+    bigram = tiny_datamodule(val_sequences_per_domain=3).bigram_val_losses()
+    for domain, loss in bigram.items():
+        assert metrics[f"val/bigram_loss/{domain}"] == [(0, pytest.approx(loss))]
+    assert metrics["val/bigram_loss"] == [(0, pytest.approx(np.mean(list(bigram.values()))))]
 
     summary = results(RunDir(run))
     assert summary["unigram_val_loss"] == pytest.approx(np.mean(list(expected.values())))

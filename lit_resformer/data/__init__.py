@@ -1,5 +1,6 @@
 """Data layer: corpora (embedded, local, hub), tokenizers, packing + caches, and the resumable LMDataModule."""
 
+from .bigram import BigramCounts, KneserNeyBigram, bigram_counts
 from .datamodule import LMDataModule, PackedSequences
 from .packing import CACHE_ENV, CorpusScan, default_cache_dir, pack_sequences, scan_corpus
 from .sources import (
@@ -17,6 +18,7 @@ from .tokenizer import EOS_TOKEN, PAPER_TOKENIZER, load_tokenizer, parse_tokeniz
 from .unigram import token_counts, unigram_loss
 
 __all__ = [
+    "BigramCounts",
     "CACHE_ENV",
     "EOS_TOKEN",
     "PAPER_TOKENIZER",
@@ -25,8 +27,10 @@ __all__ = [
     "TABLE2_MIXTURE",
     "CorpusScan",
     "Document",
+    "KneserNeyBigram",
     "LMDataModule",
     "PackedSequences",
+    "bigram_counts",
     "default_cache_dir",
     "embedded_documents",
     "hub_documents",

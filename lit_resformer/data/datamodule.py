@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
+from .bigram import BigramCounts, KneserNeyBigram, bigram_counts
 from .packing import (
     FILES,
     META,
@@ -75,6 +76,9 @@ Source = Literal["embedded", "local", "hub"]
 # Used only to size the hub snapshot when the tokenizer (a BPE trained on that snapshot) does not exist yet:
 # byte-level BPEs of a few thousand tokens average about 4 bytes of English text per token.
 BYTES_PER_TOKEN_ESTIMATE = 4
+RUN_SEED_ENV = "PL_GLOBAL_SEED"  # where Lightning's seed_everything leaves the run's seed (also for DDP ranks)
+DATA_SEED = "data_seed"  # checkpoint state: the seed of the training order
+BIGRAMS_FILE = "train_bigrams.npz"  # in the token cache: the training split's pair counts
 
 
 def _cached_tokenizer_problem(path: Path, meta_path: Path) -> str | None:
@@ -188,7 +192,10 @@ class LMDataModule(L.LightningDataModule):
         holdout_fraction: share of each domain's documents held out for validation, and the same again for test.
         val_sequences_per_domain: cap on the validation/test sequences evaluated per domain (None = all).
         num_workers: DataLoader worker processes.
-        seed: seeds the training order (the shuffle of every epoch).
+        seed: seeds the training order (the shuffle of every epoch). None (the default) = the run's seed, the one
+            LightningCLI's `seed_everything` set (Lightning's PL_GLOBAL_SEED; 0 when no seed was set), so that seeds
+            of a grid vary the data order as well as the initialisation. An integer fixes the order whatever the
+            run's seed: seeds then vary only the initialisation.
         cache_dir: where tokenizers and token caches live; default $LIT_RESFORMER_CACHE or ~/.cache/lit-resformer.
     """
 
@@ -214,7 +221,7 @@ class LMDataModule(L.LightningDataModule):
         holdout_fraction: float = 0.02,
         val_sequences_per_domain: int | None = 64,
         num_workers: int = 0,
-        seed: int = 0,
+        seed: int | None = None,
         cache_dir: str | None = None,
     ):
         super().__init__()
@@ -239,6 +246,8 @@ class LMDataModule(L.LightningDataModule):
             raise ValueError(
                 f"data.val_sequences_per_domain: must be an integer >= 1 or null, got {val_sequences_per_domain!r}"
             )
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise ValueError(f"data.seed: must be an integer >= 0 or null (the run's seed), got {seed!r}")
         if not 0 < holdout_fraction < 0.5:
             raise ValueError(f"data.holdout_fraction: must be in (0, 0.5), got {holdout_fraction!r}")
         if not eos_token:
@@ -263,8 +272,10 @@ class LMDataModule(L.LightningDataModule):
         self._tokenizer: Tokenizer | None = None
         self._packed: dict[str, Any] | None = None
         self._unigram_val_losses: dict[str, float] | None = None
+        self._bigram_val_losses: dict[str, float] | None = None
         self._train_loader: StatefulDataLoader | None = None
         self._train_loader_state: dict[str, Any] | None = None
+        self._checkpoint_data_seed: int | None = None  # the data seed of the checkpoint being resumed
         self._packed_checked = False  # the packed cache was checked against its meta (once per data module)
 
     # ---------------------------------------------------------------------------------------------------
@@ -482,18 +493,62 @@ class LMDataModule(L.LightningDataModule):
                     np.save(out, counts)
         return counts
 
+    def train_bigram_counts(self) -> BigramCounts:
+        """The pairs of consecutive tokens of the training split, counted once per token cache and kept in it
+        (train_bigrams.npz, vouched for by train_bigrams.json: its content hash and the hash of the training
+        stream it was counted from, so a damaged file or a changed stream is counted again)."""
+        tokens_dir = self._tokens_dir()
+        path, meta_path = tokens_dir / BIGRAMS_FILE, tokens_dir / f"{Path(BIGRAMS_FILE).stem}.json"
+        with self._lock(f"bigrams-{tokens_dir.name}"):
+            meta = read_json(tokens_dir / META)
+            source = meta[FILES]["train.bin"]["blake2b"] if "train.bin" in meta[FILES] else None
+            problem = "missing"
+            if meta_path.is_file():
+                try:
+                    saved = read_json(meta_path)
+                    problem = (files_problem(tokens_dir, saved[FILES]) if saved.get("source") == source
+                               else "counted from another training stream")
+                except (OSError, ValueError, KeyError, TypeError):
+                    problem = f"{meta_path.name} is unreadable"
+            if problem is None:
+                with np.load(path) as saved_counts:
+                    return BigramCounts(self.vocab_size, saved_counts["pairs"], saved_counts["counts"])
+            if problem != "missing":
+                log.warning("cached bigram counts %s: %s; counting again", path, problem)
+            train_tokens = meta["lengths"].get("train", 0)
+            train = read_token_stream(tokens_dir, "train", train_tokens, np.dtype(meta["dtype"]))
+            counts = bigram_counts(train, self.vocab_size)
+            with atomic_file(path, binary=True) as out:
+                np.savez(out, pairs=counts.pairs, counts=counts.counts)
+            atomic_write_text(meta_path, json.dumps({"source": source, FILES: describe_files(tokens_dir, [BIGRAMS_FILE])}))
+        return counts
+
+    def _val_rows(self) -> Iterator[tuple[str, np.ndarray]]:
+        """Per domain, the validated sequences (seq_len + 1 tokens each: the inputs and, shifted by one, the labels)."""
+        for index, domain in enumerate(self.domains):
+            dataset = self._dataset("val", index)
+            yield domain, np.load(dataset.path, mmap_mode="r")[: len(dataset)]
+
     def unigram_val_losses(self) -> dict[str, float]:
         """Per domain, the loss of the training split's add-one unigram (`unigram.py`) on exactly the tokens the
         validation loss is computed on (the labels of the validated sequences): the plateau reference."""
         if self._unigram_val_losses is None:
             counts = self.train_token_counts()
-            losses = {}
-            for index, domain in enumerate(self.domains):
-                dataset = self._dataset("val", index)
-                labels = np.load(dataset.path, mmap_mode="r")[: len(dataset), 1:]
-                losses[domain] = unigram_loss(counts, labels.reshape(-1))
-            self._unigram_val_losses = losses
+            self._unigram_val_losses = {
+                domain: unigram_loss(counts, rows[:, 1:].reshape(-1)) for domain, rows in self._val_rows()
+            }
         return self._unigram_val_losses
+
+    def bigram_val_losses(self) -> dict[str, float]:
+        """Per domain, the loss of the training split's Kneser-Ney bigram (`bigram.py`) on the validation labels,
+        each predicted from the token before it: the reference a model must beat to show more than pair statistics."""
+        if self._bigram_val_losses is None:
+            model = KneserNeyBigram(self.train_bigram_counts())
+            self._bigram_val_losses = {
+                domain: model.loss(rows[:, :-1].reshape(-1), rows[:, 1:].reshape(-1))
+                for domain, rows in self._val_rows()
+            }
+        return self._bigram_val_losses
 
     def prepare_data(self) -> None:
         """Build (or find) the tokenizer and token caches; Lightning calls this on one process per node."""
@@ -528,10 +583,20 @@ class LMDataModule(L.LightningDataModule):
         limit = None if split == "train" else self.hparams.val_sequences_per_domain
         return PackedSequences(self._packed["dir"] / f"{stream_name(split, domain_index)}.npy", limit)
 
+    @property
+    def data_seed(self) -> int:
+        """The seed of the training order: the resumed checkpoint's, else `seed`, else the run's seed."""
+        if self._checkpoint_data_seed is not None:
+            return self._checkpoint_data_seed
+        if self.hparams.seed is not None:
+            return self.hparams.seed
+        # read when the loader is built, after LightningCLI (or the user) called seed_everything
+        return int(os.environ.get(RUN_SEED_ENV, 0))
+
     def train_dataloader(self) -> StatefulDataLoader:
         """Shuffled packed train sequences; its state_dict() makes resuming continue the same order.
 
-        The order of epoch e is a permutation seeded by (seed, e) and each rank takes its own disjoint share of
+        The order of epoch e is a permutation seeded by (data_seed, e) and each rank takes its own disjoint share of
         it (`EpochShuffleSampler`, also with one process). Lightning calls set_epoch() at every epoch start
         and restores the epoch when resuming, so the order after a resume is exact across epoch boundaries too.
         (torchdata's own shuffle=True sampler chains one generator through the epochs and does not continue
@@ -541,7 +606,7 @@ class LMDataModule(L.LightningDataModule):
         trainer = self.trainer
         world_size, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         sampler = EpochShuffleSampler(
-            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=self.hparams.seed, drop_last=True
+            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=self.data_seed, drop_last=True
         )
         loader = StatefulDataLoader(
             dataset,
@@ -582,11 +647,12 @@ class LMDataModule(L.LightningDataModule):
     # checkpoint state
 
     def state_dict(self) -> dict[str, Any]:
-        """Saved in every checkpoint: the tokenizer (checkpoints stay usable without the cache) and the position
-        of the train loader."""
+        """Saved in every checkpoint: the tokenizer (checkpoints stay usable without the cache), the seed of the
+        training order and the position of the train loader in it."""
         state: dict[str, Any] = {
             "tokenizer_json": self.tokenizer.to_str(),
             "eos_token": self.hparams.eos_token,
+            DATA_SEED: self.data_seed,
         }
         if self._train_loader is not None:
             state["train_loader"] = self._train_loader.state_dict()
@@ -604,6 +670,15 @@ class LMDataModule(L.LightningDataModule):
         # Lightning's fit loop restores the train loader from its own copy of this state, except when the loader
         # was created before the checkpoint was read (e.g. trainer.estimated_stepping_batches called in
         # configure_optimizers, Lightning issue #20550); applying it again here is harmless in the normal case.
+        # The saved position counts batches of the checkpoint's order, so a resume keeps that order even if the
+        # run's seed or data.seed changed since (checkpoints written before the seed was saved used data.seed).
+        saved_seed = state_dict.get(DATA_SEED, self.hparams.seed if self.hparams.seed is not None else 0)
+        if saved_seed != self.data_seed:
+            log.warning("resuming with the checkpoint's data seed %d (this run's would be %d): a resumed run "
+                        "continues its training order", saved_seed, self.data_seed)
+        self._checkpoint_data_seed = saved_seed
+        if self._train_loader is not None:
+            self._train_loader.sampler.seed = saved_seed
         self._train_loader_state = state_dict.get("train_loader")
         if self._train_loader is not None and self._train_loader_state is not None:
             self._train_loader.load_state_dict(self._train_loader_state)
