@@ -47,6 +47,11 @@ def cache_bytes(cache) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def returned_cache(output):
+    """The cache a generate() output holds, under the name the running transformers gives it (5.24 renamed it)."""
+    return output["cache"] if "cache" in output else output["past_key_values"]
+
+
 def main(cases_path: str, results_path: str) -> None:
     cases = torch.load(cases_path)
     results = {}
@@ -67,8 +72,8 @@ def main(cases_path: str, results_path: str) -> None:
             "logits": logits,
             "sequences": out.sequences,
             "step_logits": torch.stack(out.logits, dim=1),
-            "cache_bytes": cache_bytes(out.past_key_values),
-            "cache_length": out.past_key_values.get_seq_length(),
+            "cache_bytes": cache_bytes(returned_cache(out)),
+            "cache_length": returned_cache(out).get_seq_length(),
             "padded_sequences": padded,
             "beam_sequences": beams,
             "text_ids": tokenizer(case["text"])["input_ids"],
