@@ -28,9 +28,10 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_resformer import ResFormerConfig
 
-# generate() hands the cache back to forward under the name of the output field that returned it, and beam search
-# reorders only the cache it finds under that name: `past_key_values` up to transformers 5.23, `cache` from 5.24
-# on. The fields of the output class say which name the installed transformers uses.
+# transformers 5.24 renamed the cache that generate() passes to forward, reads back from its output and reorders
+# in beam search from `past_key_values` to `cache` (the old name is deprecated: it still works, with warnings, until
+# it is removed). forward takes either name; the model returns and prepares its cache under the installed release's
+# own name, which the fields of the output class tell.
 CACHE_NAME = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
