@@ -4,8 +4,9 @@
 
 A vanilla model becomes a plain ``LlamaForCausalLM``. Every other config becomes a ``trust_remote_code`` folder:
 ``configuration_resformer.py`` / ``modeling_resformer.py`` (copied from ``eval/hf_remote``, importing only torch
-and transformers), ``config.json`` with the variant fields and ``auto_map``, and ``model.safetensors`` whose names
-are the training code's own. Both kinds hold ``generation_config.json`` and the tokenizer (a
+and transformers), ``config.json`` with the variant fields, ``auto_map``, the transformers release it was exported
+with and the major versions the code is tested under, and ``model.safetensors`` whose names are the training code's
+own. Both kinds hold ``generation_config.json`` and the tokenizer (a
 ``PreTrainedTokenizerFast`` around the run's ``tokenizers.Tokenizer``, ``<|endoftext|>`` as BOS, EOS and pad), so
 ``AutoModelForCausalLM``/``AutoTokenizer`` and lm-eval's ``hf`` model load either without this project.
 """
@@ -70,11 +71,13 @@ def _set_special_tokens(hf_model, token_id: int) -> None:
 
 def export_resformer(model_config: dict, state_dict: dict, tokenizer, out_dir: str | Path) -> Path:
     """A ModelConfig (as a dict) and its weights -> a trust_remote_code folder with the modeling code in it."""
+    from transformers import __version__ as transformers_version
+
     from eval.hf_remote.configuration_resformer import ResFormerConfig
     from eval.hf_remote.modeling_resformer import ResFormerForCausalLM
 
     token_id = _special_token_id(tokenizer)
-    config = ResFormerConfig(**hf_config_fields(model_config))
+    config = ResFormerConfig(**hf_config_fields(model_config), exported_with_transformers=transformers_version)
     weights = hf_state_dict(state_dict, config.vocab_size)
     with torch.device("meta"):  # the weights are assigned below, so nothing is initialised
         hf_model = ResFormerForCausalLM(config)

@@ -4,11 +4,23 @@ Self-contained (torch and transformers only): it travels inside the exported fol
 `trust_remote_code=True`. The variant groups `residual`, `dwa` and `share` are stored as the same nested
 dictionaries as the training config, so `config.json` reads like the run's own config.
 Layer numbers in the variant fields are 1-based, as in the paper; the methods return 0-based indices.
+
+`config.json` also records the transformers release the folder was exported with and the major versions this code
+was tested under; loading it with another major version logs one warning.
 """
 
 from __future__ import annotations
 
+import transformers
 from transformers import PretrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
+# The transformers major versions this code is tested under (with the project's locked release and the newest one).
+# Generation goes through parts of transformers that change between releases (5.24 renamed the cache argument).
+TESTED_TRANSFORMERS_MAJORS = (5,)
+_untested_versions_warned: set[str] = set()  # one warning per process and transformers version
 
 RESIDUAL_DEFAULTS = dict(target="none", source="first", mapping="attention", self_weight=0.5, lam=0.5,
                          learnable="none", layers=None)
@@ -49,7 +61,8 @@ class ResFormerConfig(PretrainedConfig):
                  d_model: int = 128, ffn_dim: int = 352, max_seq_len: int = 512, rope_theta: float = 10000.0,
                  norm_eps: float = 1e-5, init_std: float = 0.02, residual: dict | None = None,
                  neutreno_lambda: float = 0.0, dwa: dict | None = None, share: dict | None = None,
-                 use_cache: bool = True, **kwargs):
+                 use_cache: bool = True, exported_with_transformers: str | None = None,
+                 tested_transformers_majors: list[int] | None = None, **kwargs):
         self.vocab_size, self.n_layer, self.n_head = vocab_size, n_layer, n_head
         self.n_kv_head = n_head if n_kv_head is None else n_kv_head
         self.d_model, self.ffn_dim, self.max_seq_len = d_model, ffn_dim, max_seq_len
@@ -59,6 +72,13 @@ class ResFormerConfig(PretrainedConfig):
         self.dwa = _group("dwa", dwa, DWA_DEFAULTS)
         self.share = _group("share", share, SHARE_DEFAULTS)
         self.use_cache = use_cache  # forward returns its ResFormerCache unless told otherwise
+        self.exported_with_transformers = exported_with_transformers
+        majors = list(TESTED_TRANSFORMERS_MAJORS if tested_transformers_majors is None else tested_transformers_majors)
+        if not majors or not all(isinstance(m, int) and not isinstance(m, bool) for m in majors):
+            raise ValueError(f"tested_transformers_majors={tested_transformers_majors!r}: give a non-empty list of "
+                             f"major versions, e.g. {list(TESTED_TRANSFORMERS_MAJORS)}")
+        self.tested_transformers_majors = majors
+        warn_if_untested_transformers(majors, exported_with_transformers)
         if d_model % n_head or n_head % self.n_kv_head:
             raise ValueError(f"d_model={d_model}, n_head={n_head}, n_kv_head={self.n_kv_head}: d_model must be "
                              f"divisible by n_head and n_head by n_kv_head")
@@ -100,3 +120,15 @@ class ResFormerConfig(PretrainedConfig):
         if what in ("k", "v") and share["every"] > 1 and what in share["what"]:
             return i - i % share["every"]
         return i
+
+
+def warn_if_untested_transformers(tested_majors: list[int], exported_with: str | None) -> None:
+    """One line, once per process, when the installed transformers is of a major version this code was not tested on."""
+    installed = transformers.__version__
+    if int(installed.split(".")[0]) in tested_majors or installed in _untested_versions_warned:
+        return
+    _untested_versions_warned.add(installed)
+    exported = f" (exported with {exported_with})" if exported_with else ""
+    tested = " or ".join(f"{major}.x" for major in tested_majors)
+    logger.warning(f"this lit-resformer model's code was tested with transformers {tested}{exported}, but transformers "
+                   f"{installed} is installed: loading or generation may fail or give different results")

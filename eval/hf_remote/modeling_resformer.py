@@ -11,10 +11,13 @@ field of `ResFormerConfig`; parameter names follow the training code, so its wei
 
 The KV cache holds only what each layer produces: SVFormer keeps K for every layer and V once (per anchor),
 CLA keeps one K/V per group, and a layer that reuses another layer's K or V reads the producer's entry.
-Written against the Cache API of transformers 5 (`Cache(layers=...)`, `DynamicLayer`).
+Written against the Cache API of transformers 5 (`Cache(layers=...)`, `DynamicLayer`), and tested with 5.23 and
+5.24, which renamed the cache argument and output field from `past_key_values` to `cache`.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import torch.nn as nn
@@ -24,6 +27,12 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_resformer import ResFormerConfig
+
+# transformers 5.24 renamed the cache that generate() passes to forward, reads back from its output and reorders
+# in beam search from `past_key_values` to `cache` (the old name is deprecated: it still works, with warnings, until
+# it is removed). forward takes either name; the model returns and prepares its cache under the installed release's
+# own name, which the fields of the output class tell.
+CACHE_NAME = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
 # ---------------------------------------------------------------------------------------------- KV cache
@@ -330,29 +339,38 @@ class ResFormerForCausalLM(PreTrainedModel, GenerationMixin):
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         # generate() would build a DynamicCache with K and V for every layer; this model keeps only what each
         # layer produces. Other cache implementations are left to transformers (and refused by forward).
+        # This hook is internal to transformers, yet no public API lets a model choose the cache generate() builds;
+        # its signature is the same in 5.23 and 5.24 (the export tests generate through it under both).
         wants_default = generation_config.use_cache is not False and generation_config.cache_implementation in (
             None, "dynamic")
-        if wants_default and model_kwargs.get("past_key_values") is None:
-            model_kwargs["past_key_values"] = ResFormerCache(self.config)
+        if wants_default and model_kwargs.get(CACHE_NAME) is None:
+            model_kwargs[CACHE_NAME] = ResFormerCache(self.config)
             return
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.LongTensor | None = None, past_key_values: ResFormerCache | None = None,
+                position_ids: torch.LongTensor | None = None, cache: ResFormerCache | None = None,
                 use_cache: bool | None = None, labels: torch.LongTensor | None = None, logits_to_keep: int = 0,
-                **kwargs) -> CausalLMOutputWithPast:
+                past_key_values: ResFormerCache | None = None, **kwargs) -> CausalLMOutputWithPast:
         """input_ids [B, T] (the tokens after the cached ones) -> logits [B, T, vocab].
 
         attention_mask [B, cached + T] marks real tokens with 1 (left padding for batched generation);
-        position_ids default to the count of real tokens before each position.
+        position_ids default to the count of real tokens before each position. The cache is taken as `cache` or,
+        as transformers called it before 5.24, `past_key_values`, and returned in the output field of the
+        installed transformers' name.
         """
+        if past_key_values is not None:
+            if cache is not None:
+                raise ValueError("pass the cache as `cache` or as `past_key_values` (its name before transformers "
+                                 "5.24), not both")
+            cache = past_key_values
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if past_key_values is None and use_cache:
-            past_key_values = ResFormerCache(self.config)
-        if past_key_values is not None and not isinstance(past_key_values, ResFormerCache):
-            raise TypeError(f"past_key_values is a {type(past_key_values).__name__}; this model keeps only the K/V "
-                            f"each layer produces: pass ResFormerCache(model.config) or None")
-        offset = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if cache is None and use_cache:
+            cache = ResFormerCache(self.config)
+        if cache is not None and not isinstance(cache, ResFormerCache):
+            raise TypeError(f"the cache is a {type(cache).__name__}; this model keeps only the K/V each layer "
+                            f"produces: pass ResFormerCache(model.config) or None")
+        offset = cache.get_seq_length() if cache is not None else 0
         t = input_ids.shape[1]
         padding = None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()
         if position_ids is None:
@@ -366,7 +384,7 @@ class ResFormerForCausalLM(PreTrainedModel, GenerationMixin):
         x = self.tok_emb(input_ids)
         raw_outputs = [x]  # B_0..B_i, kept only for DenseFormer
         for b, block in enumerate(self.blocks, start=1):
-            x = block(x, rope, outputs, past_key_values, offset, padding)
+            x = block(x, rope, outputs, cache, offset, padding)
             if self.dwa:
                 raw_outputs.append(x)
                 if str(b) in self.dwa:
@@ -376,4 +394,4 @@ class ResFormerForCausalLM(PreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE_NAME: cache if use_cache else None})

@@ -1,11 +1,15 @@
 """Load exported Hugging Face folders where lit-resformer cannot be imported, and record what they compute.
 
-    python -I hf_remote_check.py CASES.pt RESULTS.pt
+    python -I hf_remote_check.py CASES.pt RESULTS.pt TRANSFORMERS_HOME
 
-CASES maps a name to {"dir", "ids", "max_new_tokens", "padded_ids", "padded_mask", "text"}. For each folder this
-records the class transformers built, full-sequence logits, greedy `generate()` with the logits of every decoding
-step and the bytes of the KV cache it kept, greedy generation of a left-padded batch, beam search with and
-without the cache, and the tokenizer's ids of `text`. The comparisons with the project's own model are the calling test's.
+TRANSFORMERS_HOME is the folder that holds the calling process's `transformers` package: `-I` drops PYTHONPATH,
+yet a test run against another transformers release (first on PYTHONPATH) must check that release.
+
+CASES maps a name to {"dir", "ids", "max_new_tokens", "padded_ids", "padded_mask", "text"}. RESULTS holds the
+version of transformers that loaded the folders and, for each folder, the class transformers built, full-sequence
+logits, greedy `generate()` with the logits of every decoding step and the bytes of the KV cache it kept, greedy
+generation of a left-padded batch, beam search with and without the cache, and the tokenizer's ids of `text`.
+The comparisons with the project's own model are the calling test's.
 
 The project is installed in this environment (editable), so its packages are refused at import time: the check
 below proves the folders load with torch and transformers alone.
@@ -32,13 +36,20 @@ except ModuleNotFoundError:
 else:
     sys.exit("lit_resformer is importable: the check would not show that the folders stand alone")
 
+sys.path.insert(0, sys.argv[3])
 import torch  # noqa: E402
+import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 
 def cache_bytes(cache) -> int:
     tensors = [t for layer in cache.layers for t in (layer.keys, layer.values) if t is not None]
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def returned_cache(output):
+    """The cache a generate() output holds, under the name the running transformers gives it (5.24 renamed it)."""
+    return output["cache"] if "cache" in output else output["past_key_values"]
 
 
 def main(cases_path: str, results_path: str) -> None:
@@ -61,15 +72,15 @@ def main(cases_path: str, results_path: str) -> None:
             "logits": logits,
             "sequences": out.sequences,
             "step_logits": torch.stack(out.logits, dim=1),
-            "cache_bytes": cache_bytes(out.past_key_values),
-            "cache_length": out.past_key_values.get_seq_length(),
+            "cache_bytes": cache_bytes(returned_cache(out)),
+            "cache_length": returned_cache(out).get_seq_length(),
             "padded_sequences": padded,
             "beam_sequences": beams,
             "text_ids": tokenizer(case["text"])["input_ids"],
         }
     assert not [m for m in sys.modules if m.partition(".")[0] in PROJECT_PACKAGES]
-    torch.save(results, results_path)
+    torch.save({"transformers": transformers.__version__, "folders": results}, results_path)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main(*sys.argv[1:3])
