@@ -30,6 +30,8 @@ Target = Literal["none", "v", "q", "k"]
 Source = Literal["first", "previous", "all"]
 Mapping = Literal["attention", "identity", "cross_attention"]
 Learnable = Literal["none", "scalar", "head", "token", "tied"]
+GatePer = Literal["head", "channel"]
+ValueWeight = Literal["fixed", "learnable"]
 Shared = Literal["k", "v", "kv"]
 FirstShared = Literal["none", "q", "k", "v"]
 AttnImpl = Literal["sdpa", "flash", "explicit"]
@@ -75,7 +77,22 @@ class ResidualConfig:
     (Eq. 6 is a = l = 1 with source `all`); `cross_attention` Eq. 2.
 
     learnable: `scalar` (a, l per layer), `head` (per KV head), `token` (a sigmoid gate g, (g, 1-g)),
-    `tied` (one λ per layer, V' = (1-λ) V_n + λ R_n, init 1/2: the modded-nanogpt record's form).
+    `tied` (one λ per layer, V' = (1-λ) V_n + λ R_n, init 1/2). `tied` is exactly the learnable λ of the
+    modded-nanogpt record of 2024-11-06 (KellerJordan/modded-nanogpt,
+    records/track_1_short/2024-11-06_ShortcutsTweaks: `v = (1 - lamb) * v + lamb * v1`, lamb = 0.5).
+
+    The `token` gate g = sigmoid(W x + b) reads the token's normed hidden state x and weighs the layer's own
+    projection: X' = g X_n + (1 - g) R_n. `gate_per` gives one gate per head or per channel, `gate_rank` a
+    low-rank W = W_up W_down instead of a full one, `gate_bias` a learned offset b. W (W_down when low-rank) and
+    b start at zero, so every form starts as ResFormer's 1/2 mix. The published gates:
+    - lucidrains/x-transformers (x_transformers.py, `to_value_residual_mix`): per head, full rank, with a bias,
+      `v = lerp(v_1, v, g)` = g V_n + (1 - g) V_1: g weighs V_n, as here.
+      -> learnable: token, gate_per: head, gate_bias: true.
+    - RWKV-7 in fla-org/flash-linear-attention (fla/layers/rwkv7.py, `v_lora`): per channel through a LoRA with
+      a bias, `v = lerp(v, v_first, g)` = (1 - g) V_n + g V_1: g weighs V_1. With W and b started at zero the
+      side is a sign flip of (W, b) (g -> 1 - g), which Adam follows exactly, so it is not a separate option; the
+      reference starts its bias at 0.73 - 0.4 c/(D-1) (channel c) where this one starts at zero.
+      -> learnable: token, gate_per: channel, gate_rank: r, gate_bias: true.
     """
 
     target: Target = "none"
@@ -86,10 +103,48 @@ class ResidualConfig:
     lam: float | Literal["uniform"] = 0.5
     learnable: Learnable = "none"
     layers: list[int] | None = None  # 1-based; default every layer n >= 2
+    gate_per: GatePer = "head"  # learnable='token': one gate per head or per channel
+    gate_rank: int | None = None  # learnable='token': rank of the gate's W (None: full rank)
+    gate_bias: bool = False  # learnable='token': the gate has a learned offset b
 
     @property
     def enabled(self) -> bool:
         return self.target != "none"
+
+
+@dataclass
+class ValueEmbedConfig:
+    """Value embeddings: per-token tables whose rows are added, through a sigmoid gate, to the values of chosen layers.
+
+    For a chosen layer n with table VE (rows of width n_kv_head * head_dim, looked up by the input token):
+        V'_n = w V_n + gate_scale * sigmoid(W_g u) * VE[token]      (one gate per KV head and token)
+    where u = x[:gate_width] (the first channels of the layer's normed input x) or, with `gate_reads_table`,
+    [x[:gate_width]; VE[token][:gate_width]], and w = 1 (`value_weight: fixed`) or a learned λ per layer
+    started at 1/2 (`value_weight: learnable`). The term is added after the value residual's own mixing (V_n
+    above is then the mixed value), before the KV-cache write, so the cache holds what attention used and
+    costs nothing more. History terms still read the raw projections W_V x. W_g starts at zero.
+    - karpathy/nanochat (nanochat/gpt.py, `ve_gate`): `v = v + 3 * sigmoid(W x[:12]) * ve` on every other layer,
+      the last included, one table per layer.
+      -> layers: alternate, gate_width: 12, gate_scale: 3, value_weight: fixed.
+    - KellerJordan/modded-nanogpt (train_gpt.py, `value_embeds`, `ve_gate_bank`, `sa_lambdas`): values
+      `λ W_v x + 2 sigmoid(W_g [x[:6]; ve[:6]]) * ve` with λ per layer from 0.5 (it scales the whole QKV
+      weight there, but Q and K are normalised after it, so only V feels it), separate tables on 5 of 11 layers.
+      -> layers: [...], gate_width: 6, gate_reads_table: true, gate_scale: 2, value_weight: learnable.
+
+    layers: None (off), 1-based layer numbers, or 'alternate' (every other layer counting back from the last,
+    nanochat's pattern). shared: one table for every chosen layer instead of one each.
+    """
+
+    layers: list[int] | Literal["alternate"] | None = None
+    shared: bool = False
+    gate_width: int = 12
+    gate_reads_table: bool = False
+    gate_scale: float = 3.0
+    value_weight: ValueWeight = "fixed"
+
+    @property
+    def enabled(self) -> bool:
+        return self.layers is not None
 
 
 @dataclass
@@ -137,6 +192,7 @@ class ModelConfig:
     norm_eps: float = 1e-5
     init_std: float = 0.02
     residual: ResidualConfig = field(default_factory=ResidualConfig)
+    value_embed: ValueEmbedConfig = field(default_factory=ValueEmbedConfig)
     neutreno_lambda: float = 0.0
     dwa: DWAConfig = field(default_factory=DWAConfig)
     share: ShareConfig = field(default_factory=ShareConfig)
@@ -167,7 +223,8 @@ class ModelConfig:
         return ModelConfig(**merged)
 
     def __post_init__(self) -> None:
-        for name, kind in (("residual", ResidualConfig), ("dwa", DWAConfig), ("share", ShareConfig)):
+        for name, kind in (("residual", ResidualConfig), ("value_embed", ValueEmbedConfig), ("dwa", DWAConfig),
+                           ("share", ShareConfig)):
             value = getattr(self, name)
             if isinstance(value, dict):
                 allowed = [f.name for f in dataclasses.fields(kind)]
@@ -212,6 +269,7 @@ class ModelConfig:
         self._validate_neutreno()
         self._validate_dwa()
         self._validate_share()
+        self._validate_value_embed()
 
     def _check_layers(self, name: str, layers: list[int], lowest: int) -> None:
         if not isinstance(layers, (list, tuple)) or not layers:
@@ -260,6 +318,18 @@ class ModelConfig:
         if r.learnable in ("token", "tied") and (r.self_weight != 0.5 or r.lam != 0.5):
             raise ValueError(f"residual.learnable={r.learnable!r} mixes with weights that sum to 1 and start at 1/2; "
                              "residual.self_weight/lam must stay 0.5")
+        _check_choice("residual.gate_per", r.gate_per, _choices(GatePer))
+        if r.gate_rank is not None and (isinstance(r.gate_rank, bool) or not isinstance(r.gate_rank, int)
+                                        or r.gate_rank < 1):
+            raise ValueError(f"residual.gate_rank={r.gate_rank!r} must be a positive integer or null (full rank)")
+        if not isinstance(r.gate_bias, bool):
+            raise ValueError(f"residual.gate_bias={r.gate_bias!r} must be true or false")
+        gate_fields = [name for name, default in (("gate_per", "head"), ("gate_rank", None), ("gate_bias", False))
+                       if getattr(r, name) != default]
+        if gate_fields and r.learnable != "token":
+            raise ValueError(f"residual.{gate_fields[0]} shapes the sigmoid gate of residual.learnable='token', but "
+                             f"residual.learnable is {r.learnable!r}; set residual.learnable='token' or leave "
+                             "residual.gate_per/gate_rank/gate_bias at their defaults ('head', null, false)")
 
     def _validate_neutreno(self) -> None:
         mu = self.neutreno_lambda
@@ -319,6 +389,35 @@ class ModelConfig:
                 raise ValueError("residual.mapping='cross_attention' cannot combine with K/V sharing "
                                  "(share.svformer, share.first, share.every)")
 
+    def _validate_value_embed(self) -> None:
+        ve = self.value_embed
+        if not ve.enabled:
+            changed = [f.name for f in dataclasses.fields(ve) if getattr(ve, f.name) != f.default]
+            if changed:
+                raise ValueError(f"value_embed.{changed[0]} is set but value_embed.layers is null (no value "
+                                 "embeddings); set value_embed.layers to 'alternate' or a list of layer numbers")
+            return
+        if isinstance(ve.layers, str):
+            _check_choice("value_embed.layers", ve.layers, ("alternate",))
+        else:
+            self._check_layers("value_embed.layers", ve.layers, 1)
+        for name in ("shared", "gate_reads_table"):
+            if not isinstance(getattr(ve, name), bool):
+                raise ValueError(f"value_embed.{name}={getattr(ve, name)!r} must be true or false")
+        _check_choice("value_embed.value_weight", ve.value_weight, _choices(ValueWeight))
+        widest = min(self.d_model, self.kv_dim) if ve.gate_reads_table else self.d_model
+        if isinstance(ve.gate_width, bool) or not isinstance(ve.gate_width, int) or not 1 <= ve.gate_width <= widest:
+            reads = "the hidden state and the table row" if ve.gate_reads_table else "the hidden state"
+            raise ValueError(f"value_embed.gate_width={ve.gate_width!r} must be an integer in [1, {widest}]: the gate "
+                             f"reads that many channels of {reads}")
+        if isinstance(ve.gate_scale, bool) or not isinstance(ve.gate_scale, (int, float)) or ve.gate_scale <= 0:
+            raise ValueError(f"value_embed.gate_scale={ve.gate_scale!r} must be a number > 0 (the gate's maximum)")
+        for i in self.value_embed_layers():
+            if self.producer(i, "v") != i:
+                raise ValueError(f"value_embed.layers holds layer {i + 1}, which reuses layer "
+                                 f"{self.producer(i, 'v') + 1}'s values (share.svformer, share.first='v' or "
+                                 "share.what in ['v','kv']): value embeddings need layers that compute their own V")
+
     # ------------------------------------------------------------------ derived layout
     @property
     def head_dim(self) -> int:
@@ -339,6 +438,20 @@ class ModelConfig:
             return []
         chosen = self.residual.layers or range(2, self.n_layer + 1)
         return sorted(n - 1 for n in chosen)
+
+    def value_embed_layers(self) -> list[int]:
+        """0-based indices of layers that add a value embedding (empty when off). 'alternate' is nanochat's
+        pattern: every other layer counting back from the last, so the last layer always has one."""
+        layers = self.value_embed.layers
+        if layers is None:
+            return []
+        if layers == "alternate":
+            return [i for i in range(self.n_layer) if i % 2 == (self.n_layer - 1) % 2]
+        return sorted(n - 1 for n in layers)
+
+    def value_embed_table(self, i: int) -> str:
+        """The key of the table layer i (0-based) reads: 'shared', or its own 1-based layer number."""
+        return "shared" if self.value_embed.shared else str(i + 1)
 
     def residual_sources(self, i: int) -> list[int]:
         """0-based layers whose projections form the history term R of layer i."""

@@ -10,7 +10,7 @@ import dataclasses
 
 import torch
 
-from .config import DWAConfig, ModelConfig, ResidualConfig, ShareConfig
+from .config import DWAConfig, ModelConfig, ResidualConfig, ShareConfig, ValueEmbedConfig
 from .transformer import Transformer
 
 # lit-resformer name -> Llama name, per layer (`{i}`) and global.
@@ -32,7 +32,7 @@ _GLOBAL_NAMES = {"tok_emb.weight": "model.embed_tokens.weight", "norm.weight": "
 def non_vanilla_fields(config: ModelConfig) -> list[str]:
     """Dotted names of every variant field that differs from the plain Llama model."""
     changed = [f"{group}.{f.name}" for group, plain in (("residual", ResidualConfig()), ("dwa", DWAConfig()),
-                                                        ("share", ShareConfig()))
+                                                        ("share", ShareConfig()), ("value_embed", ValueEmbedConfig()))
                for f in dataclasses.fields(plain) if getattr(getattr(config, group), f.name) != getattr(plain, f.name)]
     return changed + (["neutreno_lambda"] if config.neutreno_lambda else [])
 

@@ -70,14 +70,32 @@ class Rotary(nn.Module):
 
 
 class TokenGate(nn.Module):
-    """g = sigmoid(W x), one gate per head and token; W starts at zero so g = 1/2 (the ResFormer mix)."""
+    """g = sigmoid(W x + b) from the token's normed hidden state x: one gate per head, or one per channel.
 
-    def __init__(self, d_model: int, heads: int):
+    W is full (`weight`) or low-rank W_up W_down (`up`, `down`), as RWKV-7's LoRA gate. W (W_down when low-rank)
+    and b start at zero, so g starts at 1/2 (the ResFormer mix). W_up starts random: with both factors at zero
+    neither would ever receive a gradient.
+    """
+
+    def __init__(self, d_model: int, heads: int, head_dim: int, per: str = "head", rank: int | None = None,
+                 bias: bool = False, init_std: float = 0.02):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(heads, d_model))
+        self.heads = heads
+        outputs = heads if per == "head" else heads * head_dim
+        if rank is None:
+            self.weight = nn.Parameter(torch.zeros(outputs, d_model))
+        else:
+            self.down = nn.Parameter(torch.zeros(rank, d_model))
+            self.up = nn.Parameter(torch.randn(outputs, rank) * init_std)
+        self.bias = nn.Parameter(torch.zeros(outputs)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(F.linear(x, self.weight)).transpose(1, 2).unsqueeze(-1)  # [B, heads, T, 1]
+        if hasattr(self, "weight"):
+            logits = F.linear(x, self.weight, self.bias)
+        else:
+            logits = F.linear(F.linear(x, self.down), self.up, self.bias)
+        b, t, _ = logits.shape
+        return torch.sigmoid(logits).view(b, t, self.heads, -1).transpose(1, 2)  # [B, heads, T, 1 or head_dim]
 
 
 class ResidualMix(nn.Module):
@@ -91,7 +109,8 @@ class ResidualMix(nn.Module):
         a, l = (1.0 / n, (n - 1) / n) if r.self_weight == "uniform" else (float(r.self_weight), float(r.lam))
         self.kind = r.learnable
         if self.kind == "token":
-            self.gate = TokenGate(config.d_model, heads)
+            self.gate = TokenGate(config.d_model, heads, config.head_dim, r.gate_per, r.gate_rank, r.gate_bias,
+                                  config.init_std)
         elif self.kind in ("scalar", "head"):
             shape = (1, heads, 1, 1) if self.kind == "head" else ()
             self.mix_self = nn.Parameter(torch.full(shape, a))
@@ -113,6 +132,32 @@ class ResidualMix(nn.Module):
         return self.fixed
 
 
+class ValueEmbedMix(nn.Module):
+    """V'_n = w V_n + gate_scale * sigmoid(W_g u) * VE[token] for one layer, one gate per KV head (ValueEmbedConfig).
+
+    u = x[:gate_width] (nanochat, nanochat/gpt.py: `3 * sigmoid(ve_gate(x[..., :12]))`), or with
+    `gate_reads_table` [x[:gate_width]; VE[token][:gate_width]] (modded-nanogpt, train_gpt.py: `2 * sigmoid(
+    F.linear(cat([x[..., :6], ve[..., :6]]), ve_gate))`). w = 1, or a learned λ from 1/2 (modded-nanogpt's
+    `sa_lambdas[0]`). W_g starts at zero, as modded-nanogpt's `ve_gate_bank`: the gate starts at gate_scale / 2.
+    """
+
+    def __init__(self, config: ModelConfig, heads: int):
+        super().__init__()
+        ve = config.value_embed
+        self.width, self.reads_table, self.scale = ve.gate_width, ve.gate_reads_table, float(ve.gate_scale)
+        self.gate = nn.Parameter(torch.zeros(heads, self.width * (2 if self.reads_table else 1)))
+        self.lam = nn.Parameter(torch.tensor(0.5)) if ve.value_weight == "learnable" else None
+
+    def forward(self, x: torch.Tensor, v: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """x [B, T, D] the normed layer input, v [B, Hkv, T, d], rows [B, T, Hkv * d] the table rows of the tokens."""
+        u = x[..., :self.width]
+        if self.reads_table:
+            u = torch.cat([u, rows[..., :self.width]], dim=-1)
+        g = self.scale * torch.sigmoid(F.linear(u, self.gate))  # [B, T, Hkv]
+        weighted = v if self.lam is None else self.lam * v
+        return weighted + g.transpose(1, 2).unsqueeze(-1) * _heads(rows, v.shape[1])
+
+
 @dataclass
 class _Stash:
     """What each layer leaves behind in one forward pass, indexed by 0-based layer."""
@@ -122,6 +167,7 @@ class _Stash:
     keys: list = field(default_factory=list)  # full post-RoPE keys attended with (cache included)
     values: list = field(default_factory=list)  # full values attended with (cache included)
     new_values: list = field(default_factory=list)  # V'_n of the new tokens (NeuTRENO's term)
+    value_rows: dict = field(default_factory=dict)  # value-embedding table key -> its rows of the new tokens
 
     @classmethod
     def empty(cls, n_layer: int) -> _Stash:
@@ -156,6 +202,9 @@ class Attention(nn.Module):
         if self.residual_target and self.mapping != "cross_attention":
             self.mix = ResidualMix(config, layer, h if r.target == "q" else hk)
         self.neutreno = config.neutreno_lambda if layer > 0 else 0.0
+        adds_embedding = layer in config.value_embed_layers()
+        self.ve_mix = ValueEmbedMix(config, hk) if adds_embedding else None
+        self.ve_table = config.value_embed_table(layer) if adds_embedding else None
 
     def forward(self, x, rope: Rotary, stash: _Stash, cache: KVCache | None, trace: Trace | None):
         cfg, i = self.config, self.layer
@@ -182,6 +231,9 @@ class Attention(nn.Module):
                     # Eq. 6 (identity mapping): U_n = A_n (a V_n) + l R_n; the l R_n term is added below.
                     new[t] = a * new[t]
                     identity_weight = l
+        if self.ve_mix is not None:
+            # Value embeddings, after the residual's mixing and before the cache write.
+            new["v"] = self.ve_mix(x, new["v"], stash.value_rows[self.ve_table])
 
         if self.own["q"]:
             q = rope(new["q"], offset)
@@ -266,6 +318,11 @@ class Transformer(nn.Module):
         self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.rope = Rotary(config.head_dim, config.max_seq_len, config.rope_theta)
+        # Value-embedding tables, keyed 'shared' or by 1-based layer: vocab_size rows of one value's width.
+        self.value_embeds = nn.ModuleDict({
+            key: nn.Embedding(config.vocab_size, config.kv_dim)
+            for key in sorted({config.value_embed_table(i) for i in config.value_embed_layers()})
+        })
         d = config.dwa
         # dwa[b] follows block b (1-based); every `period`-th block gets one.
         self.dwa = nn.ModuleDict({
@@ -294,6 +351,7 @@ class Transformer(nn.Module):
         if not (cache is not None and cache.static) and offset + idx.shape[1] > self.config.max_seq_len:
             raise ValueError(f"sequence of {offset + idx.shape[1]} tokens exceeds max_seq_len={self.config.max_seq_len}")
         stash = _Stash.empty(self.config.n_layer)
+        stash.value_rows = {key: table(idx) for key, table in self.value_embeds.items()}
         x = self.tok_emb(idx)
         raw_outputs = [x]  # B_0..B_b, kept only for DenseFormer
         if trace is not None:
@@ -357,19 +415,20 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------ accounting
     def mixing_parameters(self) -> list[nn.Parameter]:
-        """Learnable residual weights and DenseFormer alphas: logged every step."""
-        return [p for name, p in self.named_parameters() if ".mix." in name or name.startswith("dwa.")]
+        """Learnable residual weights and gates, value-embedding gates and λs, DenseFormer alphas: logged every step."""
+        return [p for name, p in self.named_parameters() if _in_mix_group(name) or name.startswith("dwa.")]
 
     def param_groups(self, weight_decay: float, decay_embeddings: bool = False,
                      mix_lr: float | None = None) -> list[dict]:
-        """AdamW groups: decay on weight matrices (embeddings optional) and on DenseFormer's alphas, as epfml's
-        DenseFormer does; none on norms. The residual's learnable mixing weights form a third group, never
-        decayed, with learning rate `mix_lr` (None: the optimizer's base lr)."""
+        """AdamW groups: decay on weight matrices (embeddings, value-embedding tables included, optional) and on
+        DenseFormer's alphas, as epfml's DenseFormer does; none on norms. The residual's learnable mixing weights
+        and gates and the value embeddings' gates and λs form a third group, never decayed, with learning rate
+        `mix_lr` (None: the optimizer's base lr)."""
         decay, no_decay, residual_mix = [], [], []
         for name, p in self.named_parameters():
-            if ".mix." in name:
+            if _in_mix_group(name):
                 residual_mix.append(p)
-            elif name.startswith("dwa.") or (p.ndim >= 2 and (decay_embeddings or not name.startswith("tok_emb."))):
+            elif name.startswith("dwa.") or (p.ndim >= 2 and (decay_embeddings or not name.startswith(EMBEDDINGS))):
                 decay.append(p)
             else:
                 no_decay.append(p)
@@ -386,10 +445,13 @@ class Transformer(nn.Module):
         return state
 
     def num_params(self, non_embedding: bool = False) -> int:
-        """Parameters of the model, the zero padding rows of the embedding and head not counted."""
+        """Parameters of the model, the zero padding rows of the embedding and head not counted. `non_embedding`
+        leaves out the input embedding and the value-embedding tables (lookups, not matmuls)."""
         padding = (self.config.padded_vocab_size - self.config.vocab_size) * self.config.d_model
         n = sum(p.numel() for p in self.parameters()) - 2 * padding
-        return n - self.config.vocab_size * self.config.d_model if non_embedding else n
+        if not non_embedding:
+            return n
+        return n - self.config.vocab_size * self.config.d_model - sum(p.numel() for p in self.value_embeds.parameters())
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (fwd + bwd): 6 x matmul params + attention (PaLM appendix B convention).
@@ -398,9 +460,18 @@ class Transformer(nn.Module):
         """
         padding = (self.config.padded_vocab_size - self.config.vocab_size) * self.config.d_model
         matmul = sum(p.numel() for n, p in self.named_parameters()
-                     if p.ndim >= 2 and not n.startswith("tok_emb.")) - padding
+                     if p.ndim >= 2 and not n.startswith(EMBEDDINGS)) - padding
         key_blocks = sum(1 + len(b.attn.sources) if b.attn.mapping == "cross_attention" else 1 for b in self.blocks)
         return 6.0 * matmul + 12.0 * key_blocks * self.config.d_model * seq_len
+
+
+# Parameters looked up by token, not multiplied: no FLOPs, decayed only with `decay_embeddings`.
+EMBEDDINGS = ("tok_emb.", "value_embeds.")
+
+
+def _in_mix_group(name: str) -> bool:
+    """Learnable residual weights and gates (`.mix.`) and value-embedding gates and λs (`.ve_mix.`)."""
+    return ".mix." in name or ".ve_mix." in name
 
 
 def _pad_rows(weight: torch.Tensor, rows: int) -> torch.Tensor:
