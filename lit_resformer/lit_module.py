@@ -169,9 +169,10 @@ class LitResFormer(L.LightningModule):
         for name, value in (("lr", lr), ("eps", eps), ("mix_lr", lr if mix_lr is None else mix_lr)):
             if not value > 0:
                 raise ValueError(f"model.{name}={value} must be > 0")
-        if mix_lr is not None and config.residual.learnable == "none":
+        if mix_lr is not None and config.residual.learnable == "none" and not config.value_embed.enabled:
             raise ValueError("model.mix_lr is set but the model has no learnable mixing weights; set "
-                             "model.config.residual.learnable to one of ['scalar', 'head', 'token', 'tied']")
+                             "model.config.residual.learnable to one of ['scalar', 'head', 'token', 'tied'] or "
+                             "model.config.value_embed.layers")
         if warmup_steps < 0 or not 0 <= final_lr_ratio <= 1:
             raise ValueError("model.warmup_steps must be >= 0 and model.final_lr_ratio in [0, 1]")
         self.config = config
@@ -298,14 +299,22 @@ class LitResFormer(L.LightningModule):
         self.log_dict(self.mixing_weights())
 
     def mixing_weights(self) -> dict[str, torch.Tensor]:
-        """Learnable residual weights per layer (heads averaged) and DenseFormer self-weights, on the device."""
+        """Learnable residual weights per layer (heads averaged; a gate's weight norm), value-embedding gate norms
+        and λs, and DenseFormer self-weights, on the device."""
         values: dict[str, torch.Tensor] = {}
         for n, block in enumerate(self._core.blocks, start=1):
+            ve_mix = block.attn.ve_mix
+            if ve_mix is not None:
+                values[f"mix/layer{n}/value_embed_gate_norm"] = ve_mix.gate.detach().norm()
+                if ve_mix.lam is not None:
+                    values[f"mix/layer{n}/value_lambda"] = ve_mix.lam.detach()
             mix = getattr(block.attn, "mix", None)
             if mix is None or mix.kind == "none":
                 continue
             if mix.kind == "token":
-                values[f"mix/layer{n}/gate_weight_norm"] = mix.gate.weight.detach().norm()
+                # The norm of all the gate's parameters (W, or W_up and W_down, and b).
+                gate = torch.cat([p.detach().flatten() for p in mix.gate.parameters()])
+                values[f"mix/layer{n}/gate_weight_norm"] = torch.linalg.vector_norm(gate)
             elif mix.kind == "tied":
                 values[f"mix/layer{n}/lambda"] = mix.lam.detach()
             else:
