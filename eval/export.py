@@ -28,7 +28,8 @@ def hf_config_fields(model_config: dict) -> dict:
     """A ModelConfig as a dict -> the keyword arguments of ResFormerConfig; refuses fields the HF code lacks."""
     from eval.hf_remote import configuration_resformer as hf_config
 
-    groups = {"residual": hf_config.RESIDUAL_DEFAULTS, "dwa": hf_config.DWA_DEFAULTS, "share": hf_config.SHARE_DEFAULTS}
+    groups = {"residual": hf_config.RESIDUAL_DEFAULTS, "value_embed": hf_config.VALUE_EMBED_DEFAULTS,
+              "dwa": hf_config.DWA_DEFAULTS, "share": hf_config.SHARE_DEFAULTS}
     known = {"vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "ffn_dim", "max_seq_len", "rope_theta",
              "norm_eps", "init_std", "neutreno_lambda", *groups}
     fields = {k: v for k, v in model_config.items() if k not in NOT_ARCHITECTURE}

@@ -57,6 +57,16 @@ VARIANTS = {
                                       "residual": {"target": "v"}},
     "first-q": {"share": {"first": "q"}},
     "first-k": {"share": {"first": "k"}},  # layers n >= 2 cache V only
+    # The value path beyond the paper: x-transformers' per-head gate with a bias, RWKV-7's low-rank per-channel gate,
+    # nanochat's value embeddings, modded-nanogpt's (shared table, gate reading the table, learned λ) with ResFormer.
+    "token-gate-head-bias-gqa": {"residual": {"target": "v", "learnable": "token", "gate_bias": True}, "n_kv_head": 2},
+    "token-gate-channel-low-rank": {"residual": {"target": "v", "learnable": "token", "gate_per": "channel",
+                                                 "gate_rank": 4, "gate_bias": True}},
+    "value-embed-alternate": {"value_embed": {"layers": "alternate"}},
+    "value-embed-shared-lambda-resformer-gqa": {
+        "value_embed": {"layers": [1, 2, 5, 6], "shared": True, "gate_width": 6, "gate_reads_table": True,
+                        "gate_scale": 2.0, "value_weight": "learnable"},
+        "residual": {"target": "v"}, "n_kv_head": 2},
 }
 
 
@@ -72,9 +82,8 @@ def make_model(bpe, seed: int, **overrides) -> Transformer:
                                     "vocab_size": bpe.get_vocab_size(), "max_seq_len": 64, **overrides})
     model = Transformer(config).eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if ".mix." in name or name.startswith("dwa."):
-                p.add_(torch.randn_like(p) * 0.3)
+        for p in model.mixing_parameters():
+            p.add_(torch.randn_like(p) * 0.3)
     return model
 
 
@@ -193,7 +202,7 @@ def test_beam_search_through_the_cache_equals_beam_search_recomputing_everything
 
 
 @pytest.mark.parametrize("name", ["resformer", "cross-attention-gqa", "svformer-anchors-gqa", "denseformer",
-                                  "identity-all", "first-k"])
+                                  "identity-all", "first-k", "value-embed-shared-lambda-resformer-gqa"])
 def test_left_padded_batch_generates_what_each_prompt_generates_alone(checked, name):
     expected, got = checked[0][name]
     new_tokens = got["padded_sequences"][:, PROMPT_LEN:]
@@ -212,8 +221,8 @@ def test_export_refuses_config_fields_the_modeling_code_does_not_know():
     assert "size" not in hf_config_fields(fields) and "attn_impl" not in hf_config_fields(fields)
     with pytest.raises(ValueError, match=r"\['window'\].*eval/hf_remote"):
         hf_config_fields({**fields, "window": 128})
-    with pytest.raises(ValueError, match=r"\['residual\.gate_bias'\]"):
-        hf_config_fields({**fields, "residual": {**fields["residual"], "gate_bias": 1.0}})
+    with pytest.raises(ValueError, match=r"\['residual\.gate_temperature'\]"):
+        hf_config_fields({**fields, "residual": {**fields["residual"], "gate_temperature": 1.0}})
     with pytest.raises(ValueError, match=r"residual\.learnable='gated' is not allowed; choose one of \['none'"):
         ResFormerConfig(**{**hf_config_fields(fields), "residual": {"target": "v", "learnable": "gated"}})
 
@@ -224,12 +233,15 @@ def test_a_model_built_from_its_config_starts_where_the_training_code_starts(bpe
     for overrides in ({"residual": {"target": "v", "learnable": "head", "source": "all", "self_weight": "uniform",
                                     "lam": "uniform"}, "dwa": {"enabled": True}},
                       {"residual": {"target": "v", "learnable": "token"}},
-                      {"residual": {"target": "v", "learnable": "tied"}}):
+                      {"residual": {"target": "v", "learnable": "tied"}},
+                      {"residual": {"target": "v", "learnable": "token", "gate_per": "channel", "gate_bias": True},
+                       "value_embed": {"layers": [2, 3], "gate_width": 4, "gate_reads_table": True,
+                                       "value_weight": "learnable"}}):
         torch.manual_seed(0)
         ours = Transformer(ModelConfig(n_layer=3, n_head=2, d_model=16, ffn_dim=32, vocab_size=64, max_seq_len=16,
                                        **overrides))
         theirs = ResFormerForCausalLM(ResFormerConfig(**hf_config_fields(ours.config.to_dict())))
-        untouched = {n: p for n, p in ours.state_dict().items() if ".mix." in n or n.startswith("dwa.") or "norm" in n}
+        untouched = {n: p for n, p in ours.state_dict().items() if "mix." in n or n.startswith("dwa.") or "norm" in n}
         assert untouched and set(untouched) <= set(theirs.state_dict())
         for name, value in untouched.items():
             assert torch.equal(theirs.state_dict()[name], value), name

@@ -1,7 +1,7 @@
 """Configuration of an exported lit-resformer model: the Llama-like base plus every variant field, as data.
 
 Self-contained (torch and transformers only): it travels inside the exported folder and is loaded with
-`trust_remote_code=True`. The variant groups `residual`, `dwa` and `share` are stored as the same nested
+`trust_remote_code=True`. The variant groups `residual`, `value_embed`, `dwa` and `share` are stored as the same nested
 dictionaries as the training config, so `config.json` reads like the run's own config.
 Layer numbers in the variant fields are 1-based, as in the paper; the methods return 0-based indices.
 
@@ -23,7 +23,9 @@ TESTED_TRANSFORMERS_MAJORS = (5,)
 _untested_versions_warned: set[str] = set()  # one warning per process and transformers version
 
 RESIDUAL_DEFAULTS = dict(target="none", source="first", mapping="attention", self_weight=0.5, lam=0.5,
-                         learnable="none", layers=None)
+                         learnable="none", layers=None, gate_per="head", gate_rank=None, gate_bias=False)
+VALUE_EMBED_DEFAULTS = dict(layers=None, shared=False, gate_width=12, gate_reads_table=False, gate_scale=3.0,
+                            value_weight="fixed")
 DWA_DEFAULTS = dict(enabled=False, dilation=1, period=1)
 SHARE_DEFAULTS = dict(svformer=False, anchors=None, num_anchors=None, every=1, what="kv", first="none")
 CHOICES = {
@@ -31,6 +33,8 @@ CHOICES = {
     "residual.source": ("first", "previous", "all"),
     "residual.mapping": ("attention", "identity", "cross_attention"),
     "residual.learnable": ("none", "scalar", "head", "token", "tied"),
+    "residual.gate_per": ("head", "channel"),
+    "value_embed.value_weight": ("fixed", "learnable"),
     "share.what": ("k", "v", "kv"),
     "share.first": ("none", "q", "k", "v"),
 }
@@ -60,7 +64,7 @@ class ResFormerConfig(PretrainedConfig):
     def __init__(self, vocab_size: int = 4096, n_layer: int = 6, n_head: int = 4, n_kv_head: int | None = None,
                  d_model: int = 128, ffn_dim: int = 352, max_seq_len: int = 512, rope_theta: float = 10000.0,
                  norm_eps: float = 1e-5, init_std: float = 0.02, residual: dict | None = None,
-                 neutreno_lambda: float = 0.0, dwa: dict | None = None, share: dict | None = None,
+                 value_embed: dict | None = None, neutreno_lambda: float = 0.0, dwa: dict | None = None, share: dict | None = None,
                  use_cache: bool = True, exported_with_transformers: str | None = None,
                  tested_transformers_majors: list[int] | None = None, **kwargs):
         self.vocab_size, self.n_layer, self.n_head = vocab_size, n_layer, n_head
@@ -68,6 +72,7 @@ class ResFormerConfig(PretrainedConfig):
         self.d_model, self.ffn_dim, self.max_seq_len = d_model, ffn_dim, max_seq_len
         self.rope_theta, self.norm_eps, self.init_std = float(rope_theta), float(norm_eps), float(init_std)
         self.residual = _group("residual", residual, RESIDUAL_DEFAULTS)
+        self.value_embed = _group("value_embed", value_embed, VALUE_EMBED_DEFAULTS)
         self.neutreno_lambda = float(neutreno_lambda)
         self.dwa = _group("dwa", dwa, DWA_DEFAULTS)
         self.share = _group("share", share, SHARE_DEFAULTS)
@@ -95,6 +100,20 @@ class ResFormerConfig(PretrainedConfig):
         if self.residual["target"] == "none":
             return []
         return sorted(n - 1 for n in (self.residual["layers"] or range(2, self.n_layer + 1)))
+
+    def value_embed_layers(self) -> list[int]:
+        """Layers that add a value embedding: the listed ones, or with 'alternate' every other layer counting back
+        from the last."""
+        layers = self.value_embed["layers"]
+        if layers is None:
+            return []
+        if layers == "alternate":
+            return [i for i in range(self.n_layer) if i % 2 == (self.n_layer - 1) % 2]
+        return sorted(n - 1 for n in layers)
+
+    def value_embed_table(self, i: int) -> str:
+        """The key of the value-embedding table layer i reads: 'shared', or its own 1-based layer number."""
+        return "shared" if self.value_embed["shared"] else str(i + 1)
 
     def residual_sources(self, i: int) -> list[int]:
         """Layers whose projections form the history term R of layer i: {1}, {n-1} or {1..n-1}."""

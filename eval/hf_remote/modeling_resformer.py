@@ -121,14 +121,50 @@ def repeat_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 class TokenGate(nn.Module):
-    """g = sigmoid(W x), one gate per head and token."""
+    """g = sigmoid(W x + b) from the token's normed hidden state: one gate per head or per channel, W full (`weight`)
+    or low-rank (`up` @ `down`), b optional."""
 
-    def __init__(self, d_model: int, heads: int):
+    def __init__(self, d_model: int, heads: int, head_dim: int, per: str, rank: int | None, bias: bool):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(heads, d_model))
+        self.heads = heads
+        outputs = heads if per == "head" else heads * head_dim
+        if rank is None:
+            self.weight = nn.Parameter(torch.zeros(outputs, d_model))
+        else:
+            self.down = nn.Parameter(torch.zeros(rank, d_model))
+            self.up = nn.Parameter(torch.zeros(outputs, rank))
+        self.bias = nn.Parameter(torch.zeros(outputs)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(F.linear(x, self.weight)).transpose(1, 2).unsqueeze(-1)  # [B, heads, T, 1]
+        if hasattr(self, "weight"):
+            logits = F.linear(x, self.weight, self.bias)
+        else:
+            logits = F.linear(F.linear(x, self.down), self.up, self.bias)
+        b, t, _ = logits.shape
+        return torch.sigmoid(logits).view(b, t, self.heads, -1).transpose(1, 2)  # [B, heads, T, 1 or head_dim]
+
+
+class ValueEmbedMix(nn.Module):
+    """Value embeddings of one layer: V'_n = w V_n + gate_scale * sigmoid(W_g u) * VE[token], one gate per KV head.
+
+    u is the first `gate_width` channels of the normed layer input (nanochat), with the same channels of the table
+    row after them when `gate_reads_table` (modded-nanogpt); w is 1 or a learned λ (modded-nanogpt).
+    """
+
+    def __init__(self, config: ResFormerConfig, heads: int):
+        super().__init__()
+        ve = config.value_embed
+        self.width, self.reads_table, self.scale = ve["gate_width"], ve["gate_reads_table"], float(ve["gate_scale"])
+        self.gate = nn.Parameter(torch.zeros(heads, self.width * (2 if self.reads_table else 1)))
+        self.lam = nn.Parameter(torch.tensor(0.5)) if ve["value_weight"] == "learnable" else None
+
+    def forward(self, x: torch.Tensor, v: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        u = x[..., :self.width]
+        if self.reads_table:
+            u = torch.cat([u, rows[..., :self.width]], dim=-1)
+        g = self.scale * torch.sigmoid(F.linear(u, self.gate))  # [B, T, Hkv]
+        weighted = v if self.lam is None else self.lam * v
+        return weighted + g.transpose(1, 2).unsqueeze(-1) * split_heads(rows, v.shape[1])
 
 
 class ResidualMix(nn.Module):
@@ -141,8 +177,9 @@ class ResidualMix(nn.Module):
         self.initial = (1.0 / n, (n - 1) / n) if r["self_weight"] == "uniform" else (float(r["self_weight"]),
                                                                                       float(r["lam"]))
         self.kind = r["learnable"]
-        if self.kind == "token":  # g X_n + (1 - g) R_n with a gate per head and token
-            self.gate = TokenGate(config.d_model, heads)
+        if self.kind == "token":  # g X_n + (1 - g) R_n with a gate per head (or channel) and token
+            self.gate = TokenGate(config.d_model, heads, config.head_dim, r["gate_per"], r["gate_rank"],
+                                  r["gate_bias"])
         elif self.kind in ("scalar", "head"):
             shape = (1, heads, 1, 1) if self.kind == "head" else ()
             self.mix_self = nn.Parameter(torch.full(shape, self.initial[0]))
@@ -171,6 +208,7 @@ class LayerOutputs:
         self.keys = blank()  # every post-RoPE key attended with (cache included)
         self.values = blank()  # every value attended with (cache included)
         self.new_values = blank()  # V'_n of the new tokens (NeuTRENO's term)
+        self.value_rows = {}  # value-embedding table key -> its rows of the new tokens
 
 
 class Attention(nn.Module):
@@ -191,6 +229,9 @@ class Attention(nn.Module):
         if self.residual_target and self.mapping != "cross_attention":
             self.mix = ResidualMix(config, layer, config.n_head if r["target"] == "q" else config.n_kv_head)
         self.neutreno = config.neutreno_lambda if layer > 0 else 0.0
+        adds_embedding = layer in config.value_embed_layers()
+        self.ve_mix = ValueEmbedMix(config, config.n_kv_head) if adds_embedding else None
+        self.ve_table = config.value_embed_table(layer) if adds_embedding else None
 
     def forward(self, x, rope, outputs: LayerOutputs, cache: ResFormerCache | None, offset: int, padding):
         cfg, i = self.config, self.layer
@@ -215,6 +256,9 @@ class Attention(nn.Module):
                     # Eq. 6 (identity mapping): U_n = A_n (a V_n) + l R_n; the l R_n term is added after attention.
                     new[t] = a * new[t]
                     identity_weight = l
+        if self.ve_mix is not None:
+            # Value embeddings: added after the residual's mixing, before the cache write.
+            new["v"] = self.ve_mix(x, new["v"], outputs.value_rows[self.ve_table])
 
         if self.own["q"]:
             outputs.q[i] = apply_rope(new["q"], rope)
@@ -301,6 +345,10 @@ class ResFormerForCausalLM(PreTrainedModel, GenerationMixin):
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
         self.norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # Value-embedding tables, keyed 'shared' or by 1-based layer number.
+        self.value_embeds = nn.ModuleDict({
+            key: nn.Embedding(config.vocab_size, config.n_kv_head * config.head_dim)
+            for key in sorted({config.value_embed_table(i) for i in config.value_embed_layers()})})
         dwa = config.dwa
         # dwa[b] follows block b (1-based); every `period`-th block has one.
         self.dwa = nn.ModuleDict({str(b): DepthWeightedAverage(b, dwa["dilation"])
@@ -313,8 +361,16 @@ class ResFormerForCausalLM(PreTrainedModel, GenerationMixin):
             nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
         elif isinstance(module, nn.RMSNorm):
             nn.init.ones_(module.weight)
-        elif isinstance(module, TokenGate):
-            nn.init.zeros_(module.weight)
+        elif isinstance(module, TokenGate):  # g = 1/2; a low-rank W_up starts random, as the training code's
+            for name, p in module.named_parameters(recurse=False):
+                if name == "up":
+                    nn.init.normal_(p, mean=0.0, std=self.config.init_std)
+                else:
+                    nn.init.zeros_(p)
+        elif isinstance(module, ValueEmbedMix):
+            nn.init.zeros_(module.gate)
+            if module.lam is not None:
+                nn.init.constant_(module.lam, 0.5)
         elif isinstance(module, ResidualMix) and module.kind in ("scalar", "head"):
             nn.init.constant_(module.mix_self, module.initial[0])
             nn.init.constant_(module.mix_history, module.initial[1])
@@ -381,6 +437,7 @@ class ResFormerForCausalLM(PreTrainedModel, GenerationMixin):
         rope = rope_tables(self.config, position_ids, self.lm_head.weight.dtype)
 
         outputs = LayerOutputs(self.config.n_layer)
+        outputs.value_rows = {key: table(input_ids) for key, table in self.value_embeds.items()}
         x = self.tok_emb(input_ids)
         raw_outputs = [x]  # B_0..B_i, kept only for DenseFormer
         for b, block in enumerate(self.blocks, start=1):
