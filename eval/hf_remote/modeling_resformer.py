@@ -9,6 +9,10 @@ A_n = softmax(Q_n K_n^T / sqrt(d) + causal mask); U_n = A_n V_n is the attention
 The base model is Llama-like: pre-RMSNorm, SwiGLU MLP, RoPE, no biases, untied embeddings. Every variant is a
 field of `ResFormerConfig`; parameter names follow the training code, so its weights load one to one.
 
+Beyond the paper, the value path researchers use today: value embeddings (per-token tables added to the values of
+chosen layers through a sigmoid gate, as nanochat and modded-nanogpt) and sigmoid gates from the token's hidden state
+per head or per channel, full or low-rank (x-transformers, RWKV-7).
+
 The KV cache holds only what each layer produces: SVFormer keeps K for every layer and V once (per anchor),
 CLA keeps one K/V per group, and a layer that reuses another layer's K or V reads the producer's entry.
 Written against the Cache API of transformers 5 (`Cache(layers=...)`, `DynamicLayer`), and tested with 5.23 and
@@ -126,7 +130,7 @@ class TokenGate(nn.Module):
 
     def __init__(self, d_model: int, heads: int, head_dim: int, per: str, rank: int | None, bias: bool):
         super().__init__()
-        self.heads = heads
+        self.heads, self.low_rank = heads, rank is not None
         outputs = heads if per == "head" else heads * head_dim
         if rank is None:
             self.weight = nn.Parameter(torch.zeros(outputs, d_model))
@@ -136,10 +140,10 @@ class TokenGate(nn.Module):
         self.bias = nn.Parameter(torch.zeros(outputs)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if hasattr(self, "weight"):
-            logits = F.linear(x, self.weight, self.bias)
-        else:
+        if self.low_rank:
             logits = F.linear(F.linear(x, self.down), self.up, self.bias)
+        else:
+            logits = F.linear(x, self.weight, self.bias)
         b, t, _ = logits.shape
         return torch.sigmoid(logits).view(b, t, self.heads, -1).transpose(1, 2)  # [B, heads, T, 1 or head_dim]
 

@@ -80,7 +80,7 @@ class TokenGate(nn.Module):
     def __init__(self, d_model: int, heads: int, head_dim: int, per: str = "head", rank: int | None = None,
                  bias: bool = False, init_std: float = 0.02):
         super().__init__()
-        self.heads = heads
+        self.heads, self.low_rank = heads, rank is not None
         outputs = heads if per == "head" else heads * head_dim
         if rank is None:
             self.weight = nn.Parameter(torch.zeros(outputs, d_model))
@@ -90,10 +90,10 @@ class TokenGate(nn.Module):
         self.bias = nn.Parameter(torch.zeros(outputs)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if hasattr(self, "weight"):
-            logits = F.linear(x, self.weight, self.bias)
-        else:
+        if self.low_rank:
             logits = F.linear(F.linear(x, self.down), self.up, self.bias)
+        else:
+            logits = F.linear(x, self.weight, self.bias)
         b, t, _ = logits.shape
         return torch.sigmoid(logits).view(b, t, self.heads, -1).transpose(1, 2)  # [B, heads, T, 1 or head_dim]
 
