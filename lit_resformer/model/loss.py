@@ -4,7 +4,7 @@
 
 - `plain_cross_entropy`: the head's fp32 logits for the whole batch, then `F.cross_entropy`. PyTorch's fused
   log-softmax and its backward pass touch every logit the fewest times, so on the CPU it is the faster path at
-  every size measured (`python -m benchmarks loss_path`: the chunked one takes 1.3 to 2.4x as long for the
+  every size measured (`python -m benchmarks loss_path`: the chunked one takes 1.1 to 2.4x as long for the
   head and loss at vocabularies 4,096 and 50,277).
 - `linear_cross_entropy`: the logits never held for the whole batch. The head's logits are the largest tensor
   of a training step ([tokens x vocabulary], 3.3 GB in bf16 for 16 x 2,048 tokens and 50,304 columns) and the
