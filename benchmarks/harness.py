@@ -293,8 +293,8 @@ def training_step(model: torch.nn.Module, tokens: torch.Tensor, settings: Settin
     """A closure running one fwd + next-token loss + bwd (+ optimizer step when given) on `tokens`.
 
     `loss(inputs, labels)` says how the loss is computed; the default is the project's training path,
-    `model(inputs, labels=labels)` (LM head and cross-entropy in chunks). `compile` runs it through
-    torch.compile, the backward pass included.
+    `model(inputs, labels=labels)` (LM head and cross-entropy by the path the model picks for the device).
+    `compile` runs it through torch.compile, the backward pass included.
     """
     inputs, labels = tokens[:, :-1], tokens[:, 1:]
     forward = loss or (lambda x, y: model(x, labels=y))

@@ -2,7 +2,8 @@
 
 Both models hold the same weights (`to_hf_llama`), see the same batch, run under the same threads and dtype and
 identical AdamW settings. Ours trains through its own path (`model(idx, labels=...)`: padded head, the loss path
-`chunked_loss_pays` picks: plain logits + cross-entropy on the CPU, chunked on CUDA). HF runs with its default attention implementation (recorded in the table) and `use_cache=False`,
+`chunked_loss_pays` picks: plain logits + cross-entropy on the CPU, chunked on CUDA). HF runs with its default
+attention implementation (recorded in the table) and `use_cache=False`,
 twice: with the project's loss function on its logits, and with its own `labels=` loss as users run it
 (`model(input_ids=x, labels=x)`, which shifts inside and so scores 2,047 of 2,048 positions). On CUDA: the
 paper's 82M at 2,048 tokens with the paper's vocabulary, every contender compiled, bf16 autocast, fused AdamW.
