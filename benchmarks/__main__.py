@@ -78,10 +78,12 @@ def main(argv: list[str] | None = None) -> int:
             module = importlib.import_module(f"benchmarks.{name}")
             torch.manual_seed(0)
             meta = machine_meta(settings)  # before the run: the load average says how busy the machine was going in
-            result = module.run(dataclasses.replace(settings, started=time.perf_counter()))
+            started = time.perf_counter()
+            result = module.run(dataclasses.replace(settings, started=started))
+            meta["wall_s"] = round(time.perf_counter() - started, 1)
             json_path = write_json(result, meta, results_dir)
             update_markdown(result, meta, args.markdown)
-            print(f"{name}: {json_path}", file=sys.stderr)
+            print(f"{name}: {json_path} ({meta['wall_s']:.0f} s)", file=sys.stderr)
             for metric in result.metrics:
                 mark = "" if metric.met is None else ("  [target met]" if metric.met else "  [target MISSED]")
                 print(f"  {metric.metric} = {metric.value:.4g} {metric.unit}{mark}", file=sys.stderr)

@@ -4,7 +4,7 @@ The loader is the one `lit-resformer fit` uses (embedded corpus, BPE 4096, seq_l
 its default num_workers); its caches are built or found first (timed separately, not in the ratio). Each
 round fetches `FETCH` batches from the train loader and runs one vanilla `tiny` training step (fwd + bwd +
 AdamW) on the same batch shape, so the ratio of loader to model tokens/s is taken in the same rounds.
-Target: loader >= 20x the model's tokens/s.
+Target (`targets.py`): loader >= 20x the model's tokens/s.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 
 from lit_resformer.model import ModelConfig, Transformer
 
+from . import targets
 from .harness import (
     Metric,
     Result,
@@ -33,7 +34,6 @@ from .harness import (
 )
 
 NAME = "data_loader"
-TARGET = 20.0
 BATCH, SEQ_LEN, FETCH = 16, 256, 50
 QUICK = dict(d_model=32, ffn_dim=64, max_seq_len=32)
 QUICK_BATCH, QUICK_SEQ_LEN, QUICK_FETCH = 2, 16, 5
@@ -74,7 +74,8 @@ def run(settings: Settings) -> Result:
     model_tps = Metric(f"{NAME}.model_training_tokens_per_s", batch * seq_len / median(times["model"]), "tokens/s",
                        better="higher")
     ratios = [fetch * r for r in paired_ratios(times["model"], times["loader"])]
-    ratio = Metric(f"{NAME}.ratio", median(ratios), "x model training tokens/s", TARGET, "higher")
+    ratio = Metric(f"{NAME}.ratio", median(ratios), "x model training tokens/s",
+                   targets.target(f"{NAME}.ratio", settings.cuda), "higher")
     setup = Metric(f"{NAME}.setup_s", setup_s, "s")
     markdown = (
         f"`LMDataModule` ({'synthetic local corpus' if settings.quick else 'embedded corpus, BPE 4096'}, seq_len "

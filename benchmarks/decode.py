@@ -26,6 +26,7 @@ import torch
 from lit_resformer.model import KVCache, ModelConfig, Transformer, kv_cache_bytes
 from lit_resformer.model.decoding import GraphedDecodeStep
 
+from . import targets
 from .harness import (
     Metric,
     Result,
@@ -45,11 +46,9 @@ NEW_TOKENS = 128  # counted decode steps per context (the interleaved rounds)
 BUDGET_BYTES = 1 << 30  # 1 GiB of fp32 cache for the batch-fit measurement
 QUICK = dict(d_model=32, ffn_dim=64, vocab_size=128)
 QUICK_CONTEXTS, QUICK_NEW_TOKENS, QUICK_BUDGET = (16, 64), 3, 1 << 20
-BATCH_TARGET, SPEED_TARGET = 1.7, 1.0
 GPU_PRESET, GPU_BATCH, GPU_PROMPT, GPU_NEW_TOKENS = "82M", 8, 1024, 64
 LONG_CONTEXT, LONG_STEPS = 32768, 20
 MEMORY_RESERVE = 4 << 30  # bytes left free beside the cache at 32k: the step's own tensors, the allocator
-GRAPH_TARGET, LONG_SPEED_TARGET = 5.0, 1.5
 KEEP_FOR_TIMING = 0.3  # the compiled step (tried last) needs this share of the budget: it compiles for ~20 s
 
 
@@ -151,7 +150,8 @@ def run(settings: Settings) -> Result:
             tps = Metric(f"{NAME}.{slug}.ctx{context}.tokens_per_s", 1.0 / median(times[slug]), "tokens/s",
                          better="higher")
             speedups = paired_ratios(times["vanilla"], times[slug])
-            target = SPEED_TARGET if slug == "svformer" and context == max(contexts) else None
+            target = targets.target(f"{NAME}.{slug}.speed_vs_vanilla", settings.cuda) if context == max(contexts) \
+                else None
             ratio = Metric(f"{NAME}.{slug}.ctx{context}.speed_vs_vanilla", median(speedups), "x vanilla tokens/s",
                            target, "higher")
             metrics += [tps, ratio]
@@ -164,7 +164,8 @@ def run(settings: Settings) -> Result:
         batches[slug] = largest_batch(configs[slug], longest, budget, settings.device)
         metrics.append(Metric(f"{NAME}.{slug}.max_batch_ctx{longest}", batches[slug], "sequences", better="higher"))
     batch_ratio = Metric(f"{NAME}.svformer.max_batch_ratio", batches["svformer"] / max(batches["vanilla"], 1),
-                         "x vanilla batch", BATCH_TARGET, "higher")
+                         "x vanilla batch",
+                         targets.target(f"{NAME}.svformer.max_batch_ratio", settings.cuda), "higher")
     metrics.append(batch_ratio)
     for slug, (label, _) in table.items():
         fit_rows.append([label, batches[slug], f"{batches[slug] / max(batches['vanilla'], 1):.3g}",
@@ -252,7 +253,7 @@ def run_gpu(settings: Settings) -> Result:
         graph_tps = Metric(f"{NAME}.{slug}.batch{GPU_BATCH}.graph_tokens_per_s", GPU_BATCH / median(graph), "tokens/s",
                            better="higher")
         speedup = Metric(f"{NAME}.{slug}.batch{GPU_BATCH}.graph_speedup", median(speedups), "x eager tokens/s",
-                         GRAPH_TARGET if slug == "vanilla" else None, "higher")
+                         targets.target(f"{NAME}.{slug}.graph_speedup", settings.cuda), "higher")
         metrics += [eager_tps, graph_tps, speedup]
         short_rows.append([label, eager_tps.value, graph_tps.value, speedup.value, spread(speedups),
                            target_mark(speedup)])
@@ -280,7 +281,8 @@ def run_gpu(settings: Settings) -> Result:
         long_rows.append([label, batch, f"{per_sequence * batch / 2**30:.1f}", 1e3 * median(long_times),
                           tokens_per_s[slug]])
     speed = Metric(f"{NAME}.svformer.ctx{LONG_CONTEXT}.speed_vs_vanilla", tokens_per_s["svformer"] / tokens_per_s["vanilla"],
-                   "x vanilla tokens/s", LONG_SPEED_TARGET, "higher")
+                   "x vanilla tokens/s",
+                   targets.target(f"{NAME}.svformer.long_speed_vs_vanilla", settings.cuda), "higher")
     capacity = Metric(f"{NAME}.svformer.ctx{LONG_CONTEXT}.batch_vs_vanilla", batches["svformer"] / batches["vanilla"],
                       "x vanilla batch", better="higher")
     metrics += [speed, capacity]

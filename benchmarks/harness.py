@@ -25,11 +25,14 @@ import torch
 
 from lit_resformer import reporting, runtime
 
+from . import targets
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 MARKDOWN = ROOT / "docs" / "BENCHMARKS.md"
 # Section order in docs/BENCHMARKS.md (and the default run order of `python -m benchmarks`).
-BENCHMARKS = ("variant_overhead", "hf_throughput", "loop_overhead", "decode", "data_loader", "mfu", "profile", "cpu_slots")
+BENCHMARKS = ("variant_overhead", "hf_throughput", "loss_path", "loop_overhead", "decode", "data_loader", "mfu", "profile",
+              "cpu_slots")
 
 MARKDOWN_HEADER = """# Benchmarks
 
@@ -48,7 +51,10 @@ Throughput is tokens per second of wall time, synchronised on CUDA. Threads are 
 **GPU sections** (`<benchmark>_cuda`, after the CPU ones) come from `python -m benchmarks --device cuda`, run by
 `scripts/gpu-session.sh` on the GPU machine: paper-sized models at 2,048 tokens, bf16 autocast, `torch.compile`,
 fused AdamW; contenders are built in priority order within `--budget-s`, and a section lists what was left out.
-"""
+
+**Targets** as they stand today (`benchmarks/targets.py`; a section's `target` cell applies them):
+
+""" + targets.markdown() + "\n"
 
 
 @dataclass
@@ -217,7 +223,7 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
 
 
 def target_mark(metric: Metric) -> str:
-    """'<= 1.02 met' / '>= 1.2 MISSED' / '' (no target) for the markdown tables."""
+    """'<= 1.02 met' / '>= 0.97 MISSED' / '' (no target) for the markdown tables."""
     if metric.target is None:
         return ""
     sign = "<=" if metric.better == "lower" else ">="
@@ -249,9 +255,11 @@ def update_markdown(result: Result, meta: dict, path: Path = MARKDOWN) -> Path:
     date = meta["date"][:10]
     gpu = meta.get("gpu")
     key = f"{result.name}_cuda" if gpu else result.name
+    took = f", took {meta['wall_s']:.0f} s" if "wall_s" in meta else ""
     machine = (f"_{date}, {meta['cpu_model']} ({meta['cpu_count']} cores), {gpu or meta['device']}, "
                f"{meta['dtype']}, torch {meta['torch']}, {meta['threads']} thread(s), {meta['reps']} rounds after "
                f"{meta['warmup']} warm-up, load average {meta['load_average_1m']:.1f}"
+               f"{took}"
                f"{', freed memory retained (mallopt)' if meta['retain_freed_memory'] else ''}"
                f"{', QUICK (tiny sizes, not a measurement)' if meta['quick'] else ''}._")
     sections[key] = f"## {result.name}{f' (GPU: {gpu})' if gpu else ''}\n\n{machine}\n\n{result.markdown.strip()}\n\n"
@@ -285,8 +293,8 @@ def training_step(model: torch.nn.Module, tokens: torch.Tensor, settings: Settin
     """A closure running one fwd + next-token loss + bwd (+ optimizer step when given) on `tokens`.
 
     `loss(inputs, labels)` says how the loss is computed; the default is the project's training path,
-    `model(inputs, labels=labels)` (LM head and cross-entropy in chunks). `compile` runs it through
-    torch.compile, the backward pass included.
+    `model(inputs, labels=labels)` (LM head and cross-entropy by the path the model picks for the device).
+    `compile` runs it through torch.compile, the backward pass included.
     """
     inputs, labels = tokens[:, :-1], tokens[:, 1:]
     forward = loss or (lambda x, y: model(x, labels=y))

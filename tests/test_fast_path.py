@@ -1,5 +1,5 @@
-"""The fast path, proved on the CPU: the padded embedding and head, the chunked linear + cross-entropy loss,
-the static-shape decode step, and a Lightning loop that reads nothing to the host between logging steps
+"""The fast path, proved on the CPU: the padded embedding and head, the two paths of the loss (chunked linear +
+cross-entropy, plain logits + cross-entropy) and the one decision between them, the static-shape decode step, and a Lightning loop that reads nothing to the host between logging steps
 while training exactly as before (golden losses)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from lit_resformer.lit_module import LitResFormer
 from lit_resformer.model import ModelConfig, Transformer, causal_lm_loss
 from lit_resformer.model import loss as loss_module
 from lit_resformer.model.decoding import GraphedDecodeStep
-from lit_resformer.model.loss import linear_cross_entropy
+from lit_resformer.model.loss import chunked_loss_pays, linear_cross_entropy, plain_cross_entropy
 from lit_resformer.run_dir import RunDir
 
 
@@ -64,6 +64,17 @@ def test_chunked_loss_and_gradients_equal_the_reference_in_fp32(uneven_chunks):
         torch.testing.assert_close(linear_cross_entropy(hidden, weight, labels, 100), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_plain_and_chunked_paths_give_the_same_loss_and_gradients(uneven_chunks):
+    hidden, weight, labels = loss_inputs(seed=1)
+    chunked, plain = linear_cross_entropy(hidden, weight, labels, 100), plain_cross_entropy(hidden, weight, labels, 100)
+    torch.testing.assert_close(plain, chunked, rtol=1e-5, atol=1e-5)
+    plain_grads = grads(plain, hidden, weight)
+    for a, b in zip(plain_grads, grads(chunked, hidden, weight), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    gw = plain_grads[1]
+    assert torch.equal(gw[100:], torch.zeros_like(gw[100:]))  # the padding rows (at 50.0, see loss_inputs) unseen
+
+
 def test_chunked_loss_under_bf16_autocast(uneven_chunks):
     """Both sides run the head matmul in bf16 and the softmax in fp32; what differs is only the order in which
     chunks accumulate, so the documented tolerance is 1e-4 on the loss and 1e-2 relative on the gradients."""
@@ -78,7 +89,29 @@ def test_chunked_loss_under_bf16_autocast(uneven_chunks):
         assert ((a - b).norm() / b.norm()).item() < 1e-2
 
 
-def test_model_loss_equals_causal_lm_loss_of_its_logits(uneven_chunks):
+@pytest.fixture(params=["plain", "chunked"])
+def loss_path(request, monkeypatch, uneven_chunks):
+    """The model's loss through either path on the CPU: a plain-path budget of 0 logits forces the chunked one."""
+    if request.param == "chunked":
+        monkeypatch.setattr(loss_module, "PLAIN_MAX_LOGITS", 0)
+    return request.param
+
+
+def spy_on_loss_paths(monkeypatch) -> list[str]:
+    """The names of the loss paths `next_token_loss` calls, in order."""
+    taken = []
+    for name in ("linear_cross_entropy", "plain_cross_entropy"):
+        original = getattr(loss_module, name)
+
+        def spy(*args, _name=name, _original=original, **kwargs):
+            taken.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(loss_module, name, spy)
+    return taken
+
+
+def test_model_loss_equals_causal_lm_loss_of_its_logits(loss_path):
     model = build(small(residual={"target": "v", "learnable": "scalar"}))  # vocab 97 -> 128 rows
     assert model.lm_head.weight.shape[0] == model.config.padded_vocab_size == 128
     x, y = tokens(), tokens(seed=2)
@@ -92,8 +125,24 @@ def test_model_loss_equals_causal_lm_loss_of_its_logits(uneven_chunks):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_the_loss_path_is_chunked_on_a_gpu_or_past_the_memory_budget_and_plain_for_small_cpu_steps(monkeypatch):
+    budget = loss_module.PLAIN_MAX_LOGITS
+    assert chunked_loss_pays(torch.device("cuda"), 1) and chunked_loss_pays(torch.device("cuda", 0), budget)
+    assert not chunked_loss_pays(torch.device("cpu"), 16 * 256 * 4096)  # the CPU benchmarks' tiny step
+    assert not chunked_loss_pays(torch.device("cpu"), budget)
+    assert chunked_loss_pays(torch.device("cpu"), budget + 1)
+    # the model asks the decision with its step's size: batch x tokens x the head's (padded) rows
+    model = build(small())
+    taken = spy_on_loss_paths(monkeypatch)
+    x, y = tokens(), tokens(seed=2)
+    model(x, labels=y)
+    monkeypatch.setattr(loss_module, "PLAIN_MAX_LOGITS", x.numel() * 128 - 1)
+    model(x, labels=y)
+    assert taken == ["plain_cross_entropy", "linear_cross_entropy"]
+
+
 # ---------------------------------------------------------------------------- the padded head is never seen
-def test_padding_rows_are_never_predicted_or_scored():
+def test_padding_rows_are_never_predicted_or_scored(loss_path):
     model = build(small())
     x, y = tokens(), tokens(seed=2)
     with torch.no_grad():
@@ -184,8 +233,10 @@ def test_graphed_decode_step_needs_cuda():
 
 
 @pytest.mark.slow
-def test_compiled_loss_equals_eager():
-    """torch.compile traces the chunked loss's autograd.Function (inductor on the CPU: about 2 minutes)."""
+def test_compiled_loss_equals_eager(monkeypatch):
+    """torch.compile traces the chunked loss's autograd.Function (inductor on the CPU: about 2 minutes), the path
+    a GPU takes; on the CPU it is taken only past the plain path's budget, here 0 logits."""
+    monkeypatch.setattr(loss_module, "PLAIN_MAX_LOGITS", 0)
     model = build(small(n_layer=2, residual={"target": "v"})).train()
     x, y = tokens(), tokens(seed=2)
     eager = model(x, labels=y)

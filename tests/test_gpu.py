@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import write_tiny_corpus
 from helpers.experiments import tiny_experiment
-from test_fast_path import loss_inputs, reference
+from test_fast_path import loss_inputs, reference, spy_on_loss_paths
 from test_model import DECODE_VARIANTS, small, tokens
 
 from lit_resformer import load_checkpoint
@@ -261,6 +261,14 @@ def test_chunked_loss_equals_cross_entropy_on_cuda():
     assert abs(ours.item() - ref.item()) < 2e-3 * ref.item()
     for a, b in zip(*grads, strict=True):
         assert relative_error(a, b) < 2e-2
+
+
+def test_the_training_loss_on_cuda_is_the_chunked_one(monkeypatch):
+    """Even a step far below the CPU's plain-path budget: on a GPU the chunked path compiles into fused chunks."""
+    taken = spy_on_loss_paths(monkeypatch)
+    model = on_cuda(small()).train()
+    model(tokens().to(CUDA), labels=tokens(seed=2).to(CUDA)).backward()
+    assert taken == ["linear_cross_entropy"]
 
 
 def test_padded_columns_are_never_predicted_on_cuda():

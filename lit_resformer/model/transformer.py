@@ -20,7 +20,7 @@ from .cache import KVCache
 from .config import ModelConfig
 from .decoding import GraphedDecodeStep
 from .kernels import attention
-from .loss import linear_cross_entropy
+from .loss import next_token_loss
 
 
 class Trace:
@@ -344,8 +344,9 @@ class Transformer(nn.Module):
                 labels: torch.Tensor | None = None) -> torch.Tensor:
         """idx [B, T] -> logits [B, T, vocab_size]; with `labels` [B, T] the mean next-token loss instead.
 
-        With a cache, idx are the next tokens after cache.pos. The loss goes through `linear_cross_entropy`, so
-        the logits of the whole batch are never held (ignore_index -100, as `causal_lm_loss`).
+        With a cache, idx are the next tokens after cache.pos. The loss goes through `next_token_loss`: chunked
+        on a GPU (the logits of the whole batch are never held), plain logits + cross-entropy on the CPU where
+        that is faster (ignore_index -100, as `causal_lm_loss`).
         """
         offset = cache.pos if cache is not None else 0
         if not (cache is not None and cache.static) and offset + idx.shape[1] > self.config.max_seq_len:
@@ -366,7 +367,7 @@ class Transformer(nn.Module):
             cache.pos += idx.shape[1]  # in place when the position is a tensor (static decoding)
         x = self.norm(x)
         if labels is not None:
-            return linear_cross_entropy(x, self.lm_head.weight, labels, self.config.vocab_size)
+            return next_token_loss(x, self.lm_head.weight, labels, self.config.vocab_size)
         return self.lm_head(x)[..., :self.config.vocab_size]  # padded columns are never seen
 
     def _depth_weighted_average(self, b: int, output: torch.Tensor, raw_outputs: list[torch.Tensor]) -> torch.Tensor:
