@@ -120,7 +120,7 @@ bench: install
 # The GPU benchmarks (paper-sized, compiled, bf16); results in benchmarks/results/cuda and the *_cuda sections of
 # docs/BENCHMARKS.md.
 bench-gpu:
-	$(RUN_PY) -m benchmarks --device cuda mfu variant_overhead hf_throughput loop_overhead decode $(BENCH_ARGS)
+	$(RUN_PY) -m benchmarks --device cuda mfu variant_overhead hf_throughput loop_overhead loss_path decode $(BENCH_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check lit_resformer ablations eval benchmarks tests
