@@ -39,7 +39,9 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from lit_resformer.experiment import ConfigChecker, changed_fields, load_experiment
+from lit_resformer.config_checker import ConfigChecker
+from lit_resformer.config_diff import changed_fields
+from lit_resformer.config_files import load_experiment
 
 from .claims import parse_claims
 

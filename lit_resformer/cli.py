@@ -1,4 +1,4 @@
-"""`lit-resformer`: the Lightning CLI (fit / validate / test, `lit_resformer.experiment`) plus the suite's own
+"""`lit-resformer`: the Lightning CLI (fit / validate / test, `lit_resformer.training_cli`) plus the suite's own
 subcommands, each importing its package only when it runs.
 
 One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`), laid out as
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, FileNotFoundError, ConnectionError) as err:
             sys.exit(f"lit-resformer {args[0]}: error: {err}")
         return
-    from .experiment import run_cli  # Lightning and the model: imported only for fit/validate/test
+    from .training_cli import run_cli  # Lightning and the model: imported only for fit/validate/test
 
     run_cli(argv)
 

@@ -16,7 +16,7 @@ from test_ablations import THREE_CELLS, alive, calls, fake, summary, write_grid 
 
 from ablations import GridOptions, run_grid
 from lit_resformer.cli import SUITE_COMMANDS, main
-from lit_resformer.experiment import ResFormerCLI
+from lit_resformer.training_cli import ResFormerCLI
 
 # Every command `lit-resformer` dispatches: the suite's and the LightningCLI's.
 COMMANDS = [*ResFormerCLI.subcommands(), *SUITE_COMMANDS]

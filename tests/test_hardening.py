@@ -14,7 +14,7 @@ from helpers.experiments import tiny_experiment
 
 from ablations import GridError, load_grid
 from lit_resformer.cli import main
-from lit_resformer.experiment import ConfigChecker
+from lit_resformer.config_checker import ConfigChecker
 
 # ------------------------------------------------------------------------------------------ objects a config constructs
 
@@ -445,7 +445,7 @@ def test_partial_files_of_killed_writes_are_cleaned_and_nothing_is_staged_elsewh
 def test_a_failed_checkpoint_write_leaves_the_previous_file_and_no_partial_one(tmp_path, monkeypatch):
     import torch
 
-    from lit_resformer.run_checkpoint import AtomicCheckpointIO
+    from lit_resformer.checkpoint.saving import AtomicCheckpointIO
 
     target = tmp_path / "last.ckpt"
     io = AtomicCheckpointIO()
