@@ -147,7 +147,12 @@ EXIT_RUNS_LEFT = 75  # EX_TEMPFAIL: a time limit left runs for the next call
 
 
 def grid_command(argv: list[str]) -> None:
-    args = grid_parser().parse_args(argv)
+    sys.exit(run_grid_from_args(grid_parser().parse_args(argv)))
+
+
+def run_grid_from_args(args: argparse.Namespace) -> int:
+    """Run the grid as `lit-resformer grid` was asked to; the exit code: 0 done, 1 runs failed, 2 the grid could not
+    run, 75 runs left by the time limit, 130 interrupted."""
     from ablations.runner import GridOptions, PoolOptions, run_grid
     from ablations.spec import GridError
 
@@ -167,12 +172,12 @@ def grid_command(argv: list[str]) -> None:
         outcome = run_grid(args.grid, options)
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     except KeyboardInterrupt:  # Ctrl-C: the local trainers were stopped and their runs marked interrupted
         jobs_left = " (the submitted Slurm jobs keep running: squeue, scancel)" if args.executor == "slurm" else ""
         print(f"interrupted; rerun the same command to resume{jobs_left}", flush=True)
-        sys.exit(130)
-    sys.exit(1 if outcome.failed else EXIT_RUNS_LEFT if outcome.left else 0)
+        return 130
+    return 1 if outcome.failed else EXIT_RUNS_LEFT if outcome.left else 0
 
 
 def export_results_command(argv: list[str]) -> None:
