@@ -225,7 +225,7 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
     runs and what happens to them goes to `out` (stdout).
     """
     out = out or sys.stdout
-    # The grid file is read and its cells resolved here, once; everything below works on what this gives.
+    # The grid file is read and its cells resolved once, here; what follows works on the resolved grid.
     spec = load_grid(grid, seeds=options.seeds, forced=dict(options.forced), allow_any_class=options.allow_any_class)
     runs = spec.runs()
     changes = spec.changes() if options.dry_run else None

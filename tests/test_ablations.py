@@ -276,7 +276,8 @@ def test_local_pool_gives_concurrent_runs_distinct_devices(tmp_path, fake, monke
     monkeypatch.setenv("FAKE_WAIT_FOR", "3")  # each run waits until three runs hold devices at once
     monkeypatch.setenv("FAKE_STEP_SLEEP", "0.01")
     grid = write_grid(tmp_path, {"baseline": "lr=0.001", "matrix": {"model.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3]}})
-    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False, pool=PoolOptions(devices=["0", "1", "2"])), progress=False)
+    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False,
+                                         pool=PoolOptions(devices=["0", "1", "2"])), progress=False)
     assert outcome.failed == [], {k: s.get("error") for k, s in outcome.summaries.items()}
     used = [calls(p)[0]["cuda"] for p in (tmp_path / "runs/g").glob("*/seed0")]
     assert len(used) == 6 and set(used) == {"0", "1", "2"}
@@ -299,7 +300,9 @@ def test_slurm_executor_job_is_requeued_on_preemption_and_resumes(tmp_path, fake
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     run_dir = tmp_path / "runs/g/vanilla/seed0"
     outcome = []
-    runner = threading.Thread(target=lambda: outcome.append(run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False, pool=PoolOptions(executor="slurm", gpus_per_run=0, slurm={"cluster": "local", "poll_s": 0.2, "time_min": 10})), progress=False)))
+    slurm = PoolOptions(executor="slurm", gpus_per_run=0, slurm={"cluster": "local", "poll_s": 0.2, "time_min": 10})
+    options = GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False, pool=slurm)
+    runner = threading.Thread(target=lambda: outcome.append(run_grid(grid, options, progress=False)))
     runner.start()
     ckpt = run_dir / "checkpoints/last.ckpt"
     deadline = time.time() + 120
@@ -320,7 +323,8 @@ def test_slurm_dry_run_prints_sbatch_parameters(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     out = tmp_path / "dry.txt"
     with open(out, "w") as f:
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True, pool=PoolOptions(executor="slurm", slurm={"partition": "gpu", "time_min": 600, "cpus_per_task": 8, "mem_gb": 64})), out=f)
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+                                   pool=PoolOptions(executor="slurm", slurm={"partition": "gpu", "time_min": 600, "cpus_per_task": 8, "mem_gb": 64})), out=f)
     text = out.read_text()
     for line in ("#SBATCH --partition=gpu", "#SBATCH --time=600", "#SBATCH --cpus-per-task=8", "#SBATCH --mem=64GB",
                  "#SBATCH --gpus-per-node=1", "#SBATCH --signal=USR2@120", "#SBATCH --job-name=g.vanilla.seed0"):
@@ -332,10 +336,13 @@ def test_gpu_runs_are_checked_against_the_executor(tmp_path, fake):
     gpu_base = {**BASE, "trainer": {**BASE["trainer"], "accelerator": "gpu", "devices": 8}}
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=gpu_base)
     with pytest.raises(GridError, match="no GPU is visible"):
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True, pool=PoolOptions(devices=[])))
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+                                   pool=PoolOptions(devices=[])))
     with pytest.raises(GridError, match="trainer.devices=8 .* pass --gpus-per-run 8"):
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True, pool=PoolOptions(executor="slurm")))
-    run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True, pool=PoolOptions(executor="slurm", gpus_per_run=8)), out=io.StringIO())
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+                                   pool=PoolOptions(executor="slurm")))
+    run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+                               pool=PoolOptions(executor="slurm", gpus_per_run=8)), out=io.StringIO())
     assert not (tmp_path / "runs").exists()
 
 
@@ -345,6 +352,14 @@ def test_eval_that_cannot_run_is_a_clear_error_before_training(tmp_path, fake, m
     with pytest.raises(RuntimeError, match=r"--eval cannot run here: .*eval\.run"):
         run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, post_training=("eval",)))
     assert not (tmp_path / "runs").exists()
+
+
+def test_grid_options_refuse_unknown_steps_and_executors(tmp_path, fake):
+    with pytest.raises(GridError, match=r"post_training: unknown step\(s\) \['evaluate'\]; choose from \['analyze', 'eval'\]"):
+        GridOptions(post_training=("evaluate",))
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
+    with pytest.raises(GridError, match=r"unknown executor 'pbs'; choose one of \['local', 'slurm'\]"):
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(executor="pbs")))
 
 
 @pytest.mark.slow  # the step's process imports torch and Lightning afresh: ~10 s idle, 40 s on a busy machine

@@ -131,7 +131,8 @@ def test_eval_and_analysis_hooks_feed_the_report(tmp_path, tiny_corpus, data_cac
     monkeypatch.setenv("LIT_RESFORMER_EVAL_TASKS", "lrf_tiny_mc")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", post_training=("eval", "analyze",)), progress=False)
+    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", post_training=("eval", "analyze",)),
+                       progress=False)
     assert outcome.failed == []
     for cell in ("vanilla", "resformer"):
         run = tmp_path / f"runs/micro/{cell}/seed0"

@@ -105,7 +105,8 @@ def test_dry_run_shows_what_each_cell_changes_relative_to_the_base(tmp_path, fak
 
 
 def test_diverged_run_is_reported_without_a_doubled_prefix(tmp_path, fake, capsys):
-    outcome = run_grid(write_grid(tmp_path, THREE_CELLS), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False), progress=False)
+    outcome = run_grid(write_grid(tmp_path, THREE_CELLS),
+                       GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False), progress=False)
     assert summary(tmp_path / "runs/g/boom/seed0")["error"] == "non-finite loss at step 3"
     printed = capsys.readouterr().out
     assert "g/boom/seed0: diverged: non-finite loss at step 3" in printed
