@@ -1,10 +1,18 @@
 """One run of a grid: train (or resume) through the training command, record its outcome, then run
-the optional eval/analysis steps. Executors call `execute` locally or inside a SLURM job."""
+the optional eval/analysis steps. Executors call `execute` locally or inside a SLURM job.
+
+Both happen in processes of their own, for the same reasons: a process sees the GPUs its slot gives it
+(CUDA_VISIBLE_DEVICES is read once per process) and the slot's intra-op threads; the memory a model held is
+returned when it ends; and a run that crashes, is killed for memory or diverges fails that run, not the runner
+and the other runs beside it. Training is `lit-resformer fit` (or $LIT_RESFORMER_TRAIN_CMD, e.g. a stand-in in
+tests); a post-training step is a call of its function in a spawned process.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing
 import os
 import shlex
 import shutil
@@ -256,7 +264,7 @@ def _outcome(run: RunDir, returncode: int, stderr: str, interrupted: bool = Fals
 
 
 def _post_train(kind: str, run: RunDir, summary: dict, env: dict) -> dict:
-    """Run a post-training step as its own process (on the run's devices); skipped when its result exists."""
+    """Run a post-training step in its own process (on the run's devices); skipped when its result exists."""
     result = post_training_result(kind, run)
     done = {"status": "done", "result": str(result.relative_to(run.path))}
     if result.is_file():
@@ -265,18 +273,34 @@ def _post_train(kind: str, run: RunDir, summary: dict, env: dict) -> dict:
         return summary
     log = run.logs_dir / f"{kind}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a") as out:
-        returncode = subprocess.call(
-            [sys.executable, "-m", "ablations", "post-train", kind, str(run.path)], stdout=out,
-            stderr=subprocess.STDOUT, env=env,
-        )
-    if returncode == 0 and result.is_file():
+    log.touch()
+    # spawn, not fork: the runner has threads (one per slot) and may hold CUDA, neither of which survives a fork
+    process = multiprocessing.get_context("spawn").Process(
+        target=_post_training_process, args=(kind, str(run.path), str(log), env), name=f"{kind} {run.path}")
+    process.start()
+    process.join()
+    if process.exitcode == 0 and result.is_file():
         summary[kind] = done
     else:
         error, _ = error_lines(log.read_text())
-        summary[kind] = {"status": "failed", "error": error or f"exit code {returncode}", "log": str(log)}
+        summary[kind] = {"status": "failed", "error": error or f"exit code {process.exitcode}", "log": str(log)}
     run.write_summary(summary)
     return summary
+
+
+def _post_training_process(kind: str, run_path: str, log_path: str, env: dict[str, str]) -> None:
+    """The post-training process: the environment of the run's slot, all output (tracebacks included) into the
+    step's log, then the step's function on the run."""
+    os.environ.clear()
+    os.environ.update(env)
+    if env.get("OMP_NUM_THREADS"):  # torch is imported by now (with this package), so its thread count is set here
+        import torch
+
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    with open(log_path, "a") as log:
+        os.dup2(log.fileno(), sys.stdout.fileno())
+        os.dup2(log.fileno(), sys.stderr.fileno())
+    post_training_step(kind)(Path(run_path))
 
 
 def _ends_with_newline(path: Path) -> bool:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import yaml
 from tqdm import tqdm
@@ -24,7 +24,7 @@ from lit_resformer.run_dir import RunConflict, RunDir
 from lit_resformer.trust import ALLOW_ANY_CLASS_FLAG
 
 from .executors import LocalExecutor, SlurmExecutor, TimeLimitReached
-from .job import BUSY, RunJob, default_train_command, post_training_result, post_training_step
+from .job import BUSY, POST_TRAINING, RunJob, default_train_command, post_training_result, post_training_step
 from .spec import Grid, GridError, Run, load_grid
 from .store import FINISHED, check_config, common_changes, last_step, show_value, write_config
 
@@ -49,25 +49,56 @@ class GridOutcome:
         return sorted(name for name, s in self.summaries.items() if s and s.get("status") == BUSY)
 
 
-def make_executor(
-    kind: str,
-    grid_dir: Path,
-    devices: Sequence[str] | None = None,
-    gpus_per_run: int = 1,
-    cpu_slots: int = 1,
-    slurm: dict | None = None,
-    threads_per_run: int | None = None,
-    runs_per_gpu: int = 1,
-    time_limit_s: float | None = None,
-):
-    if kind == "local":
-        return LocalExecutor(devices=devices, gpus_per_run=gpus_per_run, cpu_slots=cpu_slots,
-                             threads_per_run=threads_per_run, runs_per_gpu=runs_per_gpu, time_limit_s=time_limit_s)
-    if time_limit_s is not None:
+EXECUTORS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    """Where and how the runs train: the executor (`local` or `slurm`) and its settings."""
+
+    executor: str = "local"
+    devices: Sequence[str] | None = None  # GPU ids the local pool hands out (None: every visible GPU)
+    gpus_per_run: int = 1  # GPUs per run (also for slurm)
+    cpu_slots: int = 1  # concurrent runs on a CPU-only machine
+    threads_per_run: int | None = None  # intra-op threads of each run (None: the cores split between the slots)
+    runs_per_gpu: int = 1  # concurrent small runs sharing each GPU
+    time_limit_s: float | None = None  # local pool: after it no run starts and running ones are stopped
+    # SlurmExecutor options: partition, cpus_per_task, mem_gb, time_min, account, qos, constraint, max_requeues, cluster
+    slurm: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GridOptions:
+    """How `run_grid` runs a grid file."""
+
+    runs_dir: str | Path = "runs"  # runs go to RUNS_DIR/<grid>/<cell>/seed<k>
+    seeds: Sequence[int] | None = None  # replace the grid's seeds
+    forced: Mapping[str, Any] = field(default_factory=dict)  # dotted overrides for every cell (`--set`)
+    allow_any_class: bool = False  # let the grid's configs construct any class (validation and training alike)
+    post_training: Sequence[str] = ()  # steps on every finished run: "eval", "analyze"
+    report: bool = True  # write the report at the end
+    dry_run: bool = False  # list what would run, write nothing
+    pool: PoolOptions = field(default_factory=PoolOptions)
+    # the training command before `--config YAML --trainer.default_root_dir RUN_DIR [--ckpt_path last]`
+    # (None: `lit-resformer fit`, or $LIT_RESFORMER_TRAIN_CMD)
+    train_command: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.post_training) - set(POST_TRAINING))
+        if unknown:
+            raise GridError(f"post_training: unknown step(s) {unknown}; choose from {sorted(POST_TRAINING)}")
+
+
+def make_executor(pool: PoolOptions, grid_dir: Path):
+    if pool.executor == "local":
+        return LocalExecutor(devices=pool.devices, gpus_per_run=pool.gpus_per_run, cpu_slots=pool.cpu_slots,
+                             threads_per_run=pool.threads_per_run, runs_per_gpu=pool.runs_per_gpu,
+                             time_limit_s=pool.time_limit_s)
+    if pool.time_limit_s is not None:
         raise GridError("--time-limit applies to the local executor (a Slurm job has its own --time)")
-    if kind == "slurm":
-        return SlurmExecutor(folder=grid_dir / ".submitit", gpus_per_run=gpus_per_run, **(slurm or {}))
-    raise GridError(f"unknown executor '{kind}'; choose local or slurm")
+    if pool.executor == "slurm":
+        return SlurmExecutor(folder=grid_dir / ".submitit", gpus_per_run=pool.gpus_per_run, **pool.slurm)
+    raise GridError(f"unknown executor {pool.executor!r}; choose one of {list(EXECUTORS)}")
 
 
 @dataclass
@@ -185,51 +216,27 @@ def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) ->
         bar.close()
 
 
-def run_grid(
-    grid: str | Path,
-    runs_dir: str | Path = "runs",
-    executor: str = "local",
-    dry_run: bool = False,
-    seeds: Sequence[int] | None = None,
-    evaluate: bool = False,
-    analyze: bool = False,
-    report: bool = True,
-    train_command: Sequence[str] | None = None,
-    devices: Sequence[str] | None = None,
-    gpus_per_run: int = 1,
-    cpu_slots: int = 1,
-    threads_per_run: int | None = None,
-    runs_per_gpu: int = 1,
-    time_limit_s: float | None = None,
-    forced: dict | None = None,
-    slurm: dict | None = None,
-    progress: bool = True,
-    out: TextIO | None = None,
-    allow_any_class: bool = False,
-) -> GridOutcome:
+def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress: bool = True,
+             out: TextIO | None = None) -> GridOutcome:
     """Train every run of a grid file into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
 
-    `train_command` replaces the training command (default: `lit-resformer fit`, or
-    $LIT_RESFORMER_TRAIN_CMD); it is called with `--config YAML --trainer.default_root_dir RUN_DIR
-    [--ckpt_path last]`. `runs_per_gpu` shares each GPU between that many small runs; after `time_limit_s`
-    seconds no run starts and running ones are stopped, so the same command resumes the grid in the next
-    time-bounded slice; `forced` holds dotted overrides for every cell (`--set`). `slurm` holds SlurmExecutor
-    options (partition, cpus_per_task, mem_gb, time_min, account, qos, constraint, max_requeues, cluster).
-    `allow_any_class` lets the grid's configs construct any class (validation and training alike).
+    Runs already done are skipped and interrupted ones resume; with `options.pool.time_limit_s` the same call
+    resumes the grid in the next time-bounded slice. `progress` draws a progress bar on stderr; the listing of the
+    runs and what happens to them goes to `out` (stdout).
     """
     out = out or sys.stdout
-    spec = load_grid(grid, seeds=seeds, forced=forced, allow_any_class=allow_any_class)
+    # The grid file is read and its cells resolved once, here; what follows works on the resolved grid.
+    spec = load_grid(grid, seeds=options.seeds, forced=dict(options.forced), allow_any_class=options.allow_any_class)
     runs = spec.runs()
-    grid_dir = Path(runs_dir) / spec.name
-    post_training = [kind for kind, wanted in (("eval", evaluate), ("analyze", analyze)) if wanted]
-    for kind in post_training:
+    changes = spec.changes() if options.dry_run else None
+    grid_dir = Path(options.runs_dir) / spec.name
+    for kind in options.post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here
-    planned = plan(spec, runs, grid_dir, post_training)
-    pool = make_executor(executor, grid_dir, devices, gpus_per_run, cpu_slots, slurm, threads_per_run, runs_per_gpu,
-                         time_limit_s)
-    check_devices(runs, pool, gpus_per_run)
-    command = list(train_command) if train_command is not None else default_train_command()
-    if allow_any_class:
+    planned = plan(spec, runs, grid_dir, options.post_training)
+    pool = make_executor(options.pool, grid_dir)
+    check_devices(runs, pool, options.pool.gpus_per_run)
+    command = list(options.train_command) if options.train_command is not None else default_train_command()
+    if options.allow_any_class:
         command.append(ALLOW_ANY_CLASS_FLAG)
     jobs = [
         RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train,
@@ -244,8 +251,8 @@ def run_grid(
         extra = f" then {'+'.join(p.post_training)}" if p.post_training else ""
         print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
     outcome = GridOutcome(spec, grid_dir)
-    if dry_run:
-        print(describe_changes(spec.changes()), file=out)
+    if options.dry_run:
+        print(describe_changes(changes), file=out)
         if isinstance(pool, SlurmExecutor) and jobs:
             print(f"\nsbatch script of the first job ({jobs[0].name}); the others differ only in the name:", file=out)
             print(pool.sbatch_script(jobs[0]), file=out)
@@ -266,8 +273,8 @@ def run_grid(
     if outcome.busy:
         # the runner working in them writes the report when it ends; one written now would show them unfinished
         print(f"{len(outcome.busy)} run(s) busy in another process, left to it: {', '.join(outcome.busy)}"
-              + ("; the report is left to that runner" if report else ""), file=out)
-    elif report:
+              + ("; the report is left to that runner" if options.report else ""), file=out)
+    elif options.report:
         from .report import write_report
 
         outcome.report = write_report(grid_dir)

@@ -4,7 +4,8 @@ A grid file names a base experiment (LightningCLI YAML), a baseline cell, seeds,
 as dicts of dotted overrides and/or a `matrix` of values whose cartesian product makes the cells:
 
     name: fig7                                   # optional, defaults to the file's stem
-    extends: ../fig7.yaml                        # optional: another grid's fields, replaced by this file's
+    extends: ../figures/fig7.yaml                # optional: a figure's (or another grid's) fields, overlaid by
+                                                 # this file's (see _read_grid_file)
     base: configs/experiments/cpu-base.yaml      # relative to the grid file, the cwd or the repo; a list of
                                                  # configs is merged in order, as several `fit --config`
     baseline: vanilla
@@ -38,7 +39,9 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from lit_resformer.experiment import ConfigChecker, changed_fields, load_experiment
+from lit_resformer.config_checker import ConfigChecker
+from lit_resformer.config_diff import changed_fields
+from lit_resformer.config_files import load_experiment
 
 from .claims import parse_claims
 
@@ -336,10 +339,15 @@ def _check_name(name: Any, what: str) -> None:
 
 
 def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
-    """A grid file's fields. With `extends: OTHER.yaml` they are the other grid's, replaced field by field by this
-    file's (`overrides` merged key by key, this file winning): a tier of a figure (longer runs, another base or
-    other seeds) names the figure's grid instead of copying its cells and claims. `base` paths are made absolute
-    here, so an inherited base stays relative to the file that wrote it."""
+    """A grid file's fields. With `extends: OTHER.yaml` this file is an overlay on the other one (a figure's cells
+    and claims, configs/figures/, or another tier): a tier states only what it changes (budgets, sizes, seeds, its
+    own base) and the figure is written once. Fields are replaced one by one, except:
+    - `overrides` merge key by key, this file winning;
+    - `cells` merge cell by cell: an entry naming an inherited cell merges its overrides into that cell's, key by
+      key, in place; `~` (null) removes the inherited cell (one the tier's model cannot express); a new name is
+      appended;
+    - `claims` are appended to the inherited ones (a tier's own domains, lengths or sizes).
+    `base` paths are made absolute here, so an inherited base stays relative to the file that wrote it."""
     try:
         spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except (OmegaConfBaseException, yaml.YAMLError, ValueError) as e:  # syntax, duplicate keys, interpolation
@@ -365,9 +373,31 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
         raise GridError(f"{path}: extends '{parent}', which extends it back")
     inherited = _read_grid_file(parent_path, (*children, path.resolve()))
     inherited.pop("name", None)
-    overrides = {**_flatten_overrides(inherited.get("overrides") or {}, f"{parent_path}: overrides"),
-                 **_flatten_overrides(spec.pop("overrides", None) or {}, f"{path}: overrides")}
-    return {**inherited, **spec, "overrides": overrides}
+    merged = {**inherited, **spec}
+    merged["overrides"] = {**_flatten_overrides(inherited.get("overrides") or {}, f"{parent_path}: overrides"),
+                           **_flatten_overrides(spec.get("overrides") or {}, f"{path}: overrides")}
+    if "cells" in spec and "cells" in inherited:
+        merged["cells"] = _overlay_cells(inherited["cells"], spec["cells"], parent_path, path)
+    if "claims" in spec and inherited.get("claims"):
+        if not isinstance(spec["claims"], list):
+            raise GridError(f"{path}: claims must be a list (they are added to those of {parent_path})")
+        merged["claims"] = [*inherited["claims"], *spec["claims"]]
+    return merged
+
+
+def _overlay_cells(inherited: Any, own: Any, parent_path: Path, path: Path) -> dict:
+    """The inherited cells with this file's entries merged in (see _read_grid_file)."""
+    for cells, where in ((inherited, parent_path), (own, path)):
+        if not isinstance(cells, dict):
+            raise GridError(f"{where}: cells must be a mapping of cell name -> overrides, got {cells!r}")
+    cells = {name: _flatten_overrides(overrides or {}, f"{parent_path}: cell '{name}'")
+             for name, overrides in inherited.items()}
+    for name, overrides in own.items():
+        if overrides is None and name in cells:
+            del cells[name]
+            continue
+        cells[name] = {**cells.get(name, {}), **_flatten_overrides(overrides or {}, f"{path}: cell '{name}'")}
+    return cells
 
 
 def _as_typed(path: Path) -> str:

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lit_resformer.experiment import config_differences
+from lit_resformer.config_diff import config_differences
 from lit_resformer.run_dir import RunConflict, RunDir
 
 from . import metrics as M

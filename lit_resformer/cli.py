@@ -1,4 +1,4 @@
-"""`lit-resformer`: the Lightning CLI (fit / validate / test, `lit_resformer.experiment`) plus the suite's own
+"""`lit-resformer`: the Lightning CLI (fit / validate / test, `lit_resformer.training_cli`) plus the suite's own
 subcommands, each importing its package only when it runs.
 
 One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`), laid out as
@@ -95,13 +95,128 @@ def analyze_command(argv: list[str]) -> None:
     print(f"analysis.json and plots written to {args.out or default_output_dir([Path(p) for p in args.ckpt])}")
 
 
-def grid_command(argv: list[str]) -> None:
-    from ablations.__main__ import add_run_arguments, run_from_args
+def _dotted_value(text: str) -> tuple[str, object]:
+    """`KEY=VALUE` with VALUE read as YAML (numbers, booleans, null, lists)."""
+    import yaml
 
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. trainer.accelerator=gpu), got {text!r}")
+    return key.strip(), yaml.safe_load(value)
+
+
+def grid_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lit-resformer grid",
                                      description="Train every run of an ablation grid (idempotent), then report.")
-    add_run_arguments(parser)
-    sys.exit(run_from_args(parser.parse_args(argv)))
+    parser.add_argument("grid", type=Path, help="grid YAML, e.g. configs/grids/fig7.yaml")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="runs go to RUNS_DIR/<grid>/<cell>/seed<k>")
+    parser.add_argument("--executor", choices=["local", "slurm"], default="local")
+    parser.add_argument("--dry-run", action="store_true", help="list what would run and what is skipped")
+    parser.add_argument("--seeds", type=int, nargs="+", help="replace the grid's seeds")
+    parser.add_argument("--eval", action="store_true", help="zero-shot eval of every finished run")
+    parser.add_argument("--analyze", action="store_true", help="attention analysis of every finished run")
+    parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=_dotted_value,
+                        help="override KEY (dotted, e.g. trainer.accelerator=gpu) in every cell; repeatable")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="stop after this many seconds: no run starts later, running ones are stopped and "
+                             "resumed by the next call (exit code 75 while runs are left)")
+    parser.add_argument("--allow-any-class", action="store_true",
+                        help="let the grid's configs construct any class (only for a grid file you trust)")
+    local = parser.add_argument_group("local executor")
+    local.add_argument("--devices", help="comma-separated GPU ids to use (default: all visible GPUs)")
+    local.add_argument("--gpus-per-run", type=int, default=1, help="GPUs per run (also for slurm)")
+    local.add_argument("--cpu-slots", type=int, default=1, help="concurrent runs on a CPU-only machine")
+    local.add_argument("--runs-per-gpu", type=int, default=1,
+                       help="concurrent runs sharing each GPU (small models that cannot fill one)")
+    local.add_argument("--threads-per-run", type=int,
+                       help="intra-op threads of each run (OMP_NUM_THREADS; default: the cores split between the slots)")
+    slurm = parser.add_argument_group("slurm executor (submitit)")
+    slurm.add_argument("--partition")
+    slurm.add_argument("--time", type=int, default=24 * 60, help="time limit per job in minutes (requeued after)")
+    slurm.add_argument("--cpus-per-task", type=int)
+    slurm.add_argument("--mem-gb", type=float)
+    slurm.add_argument("--account")
+    slurm.add_argument("--qos")
+    slurm.add_argument("--constraint")
+    slurm.add_argument("--max-requeues", type=int, default=5)
+    return parser
+
+
+EXIT_RUNS_LEFT = 75  # EX_TEMPFAIL: a time limit left runs for the next call
+
+
+def grid_command(argv: list[str]) -> None:
+    sys.exit(run_grid_from_args(grid_parser().parse_args(argv)))
+
+
+def run_grid_from_args(args: argparse.Namespace) -> int:
+    """Run the grid as `lit-resformer grid` was asked to; the exit code: 0 done, 1 runs failed, 2 the grid could not
+    run, 75 runs left by the time limit, 130 interrupted."""
+    from ablations.runner import GridOptions, PoolOptions, run_grid
+    from ablations.spec import GridError
+
+    from .run_dir import RunConflict
+
+    slurm = dict(partition=args.partition, time_min=args.time, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
+                 account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues)
+    pool = PoolOptions(executor=args.executor, devices=args.devices.split(",") if args.devices else None,
+                       gpus_per_run=args.gpus_per_run, cpu_slots=args.cpu_slots, threads_per_run=args.threads_per_run,
+                       runs_per_gpu=args.runs_per_gpu, time_limit_s=args.time_limit, slurm=slurm)
+    options = GridOptions(runs_dir=args.runs_dir, seeds=args.seeds, forced=dict(args.set),
+                          allow_any_class=args.allow_any_class, report=not args.no_report, dry_run=args.dry_run,
+                          post_training=tuple(kind for kind, wanted in (("eval", args.eval), ("analyze", args.analyze))
+                                              if wanted),
+                          pool=pool)
+    try:
+        outcome = run_grid(args.grid, options)
+    except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C: the local trainers were stopped and their runs marked interrupted
+        jobs_left = " (the submitted Slurm jobs keep running: squeue, scancel)" if args.executor == "slurm" else ""
+        print(f"interrupted; rerun the same command to resume{jobs_left}", flush=True)
+        return 130
+    return 1 if outcome.failed else EXIT_RUNS_LEFT if outcome.left else 0
+
+
+def export_results_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer export-results",
+        description="Pack each grid's finished runs (configs, summaries, metrics; no checkpoints) into "
+                    "OUT/<grid>.tar.gz, for `lit-resformer merge-results` on the machine that keeps results.")
+    parser.add_argument("grid_dirs", type=Path, nargs="+", metavar="GRID_DIR", help="RUNS_DIR/<grid>")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the <grid>.tar.gz archives")
+    parser.add_argument("--note", default="", help="where the runs trained (kept in the results' provenance.json)")
+    args = parser.parse_args(argv)
+    from ablations.slices import SliceError, export_grid
+
+    try:  # one process for every grid: a bare machine imports torch slowly
+        for grid_dir in args.grid_dirs:
+            archive = args.out / f"{grid_dir.name}.tar.gz"
+            done = export_grid(grid_dir, archive, note=args.note)
+            print(f"{archive}: {len(done['runs'])} finished run(s) of {done['grid']}")
+    except (SliceError, OSError) as e:
+        print(f"lit-resformer export-results: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def merge_results_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer merge-results",
+        description="Add an exported archive's finished runs to a results folder (e.g. docs/results), refusing to "
+                    "replace a finished run by a different one.")
+    parser.add_argument("archive", type=Path, help="an OUT/<grid>.tar.gz of `lit-resformer export-results`")
+    parser.add_argument("results_dir", type=Path, help="the runs folder that keeps results: <results_dir>/<grid>/")
+    args = parser.parse_args(argv)
+    from ablations.slices import SliceError, merge_export
+
+    try:
+        merged = merge_export(args.archive, args.results_dir)
+    except (SliceError, OSError) as e:
+        print(f"lit-resformer merge-results: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"{merged['into']}: {len(merged['added'])} run(s) added, {len(merged['already_there'])} already there")
 
 
 def report_command(argv: list[str]) -> None:
@@ -168,7 +283,8 @@ def prepare_corpus_command(argv: list[str]) -> None:
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
 SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
-                  "claims": claims_command, "scaling": scaling_command, "prepare-corpus": prepare_corpus_command}
+                  "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
+                  "merge-results": merge_results_command, "prepare-corpus": prepare_corpus_command}
 
 
 # What `lit-resformer --help` says of every command, in its order. fit/validate/test are Lightning's (LightningCLI).
@@ -180,6 +296,8 @@ COMMAND_SUMMARIES = {
     "report": "report.md + index.html with plots for a grid's run directory",
     "claims": "scoreboard of the paper's claims across grid run directories",
     "scaling": "fit scaling laws L(N) / L(D) over size or token sweeps, with equivalence savings",
+    "export-results": "pack grids' finished runs (no checkpoints) into archives, e.g. from a lent GPU machine",
+    "merge-results": "add an exported archive's finished runs to a results folder (e.g. docs/results)",
     "eval": "zero-shot lm-eval scores of a checkpoint (Table 1); `eval prepare-data DIR` for offline data",
     "lm-eval": "lm-eval's own command line with the model `lit-resformer` registered",
     "export": "write a checkpoint as a Hugging Face folder (any variant; trust_remote_code)",
@@ -215,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, FileNotFoundError, ConnectionError) as err:
             sys.exit(f"lit-resformer {args[0]}: error: {err}")
         return
-    from .experiment import run_cli  # Lightning and the model: imported only for fit/validate/test
+    from .training_cli import run_cli  # Lightning and the model: imported only for fit/validate/test
 
     run_cli(argv)
 

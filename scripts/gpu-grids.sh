@@ -7,14 +7,14 @@
 # 1. installs the carried wheels ($WHEELS, default .whl; see scripts/fetch-wheels.sh) into $SITE without touching
 #    the machine's PyTorch, and runs the project from this source tree (PYTHONPATH);
 # 2. seeds a runs folder with the runs already finished in earlier slices (docs/results/<grid>/, merged there by
-#    `python -m ablations merge`), so that nothing is trained twice;
+#    `lit-resformer merge-results`), so that nothing is trained twice;
 # 3. runs up to $PARALLEL grids at once, each with `--runs-per-gpu $RUNS_PER_GPU` (small runs share the GPU) and
 #    `--time-limit` so that every runner stops $MARGIN seconds before $BUDGET: running runs are stopped
 #    and left for the next slice, which starts them again (their results are never exported);
 # 4. exports every grid's finished runs (configs, summaries, metrics; no checkpoints) into $OUT/exports.tar,
 #    one <grid>.tar.gz each, plus the runners' logs in $OUT/logs.tar.gz.
 # On the machine that keeps the results:  tar -xf exports.tar -C /tmp/x && for f in /tmp/x/*.tar.gz; do
-#   python -m ablations merge $f docs/results; done   then  lit-resformer report docs/results/<grid>,
+#   lit-resformer merge-results $f docs/results; done   then  lit-resformer report docs/results/<grid>,
 #   lit-resformer claims docs/results
 #
 # SET holds `--set` overrides for every cell (default: train on the GPU); CPU-tier grids keep their fp32 recipe.
@@ -95,7 +95,7 @@ one_grid() {
         echo "[$((SECONDS - START))s] $name: not started, ${limit} s left" >>"$OUT/.logs/slice.log"
         return 0
     fi
-    "$PY" -m ablations run "$grid" --runs-dir "$RUNS" --no-report --runs-per-gpu "$RUNS_PER_GPU" \
+    "$PY" -m lit_resformer.cli grid "$grid" --runs-dir "$RUNS" --no-report --runs-per-gpu "$RUNS_PER_GPU" \
         --time-limit "$limit" "${set_args[@]}" >"$OUT/.logs/$name.log" 2>&1
     echo "[$((SECONDS - START))s] $name: runner exit $? ($(grep -c '' "$OUT/.logs/$name.log") log lines)" >>"$OUT/.logs/slice.log"
 }
@@ -113,7 +113,7 @@ for grid in $GRIDS; do
     [[ -d $RUNS/$name ]] && grid_dirs+=("$RUNS/$name")
 done
 # one process for all grids (importing torch on a bare machine takes ~20 s)
-((${#grid_dirs[@]})) && "$PY" -m ablations export "${grid_dirs[@]}" --out "$OUT/.exports" \
+((${#grid_dirs[@]})) && "$PY" -m lit_resformer.cli export-results "${grid_dirs[@]}" --out "$OUT/.exports" \
     --note "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo CPU), slice of $(date -u +%FT%TZ)" \
     2>&1 | tee -a "$OUT/.logs/slice.log"
 tar -cf "$OUT/exports.tar" -C "$OUT/.exports" .

@@ -18,7 +18,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ablations import GridError, LocalExecutor, RunConflict, read_metrics, run_grid
+from ablations import (
+    GridError,
+    GridOptions,
+    LocalExecutor,
+    PoolOptions,
+    RunConflict,
+    RunDir,
+    read_metrics,
+    run_grid,
+)
 
 FAKE_TRAINER = textwrap.dedent(
     '''
@@ -149,7 +158,7 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
 
     monkeypatch.setenv("FAKE_KILL_CELL", "resformer")
     monkeypatch.setenv("FAKE_KILL_AFTER", "10")
-    first = run_grid(grid, runs_dir=runs, train_command=fake, progress=False)
+    first = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
     assert summary(g / "vanilla/seed0")["status"] == "done"
     killed = summary(g / "resformer/seed0")
     assert killed["status"] == "failed" and killed["error"].startswith("killed by SIGKILL")
@@ -161,7 +170,7 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
     assert "diverged at step 3" in (g / "report.md").read_text()
 
     monkeypatch.delenv("FAKE_KILL_CELL")
-    second = run_grid(grid, runs_dir=runs, train_command=fake, progress=False)
+    second = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
     assert second.failed == []
     assert len(calls(g / "vanilla/seed0")) == 1  # finished: not retrained
     assert len(calls(g / "boom/seed0")) == 1  # diverged is a result, not retried
@@ -174,7 +183,7 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
     assert final["steps"] == 19
 
     # The interrupted-and-resumed run ends exactly like an uninterrupted one.
-    clean = run_grid(grid, runs_dir=tmp_path / "clean", train_command=fake, progress=False)
+    clean = run_grid(grid, GridOptions(runs_dir=tmp_path / "clean", train_command=fake), progress=False)
     assert clean.failed == []
     clean_dir = tmp_path / "clean/g/resformer/seed0"
     assert read_metrics(g / "resformer/seed0").equals(read_metrics(clean_dir))
@@ -187,7 +196,7 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
     # A third run has nothing to do.
     out = tmp_path / "dry.txt"
     with open(out, "w") as f:
-        run_grid(grid, runs_dir=runs, train_command=fake, dry_run=True, out=f)
+        run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, dry_run=True), out=f)
     listing = out.read_text()
     assert "0 of 3 runs would start" in listing
     assert "skip: diverged at step 3" in listing
@@ -207,7 +216,7 @@ def test_killing_the_runner_stops_its_trainer_and_a_rerun_resumes(tmp_path, fake
     runs = tmp_path / "runs"
     run_dir = runs / "g/vanilla/seed0"
     runner = subprocess.Popen(
-        [sys.executable, "-m", "ablations", "run", str(grid), "--runs-dir", str(runs), "--no-report"],
+        [sys.executable, "-m", "lit_resformer.cli", "grid", str(grid), "--runs-dir", str(runs), "--no-report"],
         env={**os.environ, "LIT_RESFORMER_TRAIN_CMD": shlex.join(fake)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -221,7 +230,7 @@ def test_killing_the_runner_stops_its_trainer_and_a_rerun_resumes(tmp_path, fake
     while alive(trainer):
         assert time.time() < deadline, "the trainer outlived its runner"
         time.sleep(0.1)
-    outcome = run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False)
+    outcome = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False)
     assert outcome.failed == []
     assert calls(run_dir)[1]["argv"][-2:] == ["--ckpt_path", "last"]
     assert summary(run_dir)["attempts"] == 2
@@ -230,21 +239,21 @@ def test_killing_the_runner_stops_its_trainer_and_a_rerun_resumes(tmp_path, fake
 def test_changed_config_is_refused_naming_the_run(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     runs = tmp_path / "runs"
-    run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False)
+    run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False)
     changed = {**BASE, "trainer": {**BASE["trainer"], "max_steps": 30}}
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=changed)
     with pytest.raises(RunConflict, match=r"g/vanilla/seed0 .*trainer.max_steps: 20 -> 30"):
-        run_grid(grid, runs_dir=runs, train_command=fake, progress=False)
+        run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
     assert len(calls(runs / "g/vanilla/seed0")) == 1
 
 
 def test_config_that_runs_the_same_is_no_conflict(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     runs = tmp_path / "runs"
-    run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False)
+    run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False)
     spelled_out = {**BASE, "data": {**BASE["data"], "holdout_fraction": 0.02}}  # LMDataModule's default, written out
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=spelled_out)
-    assert run_grid(grid, runs_dir=runs, train_command=fake, progress=False, report=False).failed == []
+    assert run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False).failed == []
     assert len(calls(runs / "g/vanilla/seed0")) == 1  # done already: not retrained
 
 
@@ -252,7 +261,7 @@ def test_dry_run_lists_runs_and_writes_nothing(tmp_path, fake):
     grid = write_grid(tmp_path, {**THREE_CELLS, "seeds": [0, 1]})
     out = tmp_path / "dry.txt"
     with open(out, "w") as f:
-        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, dry_run=True, out=f)
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True), out=f)
     listing = out.read_text()
     assert "3 cells x 2 seeds = 6 runs" in listing
     assert listing.count(" run\n") == 6
@@ -267,8 +276,8 @@ def test_local_pool_gives_concurrent_runs_distinct_devices(tmp_path, fake, monke
     monkeypatch.setenv("FAKE_WAIT_FOR", "3")  # each run waits until three runs hold devices at once
     monkeypatch.setenv("FAKE_STEP_SLEEP", "0.01")
     grid = write_grid(tmp_path, {"baseline": "lr=0.001", "matrix": {"model.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3]}})
-    outcome = run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, devices=["0", "1", "2"],
-                       progress=False, report=False)
+    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False,
+                                         pool=PoolOptions(devices=["0", "1", "2"])), progress=False)
     assert outcome.failed == [], {k: s.get("error") for k, s in outcome.summaries.items()}
     used = [calls(p)[0]["cuda"] for p in (tmp_path / "runs/g").glob("*/seed0")]
     assert len(used) == 6 and set(used) == {"0", "1", "2"}
@@ -291,9 +300,9 @@ def test_slurm_executor_job_is_requeued_on_preemption_and_resumes(tmp_path, fake
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     run_dir = tmp_path / "runs/g/vanilla/seed0"
     outcome = []
-    runner = threading.Thread(target=lambda: outcome.append(run_grid(
-        grid, runs_dir=tmp_path / "runs", train_command=fake, executor="slurm", gpus_per_run=0,
-        slurm={"cluster": "local", "poll_s": 0.2, "time_min": 10}, progress=False, report=False)))
+    slurm = PoolOptions(executor="slurm", gpus_per_run=0, slurm={"cluster": "local", "poll_s": 0.2, "time_min": 10})
+    options = GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False, pool=slurm)
+    runner = threading.Thread(target=lambda: outcome.append(run_grid(grid, options, progress=False)))
     runner.start()
     ckpt = run_dir / "checkpoints/last.ckpt"
     deadline = time.time() + 120
@@ -314,8 +323,8 @@ def test_slurm_dry_run_prints_sbatch_parameters(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     out = tmp_path / "dry.txt"
     with open(out, "w") as f:
-        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, executor="slurm", dry_run=True,
-                 slurm={"partition": "gpu", "time_min": 600, "cpus_per_task": 8, "mem_gb": 64}, out=f)
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+                                   pool=PoolOptions(executor="slurm", slurm={"partition": "gpu", "time_min": 600, "cpus_per_task": 8, "mem_gb": 64})), out=f)
     text = out.read_text()
     for line in ("#SBATCH --partition=gpu", "#SBATCH --time=600", "#SBATCH --cpus-per-task=8", "#SBATCH --mem=64GB",
                  "#SBATCH --gpus-per-node=1", "#SBATCH --signal=USR2@120", "#SBATCH --job-name=g.vanilla.seed0"):
@@ -327,11 +336,13 @@ def test_gpu_runs_are_checked_against_the_executor(tmp_path, fake):
     gpu_base = {**BASE, "trainer": {**BASE["trainer"], "accelerator": "gpu", "devices": 8}}
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=gpu_base)
     with pytest.raises(GridError, match="no GPU is visible"):
-        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, devices=[], dry_run=True)
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+                                   pool=PoolOptions(devices=[])))
     with pytest.raises(GridError, match="trainer.devices=8 .* pass --gpus-per-run 8"):
-        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, executor="slurm", dry_run=True)
-    run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, executor="slurm", gpus_per_run=8, dry_run=True,
-             out=io.StringIO())
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+                                   pool=PoolOptions(executor="slurm")))
+    run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+                               pool=PoolOptions(executor="slurm", gpus_per_run=8)), out=io.StringIO())
     assert not (tmp_path / "runs").exists()
 
 
@@ -339,19 +350,52 @@ def test_eval_that_cannot_run_is_a_clear_error_before_training(tmp_path, fake, m
     monkeypatch.setitem(sys.modules, "eval.run", None)  # as if lm-eval, which eval.run imports, were missing
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     with pytest.raises(RuntimeError, match=r"--eval cannot run here: .*eval\.run"):
-        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, evaluate=True)
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, post_training=("eval",)))
     assert not (tmp_path / "runs").exists()
 
 
-def test_cli_run_and_report(tmp_path, fake, monkeypatch):
-    from ablations.__main__ import main
+def test_grid_options_refuse_unknown_steps_and_executors(tmp_path, fake):
+    with pytest.raises(GridError, match=r"post_training: unknown step\(s\) \['evaluate'\]; choose from \['analyze', 'eval'\]"):
+        GridOptions(post_training=("evaluate",))
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
+    with pytest.raises(GridError, match=r"unknown executor 'pbs'; choose one of \['local', 'slurm'\]"):
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(executor="pbs")))
 
+
+@pytest.mark.slow  # the step's process imports torch and Lightning afresh: ~10 s idle, 40 s on a busy machine
+def test_a_post_training_step_runs_in_its_own_process_and_its_failure_is_recorded(tmp_path):
+    from ablations.job import RunJob, execute
+
+    run = RunDir(tmp_path / "g/vanilla/seed0")
+    run.path.mkdir(parents=True)
+    run.write_summary({"status": "done"})
+    summary = execute(RunJob("g", "vanilla", 0, run.path, ["false"], train=False, post_training=("analyze",)),
+                      env={"OMP_NUM_THREADS": "1"})
+    assert summary["status"] == "done"  # the run stands; its step failed
+    assert summary["analyze"]["status"] == "failed"
+    assert summary["analyze"]["error"] == f"ValueError: {run.path} has no checkpoints/last.ckpt to analyse"
+    log = (run.logs_dir / "analyze.log").read_text()
+    assert "Traceback" in log and "analyze_run_dir" in log  # the step's own output and traceback, in its log
+    assert RunDir(run.path).read_summary()["analyze"] == summary["analyze"]
+
+
+def _exit_code(command: list[str]) -> int:
+    from lit_resformer.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(command)
+    return stop.value.code or 0
+
+
+def test_cli_grid_and_report(tmp_path, fake, monkeypatch):
     monkeypatch.setenv("LIT_RESFORMER_TRAIN_CMD", " ".join(fake))
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})
-    assert main(["run", str(grid), "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert _exit_code(["grid", str(grid), "--runs-dir", str(tmp_path / "runs")]) == 0
     assert (tmp_path / "runs/g/index.html").is_file()
     (tmp_path / "runs/g/index.html").unlink()
-    assert main(["report", str(tmp_path / "runs/g")]) == 0
+    from lit_resformer.cli import main
+
+    main(["report", str(tmp_path / "runs/g")])
     assert (tmp_path / "runs/g/index.html").is_file()
     bad = write_grid(tmp_path, {"baseline": "nope", "cells": {"vanilla": {}}}, name="bad.yaml")
-    assert main(["run", str(bad), "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert _exit_code(["grid", str(bad), "--runs-dir", str(tmp_path / "runs")]) == 2

@@ -49,7 +49,7 @@ def micro_grid(tmp_path: Path, corpus: Path, cache: Path) -> Path:
 
 def start_grid(grid: Path, runs: Path) -> subprocess.Popen:
     # its own session, so the whole process group (runner and trainer) can be killed like a crashed machine
-    return subprocess.Popen([sys.executable, "-m", "ablations", "run", str(grid), "--runs-dir", str(runs)],
+    return subprocess.Popen([sys.executable, "-m", "lit_resformer.cli", "grid", str(grid), "--runs-dir", str(runs)],
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -117,7 +117,7 @@ def test_killed_grid_resumes_to_the_same_result(tmp_path, tiny_corpus, data_cach
 def test_eval_and_analysis_hooks_feed_the_report(tmp_path, tiny_corpus, data_cache, monkeypatch):
     """`--eval --analyze`: every finished run is scored with lm-eval (the project's tiny offline task)
     and analysed; the report gains the zero-shot and attention sections."""
-    from ablations import run_grid
+    from ablations import GridOptions, run_grid
 
     grid = micro_grid(tmp_path, tiny_corpus, data_cache)
     spec = yaml.safe_load(grid.read_text())
@@ -131,7 +131,8 @@ def test_eval_and_analysis_hooks_feed_the_report(tmp_path, tiny_corpus, data_cac
     monkeypatch.setenv("LIT_RESFORMER_EVAL_TASKS", "lrf_tiny_mc")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    outcome = run_grid(grid, runs_dir=tmp_path / "runs", evaluate=True, analyze=True, progress=False)
+    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", post_training=("eval", "analyze",)),
+                       progress=False)
     assert outcome.failed == []
     for cell in ("vanilla", "resformer"):
         run = tmp_path / f"runs/micro/{cell}/seed0"

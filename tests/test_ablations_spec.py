@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ablations import GridError, load_grid, run_grid
+from ablations import GridError, GridOptions, load_grid, run_grid
 
 BASE = {
     "seed_everything": 0,
@@ -147,7 +147,7 @@ def test_malformed_grid_is_refused_before_any_run(tmp_path, case):
     path = write_grid(tmp_path, grid)
     runs_dir = tmp_path / "runs"
     with pytest.raises(GridError) as error:
-        run_grid(path, runs_dir=runs_dir, train_command=["false"], progress=False)
+        run_grid(path, GridOptions(runs_dir=runs_dir, train_command=["false"]), progress=False)
     for fragment in expected:
         assert fragment in str(error.value), (fragment, str(error.value))
     assert not runs_dir.exists()
@@ -217,3 +217,28 @@ def test_a_tier_extends_a_figure_grid_without_copying_it(tmp_path):
     (tmp_path / "tiers/lost.yaml").write_text(yaml.safe_dump({"name": "c", "extends": "missing.yaml"}))
     with pytest.raises(GridError, match="not a file"):
         load_grid(tmp_path / "tiers/lost.yaml")
+
+
+def test_a_tier_changes_cells_in_place_and_adds_claims(tmp_path):
+    """A tier's cells merge into the figure's by name (null drops one); its claims add to the figure's."""
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
+    claim = {"claim": "x", "a": "svformer", "b": "vanilla", "metric": "val_loss", "direction": "lower"}
+    figure = {"base": "base.yaml", "baseline": "vanilla", "claims": [claim],
+              "cells": {"vanilla": {}, "gqa": {"model.config.n_kv_head": 1},
+                        "svformer": {"model": {"config": {"share": {"svformer": True}}}},
+                        "svformer+gqa": {"model.config.share.svformer": True, "model.config.n_kv_head": 1}}}
+    (tmp_path / "fig.yaml").write_text(yaml.safe_dump(figure, sort_keys=False))
+    own_claim = {**claim, "claim": "y", "a": "svformer+gqa"}
+    tier = {"name": "t", "extends": "fig.yaml", "claims": [own_claim],
+            "cells": {"gqa": None, "svformer+gqa": {"model.config.n_kv_head": 2}, "new": {"model.config.n_kv_head": 2}}}
+    (tmp_path / "tier.yaml").write_text(yaml.safe_dump(tier, sort_keys=False))
+    grid = load_grid(tmp_path / "tier.yaml")
+    assert {c.name: c.overrides for c in grid.cells} == {
+        "vanilla": {}, "svformer": {"model.config.share.svformer": True},
+        "svformer+gqa": {"model.config.share.svformer": True, "model.config.n_kv_head": 2},
+        "new": {"model.config.n_kv_head": 2}}
+    assert [c.name for c in grid.cells] == ["vanilla", "svformer", "svformer+gqa", "new"]
+    assert [c["claim"] for c in grid.claims] == ["x", "y"]
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"name": "b", "extends": "fig.yaml", "cells": ["vanilla"]}))
+    with pytest.raises(GridError, match="bad.yaml: cells must be a mapping"):
+        load_grid(tmp_path / "bad.yaml")

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from test_ablations import THREE_CELLS, alive, calls, fake, summary, write_grid  # noqa: F401  (fake: a fixture)
 
-from ablations import run_grid
+from ablations import GridOptions, run_grid
 from lit_resformer.cli import SUITE_COMMANDS, main
-from lit_resformer.experiment import ResFormerCLI
+from lit_resformer.training_cli import ResFormerCLI
 
 # Every command `lit-resformer` dispatches: the suite's and the LightningCLI's.
 COMMANDS = [*ResFormerCLI.subcommands(), *SUITE_COMMANDS]
@@ -36,6 +36,21 @@ def test_help_lists_every_command_with_one_line(capsys, argv):
     assert set(listed) == set(COMMANDS)
     assert all(len(line.split()) > 2 for line in listed.values())  # a description beside each name
     assert "predict" not in COMMANDS  # the module has no prediction step, so Lightning's predict is not offered
+
+
+def test_readme_shows_the_help_as_it_is(capsys):
+    _, text = help_text(capsys, ["--help"])
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"$ lit-resformer --help\n{text}```" in readme
+
+
+def test_lit_resformer_is_the_only_command_line():
+    """`lit-resformer` imports the grid runner, eval and benchmarks only inside the command that runs them, and the
+    runner's own package has no second entry point."""
+    loaded = subprocess.run([sys.executable, "-c", "import sys, lit_resformer.cli; print(' '.join(sys.modules))"],
+                            capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    assert not {name.split(".")[0] for name in loaded} & {"ablations", "eval", "benchmarks"}
+    assert not (Path(__file__).resolve().parents[1] / "ablations" / "__main__.py").exists()
 
 
 HELP_CALLS = [[c, "--help"] for c in COMMANDS if c != "lm-eval"] + [["eval", "prepare-data", "--help"]]
@@ -76,7 +91,7 @@ def test_dry_run_shows_what_each_cell_changes_relative_to_the_base(tmp_path, fak
     })
     out = tmp_path / "dry.txt"
     with open(out, "w") as f:
-        run_grid(grid, runs_dir=tmp_path / "runs", train_command=fake, dry_run=True, out=f)
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True), out=f)
     listing = out.read_text().split("what each cell changes relative to the base experiment")[1].splitlines()[1:-1]
     assert listing == [
         "  every cell:",
@@ -90,8 +105,8 @@ def test_dry_run_shows_what_each_cell_changes_relative_to_the_base(tmp_path, fak
 
 
 def test_diverged_run_is_reported_without_a_doubled_prefix(tmp_path, fake, capsys):
-    outcome = run_grid(write_grid(tmp_path, THREE_CELLS), runs_dir=tmp_path / "runs", train_command=fake,
-                       progress=False, report=False)
+    outcome = run_grid(write_grid(tmp_path, THREE_CELLS),
+                       GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False), progress=False)
     assert summary(tmp_path / "runs/g/boom/seed0")["error"] == "non-finite loss at step 3"
     printed = capsys.readouterr().out
     assert "g/boom/seed0: diverged: non-finite loss at step 3" in printed

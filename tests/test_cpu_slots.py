@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers.experiments import tiny_experiment
 
-from ablations import LocalExecutor, run_grid
+from ablations import GridOptions, LocalExecutor, PoolOptions, run_grid
 from lit_resformer.run_dir import RunDir
 
 
@@ -41,7 +41,8 @@ def test_results_do_not_depend_on_concurrent_runs(tmp_path, tiny_corpus, data_ca
     results = {}
     for slots in (1, 2):
         runs = tmp_path / f"slots{slots}"
-        outcome = run_grid(grid, runs_dir=runs, devices=[], cpu_slots=slots, threads_per_run=1, progress=False, report=False)
+        outcome = run_grid(grid, GridOptions(runs_dir=runs, report=False,
+                                             pool=PoolOptions(devices=[], cpu_slots=slots, threads_per_run=1)), progress=False)
         assert outcome.failed == [], outcome.summaries
         results[slots] = {cell: RunDir(runs / "pair" / cell / "seed0").read_metrics() for cell in ("vanilla", "resformer")}
         (first_start, first_end), (second_start, second_end) = (interval(runs / "pair" / c / "seed0") for c in ("vanilla", "resformer"))

@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 from ablations import GridError, load_grid
 from lit_resformer.cli import main
-from lit_resformer.experiment import config_layers, describe_type, load_experiment
+from lit_resformer.config_files import config_layers, load_experiment
+from lit_resformer.config_messages import describe_type
 
 # Each: dotted overrides of the tiny experiment (2 layers, max_seq_len 64, seq_len 16, micro-batch 4, local corpus).
 REFUSED = {

@@ -14,7 +14,7 @@ from helpers.experiments import tiny_experiment
 
 from ablations import GridError, load_grid
 from lit_resformer.cli import main
-from lit_resformer.experiment import ConfigChecker
+from lit_resformer.config_checker import ConfigChecker
 
 # ------------------------------------------------------------------------------------------ objects a config constructs
 
@@ -445,7 +445,7 @@ def test_partial_files_of_killed_writes_are_cleaned_and_nothing_is_staged_elsewh
 def test_a_failed_checkpoint_write_leaves_the_previous_file_and_no_partial_one(tmp_path, monkeypatch):
     import torch
 
-    from lit_resformer.run_checkpoint import AtomicCheckpointIO
+    from lit_resformer.checkpoint.saving import AtomicCheckpointIO
 
     target = tmp_path / "last.ckpt"
     io = AtomicCheckpointIO()
@@ -508,7 +508,7 @@ def fake_grid(tmp_path: Path) -> tuple[Path, list[str]]:
 def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(tmp_path):
     import io
 
-    from ablations import run_grid
+    from ablations import GridOptions, run_grid
     from lit_resformer.run_dir import RunDir
 
     grid, command = fake_grid(tmp_path)
@@ -519,7 +519,7 @@ def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(t
     first_report.write_text("the first runner's report")
     out = io.StringIO()
     with busy.lock():  # the first runner trains this run
-        outcome = run_grid(grid, runs_dir=runs, train_command=command, progress=False, out=out)
+        outcome = run_grid(grid, GridOptions(runs_dir=runs, train_command=command), progress=False, out=out)
     assert outcome.busy == ["g/resformer/seed0"] and outcome.failed == []
     assert outcome.summaries["g/vanilla/seed0"]["status"] == "done"
     assert not busy.summary_file.exists() and not busy.stdout_log.exists()  # not a byte written into it
@@ -548,7 +548,7 @@ def test_two_runners_on_one_grid(tmp_path):
 
     grid, command = fake_grid(tmp_path)
     env = {**os.environ, "LIT_RESFORMER_TRAIN_CMD": " ".join(command), "FAKE_STEP_SLEEP": "0.15"}
-    arguments = [sys.executable, "-m", "ablations", "run", str(grid), "--runs-dir", str(tmp_path / "runs")]
+    arguments = [sys.executable, "-m", "lit_resformer.cli", "grid", str(grid), "--runs-dir", str(tmp_path / "runs")]
     first = subprocess.Popen(arguments, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 60
     while not list((tmp_path / "runs").glob("g/*/seed0/logs/stdout.log")) and time.time() < deadline:

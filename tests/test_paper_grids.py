@@ -1,11 +1,11 @@
-"""The paper-figure grid files express the paper's equations (read as plain YAML, independent of the grid runner)."""
+"""The paper-figure grid files express the paper's equations (each tier read with its figure, as the runner reads it)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lit_resformer.model import ModelConfig
 from lit_resformer.model.config import ResidualConfig
@@ -13,18 +13,15 @@ from lit_resformer.model.config import ResidualConfig
 GRIDS = Path(__file__).resolve().parents[1] / "configs" / "grids"
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+@functools.cache
+def _grid(name: str):
+    from ablations.spec import load_grid
+
+    return load_grid(GRIDS / f"{name}.yaml")
 
 
 def _cell(grid: str, cell: str) -> dict:
-    return _flatten(yaml.safe_load((GRIDS / f"{grid}.yaml").read_text())["cells"][cell] or {})
+    return next(c.overrides for c in _grid(grid).cells if c.name == cell)
 
 
 def _model(grid: str, cell: str) -> ModelConfig:
@@ -53,12 +50,11 @@ def test_learnable_grid_has_the_tied_form_and_its_own_lr(tier):
 
 @pytest.mark.parametrize("tier", ["", "-paper"])
 def test_fig7_left_panel_runs_resformer_and_vanilla_at_several_lengths_with_the_schedule_rescaled(tier):
-    grid = yaml.safe_load((GRIDS / f"fig7-lengths{tier}.yaml").read_text())
-    lengths = grid["matrix"]["trainer.max_steps"]
-    assert len(lengths) >= 3
-    warmup_fraction = {extra["model.warmup_steps"] / steps for steps, extra in lengths.items()}
-    assert len(warmup_fraction) == 1  # the whole schedule scales with the length
-    assert grid["baseline"] == "vanilla" and set(grid["cells"]) == {"vanilla", "resformer"}
+    grid = _grid(f"fig7-lengths{tier}")
+    schedules = {(c.overrides["trainer.max_steps"], c.overrides["model.warmup_steps"]) for c in grid.cells}
+    assert len(schedules) >= 3
+    assert len({warmup / steps for steps, warmup in schedules}) == 1  # the whole schedule scales with the length
+    assert grid.baseline == "vanilla" and {c.family for c in grid.cells} == {"vanilla", "resformer"}
     assert _model(f"fig7{tier}", "denseformer").dwa.enabled
 
 

@@ -48,6 +48,20 @@ def test_export_holds_finished_runs_without_checkpoints(tmp_path):
                      "g/grid.yaml", "g/provenance.json"]
 
 
+def test_export_results_and_merge_results_commands(tmp_path, capsys):
+    from lit_resformer.cli import main
+
+    grid = fake_grid(tmp_path / "runs", {"a": "done", "b": "failed"})
+    main(["export-results", str(grid), "--out", str(tmp_path / "out"), "--note", "cpu test"])
+    assert f"{tmp_path / 'out/g.tar.gz'}: 1 finished run(s) of g" in capsys.readouterr().out
+    main(["merge-results", str(tmp_path / "out/g.tar.gz"), str(tmp_path / "results")])
+    assert "1 run(s) added, 0 already there" in capsys.readouterr().out
+    assert (tmp_path / "results/g/a/seed0/summary.json").is_file()
+    with pytest.raises(SystemExit) as stop:
+        main(["merge-results", str(tmp_path / "out/missing.tar.gz"), str(tmp_path / "results")])
+    assert stop.value.code == 2 and "lit-resformer merge-results: error:" in capsys.readouterr().err
+
+
 def test_merge_adds_new_runs_keeps_identical_ones_and_refuses_other_results(tmp_path):
     grid = fake_grid(tmp_path / "one", {"a": "done", "b": "running"})
     export_grid(grid, tmp_path / "first.tar.gz", note="slice 1")

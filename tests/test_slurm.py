@@ -219,7 +219,7 @@ def test_grid_runs_one_slurm_job_per_run_and_records_a_failing_one(slurm, tmp_pa
         },
     }, sort_keys=False))
     runs = tmp_path / "runs"
-    command = [str(BIN / "python"), "-m", "ablations", "run", str(grid), "--runs-dir", str(runs),
+    command = [str(BIN / "python"), "-m", "lit_resformer.cli", "grid", str(grid), "--runs-dir", str(runs),
                "--executor", "slurm", "--partition", "local", "--gpus-per-run", "0", "--cpus-per-task", "1",
                "--time", "10"]
 

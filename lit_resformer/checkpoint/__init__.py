@@ -1,4 +1,7 @@
-"""Lightning checkpoint -> (Transformer, tokenizer), without Lightning or the training data."""
+"""A run's checkpoints, in one place: loading one as (Transformer, tokenizer) here, without Lightning or the training
+data (so that eval, analysis and export import no trainer), and writing them during training in
+`lit_resformer.checkpoint.saving` (Lightning's ModelCheckpoint, tidied). Reading a checkpoint file safely is
+`lit_resformer.run_dir.read_checkpoint`, beside the run directory whose checkpoints it ranks."""
 
 from __future__ import annotations
 
@@ -6,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from .model import ModelConfig, Transformer
-from .run_dir import CheckpointError, read_checkpoint
+from ..model import ModelConfig, Transformer
+from ..run_dir import CheckpointError, read_checkpoint
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):

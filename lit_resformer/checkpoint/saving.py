@@ -23,8 +23,8 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from .reporting import TEMPORARY_SUFFIX, atomic_open
-from .run_dir import step_checkpoints_in
+from ..reporting import TEMPORARY_SUFFIX, atomic_open
+from ..run_dir import step_checkpoints_in
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -1,0 +1,119 @@
+"""Grid tiers are overlays: each figure's cells and claims are written once (configs/figures/ or the figure's only
+grid), and its tiers (quick, CPU reproduction, paper-sized, GPU) extend it, changing budgets, sizes and seeds.
+
+tests/helpers/grid_expansions.json records what every grid file expanded to when the tiers still copied their
+figure's cells: per grid, its seeds, each cell's overrides and a fingerprint of each run's resolved config. A grid
+file that is meant to run differently updates it: `python tests/test_grid_tiers.py` rewrites it from the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+GRIDS = REPO / "configs" / "grids"
+FIGURES = REPO / "configs" / "figures"
+EXPANSIONS = Path(__file__).resolve().parent / "helpers" / "grid_expansions.json"
+TIER_SUFFIXES = ("-paper", "-small")  # figN-paper.yaml, scaling-size-small.yaml: tiers of figN, scaling-size
+
+
+def _flat(overrides: dict | None, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in (overrides or {}).items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _chain(path: Path) -> list[Path]:
+    """The file and every file it extends, nearest first."""
+    chain = [path.resolve()]
+    while (parent := yaml.safe_load(chain[-1].read_text()).get("extends")) is not None:
+        chain.append((chain[-1].parent / parent).resolve())
+    return chain
+
+
+def _figure(path: Path) -> str:
+    """Which figure a grid file is a tier of, from its name (gpu/fig5.yaml, repro/fig5.yaml, fig5-paper.yaml: fig5)."""
+    stem = path.stem
+    for suffix in TIER_SUFFIXES:
+        stem = stem.removesuffix(suffix)
+    return stem
+
+
+def _grid_files() -> list[Path]:
+    return sorted(GRIDS.rglob("*.yaml"))
+
+
+def test_each_figures_cells_and_claims_are_written_once():
+    tiers: dict[str, list[Path]] = defaultdict(list)
+    for path in _grid_files():
+        tiers[_figure(path)].append(path)
+    assert {"fig5", "fig13", "fig14", "learnable", "scaling-size"} <= set(tiers)
+    for figure, paths in tiers.items():
+        chains = {path: _chain(path) for path in paths}
+        roots = {chain[-1] for chain in chains.values()}
+        assert len(roots) == 1, f"the tiers of {figure} do not extend one figure: {sorted(map(str, roots))}"
+        if len(paths) > 2:  # a figure with a paper-sized or GPU tier keeps its cells and claims in configs/figures/
+            assert roots.pop().parent == FIGURES, figure
+        written_cells: dict[tuple, Path] = {}
+        written_claims: dict[str, Path] = {}
+        for file in sorted({file for chain in chains.values() for file in chain}):
+            spec = yaml.safe_load(file.read_text())
+            for name, overrides in (spec.get("cells") or {}).items():
+                key = (name, json.dumps(_flat(overrides), sort_keys=True))
+                assert key not in written_cells, f"{file} repeats cell {name} of {written_cells[key]}"
+                written_cells[key] = file
+            for claim in spec.get("claims") or []:
+                key = json.dumps(claim, sort_keys=True)
+                assert key not in written_claims, f"{file} repeats claim {claim['claim']!r} of {written_claims[key]}"
+                written_claims[key] = file
+
+
+def test_no_grid_cites_a_document_the_repository_lacks():
+    for path in [*_grid_files(), *sorted(FIGURES.glob("*.yaml"))]:
+        assert "PAPER_FACTS" not in path.read_text(), path
+
+
+def _expansion(path: Path) -> dict:
+    from ablations.spec import load_grid
+
+    grid = load_grid(path)
+    return {"seeds": grid.seeds, "cells": {cell.name: cell.overrides for cell in grid.cells},
+            "runs": {run.name: hashlib.sha256(json.dumps(run.config, sort_keys=True).encode()).hexdigest()[:16]
+                     for run in grid.runs()}}
+
+
+@pytest.fixture
+def configs_resolved_unchecked(monkeypatch):
+    """Expanding is what is compared; whether every config also passes `fit`'s checks is test_claims' business (a GPU
+    tier names a corpus that only its machine has)."""
+    import ablations.spec
+
+    monkeypatch.setattr(ablations.spec, "_check_cell", lambda *args: None)
+
+
+def test_every_grid_expands_to_the_recorded_runs(configs_resolved_unchecked):
+    recorded = json.loads(EXPANSIONS.read_text())
+    files = {str(path.relative_to(REPO)): path for path in _grid_files()}
+    assert set(files) == set(recorded)
+    for name, path in files.items():
+        assert json.loads(json.dumps(_expansion(path))) == recorded[name], name
+
+
+if __name__ == "__main__":
+    import ablations.spec
+
+    ablations.spec._check_cell = lambda *args: None
+    expansions = {str(path.relative_to(REPO)): _expansion(path) for path in _grid_files()}
+    EXPANSIONS.write_text(json.dumps(expansions, indent=1, sort_keys=True) + "\n")
+    sys.exit(0)
