@@ -289,3 +289,16 @@ def test_a_claim_naming_two_families_of_a_matrix_grid_is_judged_at_every_point()
     with pytest.raises(ValueError, match="no cell at"):
         parse_claims([{"claim": "x", "a": "resformer", "b": "vanilla", "metric": "val_loss", "direction": "lower"}],
                      cells[1:])
+
+
+def test_committed_results_keep_their_verdicts_deltas_and_intervals():
+    """`lit-resformer claims docs/results` as recorded in tests/data before the results layer was restructured: the
+    same verdict, Δ, interval and n for every claim, in the same order."""
+    recorded = json.loads((REPO / "tests/data/claims-docs-results.json").read_text())
+    fields = recorded["fields"]
+    now = [[v.grid, v.claim.claim, v.verdict, v.delta, v.low, v.high, v.n] for v in scoreboard([REPO / "docs/results"])]
+    assert [row[:3] for row in now] == [row[:3] for row in recorded["rows"]]
+    for row, before in zip(now, recorded["rows"], strict=True):
+        for name, value, expected in zip(fields[3:], row[3:], before[3:], strict=True):
+            assert value == (expected if expected is None else pytest.approx(expected, rel=1e-12, abs=1e-15)), (
+                row[:2], name)
