@@ -304,3 +304,37 @@ def test_committed_results_keep_their_verdicts_deltas_and_intervals():
         for name, value, expected in zip(fields[3:], row[3:], before[3:], strict=True):
             assert value == (expected if expected is None else pytest.approx(expected, rel=1e-12, abs=1e-15)), (
                 row[:2], name)
+
+
+def test_claims_note_comparisons_whose_runs_ran_on_different_things(tmp_path):
+    grid_dir = claims_grid(tmp_path)  # summaries written before runs recorded provenance: they load as they are
+    assert not any("ran on" in v.note for v in evaluate_grid(grid_dir))
+    write_report(grid_dir)
+    assert "## Provenance\n\nNot recorded" in (grid_dir / "report.md").read_text()
+
+    same = {"git_commit": "a" * 40, "git_dirty": False, "python": "3.11.7", "torch": "2.13.0", "cuda": None,
+            "lightning": "2.6.0", "transformers": "5.23.0", "lm_eval": "0.4.13", "datasets": "4.0.0",
+            "tokenizers": "0.22.0", "device": "CPU: x", "precision": "32-true"}
+    for path in grid_dir.glob("*/seed*/summary.json"):
+        differs = path.parent.parent.name == "better" and path.parent.name == "seed1"
+        provenance = {**same, "torch": "2.14.0"} if differs else same
+        path.write_text(json.dumps({**json.loads(path.read_text()), "provenance": provenance}))
+    verdicts = {(v.claim.a, v.claim.metric): v for v in evaluate_grid(grid_dir)}
+    assert verdicts[("better", "val_loss")].note == "runs differ in what they ran on: torch 2.13.0 vs 2.14.0"
+    assert verdicts[("better", "val_loss")].verdict == "reproduced"  # a note, not a verdict of its own
+    assert verdicts[("worse", "val_loss")].note == ""
+    write_report(grid_dir)
+    rows = markdown_rows((grid_dir / "report.md").read_text(), "Provenance")
+    assert "| torch | 2.13.0 (11); 2.14.0 (1) | – |" in rows and "| device | CPU: x | – |" in rows
+
+    unrecorded = grid_dir / "worse/seed0/summary.json"
+    summary = json.loads(unrecorded.read_text())
+    del summary["provenance"]
+    unrecorded.write_text(json.dumps(summary))
+    worse = next(v for v in evaluate_grid(grid_dir) if v.claim.a == "worse" and v.claim.metric == "val_loss")
+    assert worse.note == "runs differ in what they ran on: provenance recorded for some runs only"
+
+
+def markdown_rows(text: str, heading: str) -> list[str]:
+    return [line for line in text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0].splitlines()
+            if line.startswith("|")]
