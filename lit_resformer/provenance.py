@@ -34,7 +34,7 @@ def collect(precision: str, accelerator: str = "auto", cuda_device: int = 0) -> 
         "torch": str(torch.__version__),
         "cuda": torch.version.cuda,
         **{name: _version(distribution) for name, distribution in LIBRARIES.items()},
-        "device": torch.cuda.get_device_name(cuda_device) if on_gpu else _cpu_name(),
+        "device": _gpu_name(cuda_device) if on_gpu else _cpu_name(),
         "precision": str(precision),
     }
 
@@ -59,6 +59,17 @@ def _git_state() -> tuple[str | None, bool | None]:
     except (OSError, subprocess.SubprocessError):
         return None, None
     return commit, bool(status.strip())
+
+
+def _gpu_name(index: int) -> str:
+    """The GPU's name; a device that cannot be asked (an index this process does not see) is named as such rather
+    than stopping the run that records it."""
+    import torch
+
+    try:
+        return torch.cuda.get_device_name(index)
+    except (RuntimeError, AssertionError, ValueError) as err:
+        return f"GPU {index} (name not read: {type(err).__name__})"
 
 
 def _cpu_name() -> str:
