@@ -107,7 +107,9 @@ def write_report(grid_dir: str | Path) -> Path:
     doc.heading(1, f"Ablation grid {name}")
     if manifest.get("description"):
         doc.text(manifest["description"])
-    statuses = pd.Series([r.status for records in runs.values() for r in records]).value_counts()
+    seeds = sorted({*manifest.get("seeds", []), *(r.seed for records in runs.values() for r in records)})
+    plan = results.grid_dir.progress(cells, seeds)  # runs not started yet count as pending
+    statuses = {state: len(runs_in_state) for state, runs_in_state in sorted(plan.items(), key=lambda i: -len(i[1]))}
     doc.text(
         f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{grid_dir}`. "
         f"Base experiment `{manifest.get('base')}`, baseline **{manifest['baseline']}**, "
