@@ -71,13 +71,16 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
 
 
 def provenance_note(runs: Iterable[RunResult]) -> list[str]:
-    """The note of a comparison whose runs ran on different things (versions, device, precision, code)."""
-    differences = provenance_differences(runs)
-    if not differences:
-        return []
-    shown = "; ".join("provenance recorded for some runs only" if field == "recorded" else
-                      f"{field} {' vs '.join(values)}" for field, values in differences.items())
-    return [f"runs differ in what they ran on: {shown}"]
+    """The notes of a comparison whose runs ran on different things (versions, device, precision, code), or
+    whose provenance is known for some runs only."""
+    differences, unrecorded = provenance_differences(runs)
+    notes = []
+    if differences:
+        shown = "; ".join(f"{field} {' vs '.join(values)}" for field, values in differences.items())
+        notes.append(f"runs differ in what they ran on: {shown}")
+    if unrecorded:
+        notes.append(f"what {', '.join(sorted(unrecorded))} ran on was not recorded")
+    return notes
 
 
 def evaluate_grid(grid: str | Path | GridResults, sweep: dict | ScalingError | None = None) -> list[Verdict]:

@@ -166,16 +166,15 @@ def relative_curves(cell: Mapping[int, RunResult], baseline: Mapping[int, RunRes
             for seed, run in cell.items() if seed in baseline}
 
 
-def provenance_differences(runs: Iterable[RunResult]) -> dict[str, list]:
-    """field -> its distinct values, for every provenance field in which the runs that recorded it differ; runs
-    recorded before provenance existed count under `recorded` (True/False) when only some have it."""
+def provenance_differences(runs: Iterable[RunResult]) -> tuple[dict[str, list[str]], list[str]]:
+    """({field: its distinct values} for every provenance field in which the runs that recorded one differ, the
+    runs that recorded none while others did)."""
     runs = list(runs)
     recorded = [r.provenance for r in runs if r.provenance]
+    unrecorded = [r.name for r in runs if not r.provenance] if recorded else []
     differences = {}
-    if recorded and len(recorded) < len(runs):
-        differences["recorded"] = [True, False]
     for field in PROVENANCE_FIELDS:
         values = list(dict.fromkeys(str(p.get(field)) for p in recorded))
         if len(values) > 1:
             differences[field] = values
-    return differences
+    return differences, unrecorded

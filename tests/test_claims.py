@@ -332,7 +332,7 @@ def test_claims_note_comparisons_whose_runs_ran_on_different_things(tmp_path):
     del summary["provenance"]
     unrecorded.write_text(json.dumps(summary))
     worse = next(v for v in evaluate_grid(grid_dir) if v.claim.a == "worse" and v.claim.metric == "val_loss")
-    assert worse.note == "runs differ in what they ran on: provenance recorded for some runs only"
+    assert worse.note == "what worse/seed0 ran on was not recorded"
 
 
 def markdown_rows(text: str, heading: str) -> list[str]:
