@@ -7,9 +7,10 @@ smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domai
 points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), the final gap against
 training length (Fig. 7, left), scaling laws and equivalence savings for sweep grids (ablations.scaling), cost
 (parameters, KV cache per token, tokens/s), zero-shot accuracy (Table 1 form) when runs hold eval/results.json,
-attention entropy by layer when runs hold analysis/analysis.json, and the status of every run. The loss
-plots draw the unigram loss of the validation tokens as a reference line, and runs not at least 1 nat
-below it are flagged as "not past the unigram plateau".
+attention entropy by layer when runs hold analysis/analysis.json, the status of every run, and what the runs
+ran on (their provenance). The loss plots draw the unigram loss of the validation tokens as a reference line, and
+runs not at least 1 nat below it are flagged as "not past the unigram plateau". Everything is read from the grid's
+results (ablations.results), loaded once.
 """
 
 from __future__ import annotations
