@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lit_resformer.run_dir import RunBusy, RunDir
 
-from .store import FINISHED, error_lines, now, results
+from .run_summary import FINISHED, error_lines, now, results, run_provenance
 
 TRAIN_COMMAND_ENV = "LIT_RESFORMER_TRAIN_CMD"
 
@@ -173,6 +173,7 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
         "slurm_job_id": env.get("SLURM_JOB_ID"),
         "command": command,
         "wall_time_sec": previous.get("wall_time_sec", 0.0),
+        "provenance": run_provenance(run.read_experiment() or {}, env),
     }
     run.write_summary(summary)
 

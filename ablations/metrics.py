@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from lit_resformer.run_dir import RunDir
@@ -46,3 +47,9 @@ def smooth(values: pd.Series, window: int) -> pd.Series:
 
 def domains(metrics: pd.DataFrame) -> list[str]:
     return sorted(c.removeprefix(VAL_DOMAIN_PREFIX) for c in metrics.columns if c.startswith(VAL_DOMAIN_PREFIX))
+
+
+def train_curve(metrics: pd.DataFrame, window: int) -> pd.Series:
+    """The training loss smoothed over `window` logged steps, its non-finite values (a diverging run) left out."""
+    loss = series(metrics, TRAIN_LOSS)
+    return smooth(loss[np.isfinite(loss)], window)

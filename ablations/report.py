@@ -7,111 +7,36 @@ smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domai
 points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), the final gap against
 training length (Fig. 7, left), scaling laws and equivalence savings for sweep grids (ablations.scaling), cost
 (parameters, KV cache per token, tokens/s), zero-shot accuracy (Table 1 form) when runs hold eval/results.json,
-attention entropy by layer when runs hold analysis/analysis.json, and the status of every run. The loss
-plots draw the unigram loss of the validation tokens as a reference line, and runs not at least 1 nat
-below it are flagged as "not past the unigram plateau".
+attention entropy by layer when runs hold analysis/analysis.json, the status of every run, and what the runs
+ran on (their provenance). The loss plots draw the unigram loss of the validation tokens as a reference line, and
+runs not at least 1 nat below it are flagged as "not past the unigram plateau". Everything is read from the grid's
+results (ablations.results), loaded once.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from lit_resformer.reporting import (
-    atomic_write,
-    integer_ticks,
-    markdown_table,
-    markdown_to_html,
-    pyplot,
-    save_figure,
-)
-from lit_resformer.run_dir import RunDir
+from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
+from lit_resformer.reporting import atomic_write, markdown_to_html
 
-from . import metrics as M
-from .claims import PLATEAU_MARGIN, evaluate_grid, plateau_gap
+from .changes import common_changes, show_value
 from .claims import counts as claim_counts
+from .claims import evaluate_grid
 from .claims import table as claims_table
-from .stats import Difference, critical_point, mean_std, paired_difference
-from .store import TRAIN_LOSS_WINDOW, common_changes, show_value
+from .document import Document, Plotter
+from .results import GridResults, RunResult, load_results, relative_curves
+from .run_summary import TRAIN_LOSS_WINDOW
+from .scaling import report_analysis, scaling_section
+from .stats import PLATEAU_MARGIN, Difference, critical_point, mean_std, paired_difference, plateau_gap
 
 RELATIVE_WINDOWS = (10, 100)
-
-
-# ----------------------------------------------------------------------------------------------
-# loading
-
-
-@dataclass
-class RunRecord:
-    cell: str
-    seed: int
-    run: RunDir
-    summary: dict | None
-    metrics: pd.DataFrame
-
-    @property
-    def status(self) -> str:
-        return self.summary["status"] if self.summary else "pending"
-
-    def train_curve(self, window: int) -> pd.Series:
-        loss = M.series(self.metrics, M.TRAIN_LOSS)
-        return M.smooth(loss[np.isfinite(loss)], window)
-
-    def final_train(self) -> float | None:
-        curve = self.train_curve(TRAIN_LOSS_WINDOW)
-        return float(curve.iloc[-1]) if len(curve) else None
-
-    def final_val(self, column: str = M.VAL_LOSS) -> float | None:
-        values = M.series(self.metrics, column)
-        return float(values.iloc[-1]) if len(values) else None
-
-
-def load_runs(grid_dir: Path, cells: Sequence[str]) -> dict[str, list[RunRecord]]:
-    runs: dict[str, list[RunRecord]] = {}
-    for cell in cells:
-        seed_dirs = sorted(
-            (d for d in (grid_dir / cell).glob("seed*") if d.is_dir() and d.name[4:].isdigit()),
-            key=lambda d: int(d.name[4:]),
-        )
-        runs[cell] = [RunRecord(cell, int(d.name[4:]), run, run.read_summary(), M.read_metrics(run))
-                      for d in seed_dirs for run in [RunDir(d)]]
-    return runs
-
-
-# ----------------------------------------------------------------------------------------------
-# the report is built as markdown; index.html is that markdown rendered, with every image inlined
-
-
-class Document:
-    def __init__(self, base: Path) -> None:
-        self.base = base  # image links are relative to the report's directory
-        self.parts: list[str] = []
-
-    def heading(self, level: int, text: str) -> None:
-        self.parts.append(f"{'#' * level} {text}\n")
-
-    def text(self, text: str) -> None:
-        self.parts.append(text + "\n")
-
-    def table(self, header: list[str], rows: list[list[str]]) -> None:
-        self.parts.append(markdown_table(header, rows) + "\n")
-
-    def image(self, path: Path, caption: str) -> None:
-        self.parts.append(f"![{caption}]({path.relative_to(self.base).as_posix()})\n")
-
-    def raw(self, markdown_text: str) -> None:
-        self.parts.append(markdown_text.rstrip() + "\n")
-
-    def markdown(self) -> str:
-        return "\n".join(self.parts)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -143,14 +68,14 @@ def _fmt_int(value: float | None) -> str:
     return "–" if value is None else f"{int(round(value)):,}"
 
 
-def _status_note(record: RunRecord) -> str:
-    s = record.summary or {}
+def _status_note(record: RunResult) -> str:
+    s = record.summary
     if record.status == "diverged":
         return f"diverged at step {s.get('diverged_step')}"
     if record.status in ("failed", "interrupted"):
         return (s.get("error") or "").splitlines()[0] if s.get("error") else ""
     if record.status == "done":
-        gap = plateau_gap(s)
+        gap = plateau_gap(record.final("val_loss"), record.unigram_loss)
         if gap is None:
             return "no unigram reference logged"
         if gap < PLATEAU_MARGIN:
@@ -159,86 +84,20 @@ def _status_note(record: RunRecord) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# plots
-
-
-class Plotter:
-    def __init__(self, directory: Path, cells: Sequence[str]):
-        self.plt = pyplot()
-        self.directory = directory
-        palette = self.plt.get_cmap("tab10" if len(cells) <= 10 else "tab20")
-        self.colors = {cell: palette(i % palette.N) for i, cell in enumerate(cells)}
-
-    def save(self, fig, name: str) -> Path:
-        return save_figure(fig, self.directory / f"{name}.png")
-
-    def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None,
-               reference: tuple[str, float] | None = None) -> Path:
-        """One line per cell; `zero_line` labels a dashed line at 0, `reference` = (label, y) a dotted one."""
-        fig, ax = self.plt.subplots(figsize=(8, 4.5))
-        if zero_line:
-            ax.axhline(0.0, color="black", lw=1, ls="--", label=zero_line)
-        if reference:
-            ax.axhline(reference[1], color="grey", lw=1.2, ls=":", label=reference[0])
-        for cell, curve in curves.items():
-            ax.plot(curve.index, curve.values, label=cell, color=self.colors.get(cell), lw=1.4)
-        ax.set_xlabel("step")
-        integer_ticks(ax.xaxis)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        return self.save(fig, name)
-
-    def grouped_bars(self, name: str, table: pd.DataFrame, title: str, ylabel: str) -> Path:
-        """table: rows = cells, columns = groups (domains)."""
-        fig, ax = self.plt.subplots(figsize=(max(6, 1.2 * len(table.columns) + 2), 4.5))
-        width = 0.8 / max(1, len(table.index))
-        x = np.arange(len(table.columns))
-        for i, cell in enumerate(table.index):
-            ax.bar(x + i * width - 0.4 + width / 2, table.loc[cell].values, width, label=cell, color=self.colors.get(cell))
-        ax.axhline(0.0, color="black", lw=0.8)
-        ax.set_xticks(x, list(table.columns), rotation=20)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=8)
-        return self.save(fig, name)
-
-    def lines_by_x(self, name: str, lines: dict[str, dict[float, float]], title: str, xlabel: str, ylabel: str, logy: bool) -> Path:
-        fig, ax = self.plt.subplots(figsize=(7, 4.5))
-        for label, points in lines.items():
-            xs = sorted(points)
-            ax.plot(xs, [points[x] for x in xs], marker="o", label=label)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        if logy:
-            ax.set_yscale("log")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        return self.save(fig, name)
-
-
-# ----------------------------------------------------------------------------------------------
 # the report
 
 
 def write_report(grid_dir: str | Path) -> Path:
     """Write report.md and index.html into a grid's run directory; return the index.html path."""
-    grid_dir = Path(grid_dir)
-    manifest_path = grid_dir / "grid.yaml"
-    if not manifest_path.is_file():
-        grids = sorted(p.parent.name for p in grid_dir.glob("*/grid.yaml"))
-        hint = f"; grids under it: {grids}" if grids else ""
-        raise FileNotFoundError(f"{grid_dir} is not a grid run directory (no grid.yaml){hint}")
-    manifest = yaml.safe_load(manifest_path.read_text())
-    cells_info = {c["name"]: c for c in manifest["cells"]}
-    cells = list(cells_info)
-    runs = load_runs(grid_dir, cells)
-    done = {cell: [r for r in records if r.status == "done"] for cell, records in runs.items()}
+    results = load_results(grid_dir)
+    grid_dir = results.grid_dir.path
+    manifest = results.manifest
+    cells_info = results.cell_info
+    cells = results.cells
+    runs = results.runs
+    done = {cell: list(by_seed.values()) for cell, by_seed in results.done.items()}
 
-    plots_dir = grid_dir / "plots"
+    plots_dir = results.grid_dir.plots_dir
     plots_dir.mkdir(exist_ok=True)
     for old in plots_dir.glob("*.png"):
         old.unlink()
@@ -249,7 +108,9 @@ def write_report(grid_dir: str | Path) -> Path:
     doc.heading(1, f"Ablation grid {name}")
     if manifest.get("description"):
         doc.text(manifest["description"])
-    statuses = pd.Series([r.status for records in runs.values() for r in records]).value_counts()
+    seeds = sorted({*manifest.get("seeds", []), *(r.seed for records in runs.values() for r in records)})
+    plan = results.grid_dir.progress(cells, seeds)  # runs not started yet count as pending
+    statuses = {state: len(runs_in_state) for state, runs_in_state in sorted(plan.items(), key=lambda i: -len(i[1]))}
     doc.text(
         f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{grid_dir}`. "
         f"Base experiment `{manifest.get('base')}`, baseline **{manifest['baseline']}**, "
@@ -257,62 +118,67 @@ def write_report(grid_dir: str | Path) -> Path:
         f"Runs: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'none yet'}. "
         f"Aggregates use finished (done) runs only."
     )
-    stuck = [f"{r.cell}/seed{r.seed}" for records in done.values() for r in records
-             if (gap := plateau_gap(r.summary or {})) is None or gap < PLATEAU_MARGIN]
+    stuck = [r.name for records in done.values() for r in records
+             if (gap := plateau_gap(r.final("val_loss"), r.unigram_loss)) is None or gap < PLATEAU_MARGIN]
     if stuck:
         doc.text(f"**{len(stuck)} finished run(s) not past the unigram plateau** (final validation loss less than "
                  f"{PLATEAU_MARGIN:g} nat below the unigram loss of its validation tokens, or no reference logged): "
                  f"{', '.join(stuck)}. Their comparisons are early-training behaviour, not evidence.")
 
-    final_train = {c: {r.seed: v for r in done[c] if (v := r.final_train()) is not None} for c in cells}
-    final_val = {c: {r.seed: v for r in done[c] if (v := r.final_val()) is not None} for c in cells}
+    final_train, final_val = results.finals("train_loss"), results.finals("val_loss")
+    sweep = report_analysis(results)
 
     _cells_section(doc, manifest)
     _final_table(doc, cells, cells_info, done, final_train, final_val)
-    _claims_section(doc, grid_dir)
-    unigram = _unigram_reference(done)
+    _claims_section(doc, evaluate_grid(results, sweep))
+    unigram = _unigram_reference(results)
     _relative_section(doc, plotter, cells, cells_info, done, unigram)
     _validation_section(doc, plotter, cells, cells_info, done, unigram)
     _critical_section(doc, plotter, manifest, cells, cells_info, done)
     _training_length_section(doc, plotter, manifest, cells, cells_info, final_train, final_val)
-    _scaling_section(doc, grid_dir, manifest)
+    if sweep is not None:
+        doc.raw(scaling_section(sweep, plots_dir=plots_dir, link_base=grid_dir))
     _cost_section(doc, cells, cells_info, done)
     _zero_shot_section(doc, cells, done)
     _analysis_section(doc, grid_dir, cells, done)
     _runs_section(doc, runs)
+    _provenance_section(doc, results)
 
     text = doc.markdown()
-    atomic_write(grid_dir / "report.md", text)
-    index = grid_dir / "index.html"
+    atomic_write(results.grid_dir.report_file, text)
+    index = results.grid_dir.index_file
     atomic_write(index, markdown_to_html(text, grid_dir, f"Ablation grid {name}"))
     return index
 
 
 def _cells_section(doc, manifest) -> None:
     """What each cell changes relative to the base experiment: one column per changed field, the changes every cell
-    makes alike in a line above. Grids run before the manifest recorded the changes show the grid file's overrides."""
+    makes alike in a line above. A grid run before the manifest recorded the base values (ablations.grid_dir's
+    migration) shows its grid file's overrides without them."""
     cells = manifest["cells"]
     doc.heading(2, "Cells")
-    if not all("changes" in c for c in cells):
-
-        def overrides(values: dict) -> str:
-            return ", ".join(f"{key}={show_value(value)}" for key, value in values.items())
-
-        doc.text(f"Overrides as written in the grid file; every cell also takes the grid's overrides "
-                 f"{overrides(manifest.get('overrides') or {}) or '(none)'}.")
-        doc.table(["cell", "overrides"], [[c["name"], overrides(c["overrides"])] for c in cells])
-        return
+    with_base = manifest.get("base_values_recorded", True)
     changes = {c["name"]: {key: tuple(change) for key, change in c["changes"].items()} for c in cells}
     common = common_changes(changes)
     fields = sorted({key for fields in changes.values() for key in fields} - set(common))
     base_value = {key: next(fields[key][0] for fields in changes.values() if key in fields) for key in fields}
-    doc.text("What each cell changes relative to the base experiment (every field with its value, defaults filled in "
-             "on both sides); an empty entry keeps the base value.")
+    if with_base:
+        doc.text("What each cell changes relative to the base experiment (every field with its value, defaults "
+                 "filled in on both sides); an empty entry keeps the base value.")
+    else:
+        doc.text("What each cell sets, as the grid file wrote it (this grid ran before its manifest recorded the base "
+                 "experiment's values); an empty entry keeps the base value.")
+
+    def change(key: str, before: object, after: object) -> str:
+        return f"{key} {show_value(before)} → {show_value(after)}" if with_base else f"{key} → {show_value(after)}"
+
+    def column(key: str) -> str:
+        return f"{key} (base {show_value(base_value[key])})" if with_base else key
+
     if common:
-        doc.text("Every cell: " + "; ".join(f"{key} {show_value(a)} → {show_value(b)}" for key, (a, b) in common.items())
-                 + ".")
+        doc.text("Every cell: " + "; ".join(change(key, a, b) for key, (a, b) in common.items()) + ".")
     if fields:
-        doc.table(["cell", *(f"{key} (base {show_value(base_value[key])})" for key in fields)],
+        doc.table(["cell", *(column(key) for key in fields)],
                   [[cell, *(show_value(own[key][1]) if key in own else "" for key in fields)]
                    for cell, own in changes.items()])
 
@@ -340,19 +206,14 @@ def _final_table(doc, cells, cells_info, done, final_train, final_val) -> None:
     doc.table(["cell", "n", "final train loss", "final val loss", "Δ train vs baseline", "Δ val vs baseline"], rows)
 
 
-def _mean_curve(records: list[RunRecord], window: int) -> pd.Series:
+def _mean_curve(records: list[RunResult], window: int) -> pd.Series:
     curves = pd.concat({r.seed: r.train_curve(window) for r in records}, axis=1)
     return curves.dropna().mean(axis=1)
 
 
-def _relative_curve(cell_records: list[RunRecord], base_records: list[RunRecord], window: int) -> pd.Series:
+def _relative_curve(cell_records: list[RunResult], base_records: list[RunResult], window: int) -> pd.Series:
     """Mean over paired seeds of (cell curve - baseline curve), on the steps all of them logged."""
-    base_by_seed = {r.seed: r for r in base_records}
-    diffs = {
-        r.seed: r.train_curve(window) - base_by_seed[r.seed].train_curve(window)
-        for r in cell_records
-        if r.seed in base_by_seed
-    }
+    diffs = relative_curves({r.seed: r for r in cell_records}, {r.seed: r for r in base_records}, window)
     if not diffs:
         return pd.Series(dtype=float)
     return pd.concat(diffs, axis=1).dropna().mean(axis=1)
@@ -390,8 +251,8 @@ def _relative_section(doc, plotter, cells, cells_info, done, unigram) -> None:
 
 def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
     records = [r for c in cells for r in done[c]]
-    domains = sorted({d for r in records for d in M.domains(r.metrics)})
-    if not any(r.final_val() is not None for r in records):
+    domains = sorted({d for r in records for d in r.summary.get("final_val_loss_by_domain") or {}})
+    if not any(r.final("val_loss") is not None for r in records):
         return
     doc.heading(2, "Validation loss by domain")
     doc.text(
@@ -402,10 +263,10 @@ def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
     for cell in cells:
         if not done[cell]:
             continue
-        row = {d: np.nanmean([r.final_val(M.VAL_DOMAIN_PREFIX + d) or np.nan for r in done[cell]]) for d in domains}
+        row = {d: np.nanmean([r.final(f"val_loss/{d}") or np.nan for r in done[cell]]) for d in domains}
         if domains:
             row["avg"] = float(np.mean([row[d] for d in domains]))
-        row["overall"] = np.nanmean([r.final_val() or np.nan for r in done[cell]])
+        row["overall"] = np.nanmean([r.final("val_loss") or np.nan for r in done[cell]])
         table[cell] = row
     frame = pd.DataFrame(table).T
     doc.table(["cell", *frame.columns], [[cell, *(_fmt(v) for v in frame.loc[cell])] for cell in frame.index])
@@ -422,7 +283,7 @@ def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
     val_curves = {}
     for cell in cells:
         if done[cell]:
-            series = pd.concat({r.seed: M.series(r.metrics, M.VAL_LOSS) for r in done[cell]}, axis=1).dropna()
+            series = pd.concat({r.seed: r.val_curve() for r in done[cell]}, axis=1).dropna()
             if len(series):
                 val_curves[cell] = series.mean(axis=1)
     if val_curves:
@@ -465,14 +326,13 @@ def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
             doc.image(path, f"Critical step (baseline overtakes the cell) for each value of {key}.")
 
 
-def _unigram_reference(done) -> tuple[str, float] | None:
+def _unigram_reference(results: GridResults) -> tuple[str, float] | None:
     """The loss plots' reference line: the unigram loss of the validation tokens, mean over the finished runs."""
-    values = [u for records in done.values() for r in records if (u := (r.summary or {}).get("unigram_val_loss")) is not None]
-    return (f"unigram loss ({np.mean(values):.3f})", float(np.mean(values))) if values else None
+    mean = results.unigram_reference()
+    return None if mean is None else (f"unigram loss ({mean:.3f})", mean)
 
 
-def _claims_section(doc, grid_dir) -> None:
-    verdicts = evaluate_grid(grid_dir)
+def _claims_section(doc, verdicts) -> None:
     if not verdicts:
         return
     doc.heading(2, "Claims")
@@ -488,15 +348,6 @@ def _claims_section(doc, grid_dir) -> None:
     doc.text(claim_counts(verdicts))
 
 
-def _scaling_section(doc, grid_dir, manifest) -> None:
-    """Fitted scaling laws and equivalence savings, for grids marked as sweeps (`report: {scaling: ...}`)."""
-    if not (manifest.get("report") or {}).get("scaling"):
-        return
-    from .scaling import scaling_section
-
-    doc.raw(scaling_section(grid_dir, plots_dir=grid_dir / "plots", link_base=grid_dir))
-
-
 def _cost_section(doc, cells, cells_info, done) -> None:
     doc.heading(2, "Cost")
     doc.text(
@@ -507,10 +358,10 @@ def _cost_section(doc, cells, cells_info, done) -> None:
     )
     rows = []
     for cell in cells:
-        summaries = [r.summary or {} for r in done[cell]]
+        summaries = [r.summary for r in done[cell]]
         params = next((s["params"] for s in summaries if s.get("params") is not None), None)
         kv = next((s["kv_cache_bytes_per_token"] for s in summaries if s.get("kv_cache_bytes_per_token") is not None), None)
-        base_summaries = [r.summary or {} for r in done[cells_info[cell]["baseline"]]]
+        base_summaries = [r.summary for r in done[cells_info[cell]["baseline"]]]
         base_kv = next((s["kv_cache_bytes_per_token"] for s in base_summaries if s.get("kv_cache_bytes_per_token")), None)
         speeds = [s["tokens_per_sec"] for s in summaries if s.get("tokens_per_sec") is not None]
         rows.append([
@@ -583,14 +434,13 @@ def _runs_section(doc, runs) -> None:
     rows = []
     for records in runs.values():
         for r in records:
-            s = r.summary or {}
-            loss = M.series(r.metrics, M.TRAIN_LOSS)
+            s = r.summary
             rows.append([
-                f"{r.cell}/seed{r.seed}",
+                r.name,
                 r.status,
-                str(int(loss.index[-1])) if len(loss) else "–",
-                _fmt(r.final_train()),
-                _fmt(r.final_val()),
+                "–" if s.get("steps") is None else str(s["steps"]),
+                _fmt(r.final("train_loss")),
+                _fmt(r.final("val_loss")),
                 "–" if s.get("wall_time_sec") is None else f"{s['wall_time_sec'] / 60:.1f} min",
                 _status_note(r),
             ])
@@ -653,3 +503,23 @@ def _training_length_section(doc, plotter, manifest, cells, cells_info, final_tr
         ax.legend(fontsize=8)
     path = plotter.save(fig, "gap_by_training_length")
     doc.image(path, "Final loss gap to the baseline against training length (mean over seeds, 95% CI where n ≥ 2).")
+
+
+def _provenance_section(doc, results: GridResults) -> None:
+    """What the runs and the runner ran on: each field with its values over the runs (how many runs had each)."""
+    recorded = [r.provenance for records in results.runs.values() for r in records if r.provenance]
+    doc.heading(2, "Provenance")
+    if not recorded and not results.provenance:
+        doc.text("Not recorded: these runs were made before runs recorded their code version, library versions, "
+                 "device and precision.")
+        return
+    total = sum(len(records) for records in results.runs.values())
+    doc.text(f"What the runs ran on, from their summaries ({len(recorded)} of {total} runs recorded it), and what the "
+             "runner that wrote the grid's manifest ran on.")
+
+    def values(field: str) -> str:
+        counts = pd.Series([str(p.get(field)) for p in recorded]).value_counts(sort=False)
+        return "; ".join(f"{value} ({n})" if len(counts) > 1 else value for value, n in counts.items()) or "–"
+
+    doc.table(["", "runs", "grid (runner)"],
+              [[field, values(field), str(results.provenance.get(field, "–"))] for field in PROVENANCE_FIELDS])

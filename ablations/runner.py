@@ -16,17 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
 from tqdm import tqdm
 
-from lit_resformer.reporting import atomic_write
+from lit_resformer.provenance import collect as collect_provenance
 from lit_resformer.run_dir import RunConflict, RunDir
 from lit_resformer.trust import ALLOW_ANY_CLASS_FLAG
 
+from .changes import common_changes, show_value
 from .executors import LocalExecutor, SlurmExecutor, TimeLimitReached
+from .grid_dir import GridDir, check_run_config, write_run_config
 from .job import BUSY, POST_TRAINING, RunJob, default_train_command, post_training_result, post_training_step
+from .run_summary import FINISHED, last_step
 from .spec import Grid, GridError, Run, load_grid
-from .store import FINISHED, check_config, common_changes, last_step, show_value, write_config
 
 
 @dataclass
@@ -116,9 +117,9 @@ def plan(grid: Grid, runs: list[Run], grid_dir: Path, post_training: Sequence[st
     different config — checked for all runs before anything starts."""
     conflicts, planned = [], []
     for run in runs:
-        run_dir = RunDir(grid_dir.parent / run.relative_dir())
+        run_dir = GridDir(grid_dir).run_dir(run.cell, run.seed)
         try:
-            check_config(run_dir, run.config, run.name, grid.same_run)
+            check_run_config(run_dir, run.config, run.name, grid.same_run)
         except RunConflict as e:
             conflicts.append(str(e))
             continue
@@ -180,6 +181,13 @@ def describe_changes(changes: dict[str, dict[str, tuple]]) -> str:
     return "\n".join(lines)
 
 
+def _grid_provenance(grid: Grid) -> dict:
+    """What the runner runs on, for the grid's manifest: its precision(s) as the cells' configs set them."""
+    trainers = [config.get("trainer") or {} for config in grid.configs.values()]
+    precision = ", ".join(dict.fromkeys(str(t.get("precision", "32-true")) for t in trainers))
+    return collect_provenance(precision, accelerator=str(trainers[0].get("accelerator", "auto")))
+
+
 def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) -> None:
     """Run the jobs through the executor, recording each outcome as it arrives under a progress bar."""
     counts: Counter[str] = Counter()
@@ -229,7 +237,7 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
     spec = load_grid(grid, seeds=options.seeds, forced=dict(options.forced), allow_any_class=options.allow_any_class)
     runs = spec.runs()
     changes = spec.changes() if options.dry_run else None
-    grid_dir = Path(options.runs_dir) / spec.name
+    grid_dir = GridDir.of(options.runs_dir, spec.name).path
     for kind in options.post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here
     planned = plan(spec, runs, grid_dir, options.post_training)
@@ -259,10 +267,9 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
         print(f"dry run: {len(jobs)} of {len(runs)} runs would start", file=out)
         return outcome
 
-    grid_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(grid_dir / "grid.yaml", yaml.safe_dump(spec.manifest(), sort_keys=False))
+    GridDir(grid_dir).write_manifest(spec.manifest(), _grid_provenance(spec))
     for p in planned:
-        write_config(p.run_dir, p.run.config, p.run.name, spec.same_run)
+        write_run_config(p.run_dir, p.run.config, p.run.name, spec.same_run)
 
     _run_jobs(pool, jobs, outcome, progress)
     for p in planned:

@@ -35,16 +35,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from scipy.optimize import OptimizeWarning, curve_fit
 
 from lit_resformer.reporting import atomic_write, atomic_write_json
 
-from . import metrics as M
-from .claims import PLATEAU_MARGIN, past_plateau
+from .document import Document, Plotter
+from .grid_dir import grid_dirs
+from .results import GridResults, RunResult, load_results
+from .run_summary import TRAIN_LOSS_WINDOW
 from .spec import SCALING_AXES as AXES
-from .stats import mean_std, paired_difference
-from .store import TRAIN_LOSS_WINDOW
+from .stats import PLATEAU_MARGIN, mean_std, paired_difference, past_plateau, percentile_interval, verdict
 
 METRICS = ("val", "train")
 # N: without the vocabulary-sized matrices (the default, the usual scaling-law convention), or every parameter
@@ -62,8 +62,6 @@ PAPER_CLAIMS = {
     "tokens": ("resformer", "ResFormer needs less data for the same loss"),
 }
 MIN_POINTS = 3  # E, A and alpha: three unknowns
-# The claims rule: a run is evidence only when its final validation loss is this many nats below the unigram
-# loss of its validation split (a model at the plateau has learnt token frequencies, not the variant's effect).
 REPORT_REPLICATES = 1000  # bootstrap replicates of the grid report's section
 ALPHA_BOUNDS = (1e-3, 4.0)
 
@@ -173,7 +171,7 @@ class LadderPoint:
     x: float
     losses: dict[int, float]  # seed -> final loss
     curves: dict[str, dict[int, Any]] = field(default_factory=dict)  # "train" / "val" -> seed -> loss by step
-    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary.json
+    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary (ablations.results)
 
 
 @dataclass
@@ -205,30 +203,12 @@ def non_embedding_params(model_config: dict) -> int:
     return model.num_params(non_embedding=True) - cfg.vocab_size * cfg.d_model  # and the LM head's real rows
 
 
-def _finished_runs(grid_dir: Path) -> tuple[dict, dict[str, tuple[dict, dict | None, list]]]:
-    """The grid's manifest and, per cell with finished runs, (its manifest entry, the experiment config of
-    its first run, its finished run records). The only place this module reads run directories."""
-    from .report import load_runs
-
-    manifest_path = grid_dir / "grid.yaml"
-    if not manifest_path.is_file():
-        raise ScalingError(f"{grid_dir} is not a grid run directory (no grid.yaml)")
-    manifest = yaml.safe_load(manifest_path.read_text())
-    cells = {c["name"]: c for c in manifest["cells"]}
-    finished = {}
-    for cell, records in load_runs(grid_dir, list(cells)).items():
-        done = [r for r in records if r.status == "done"]
-        if done:
-            finished[cell] = (cells[cell], done[0].run.read_experiment(), done)
-    return manifest, finished
-
-
 def _variant(cell_info: dict) -> str:
     """The `cells` entry a cell belongs to (the cell itself in a grid without `cells`)."""
     return cell_info["family"] or cell_info["name"]
 
 
-def load_sweep(grid_dir: str | Path, metric: str = "val", axis: str | None = None,
+def load_sweep(grid: str | Path | GridResults, metric: str = "val", axis: str | None = None,
                variants: Sequence[str] | None = None, param_count: str = "non-embedding") -> Sweep:
     """Read a sweep grid's finished runs into ladder points, checking that it is a sweep that can be fitted.
 
@@ -244,7 +224,9 @@ def load_sweep(grid_dir: str | Path, metric: str = "val", axis: str | None = Non
         raise ScalingError(f"axis={axis!r} is not allowed; choose one of {list(AXES)}")
     if param_count not in PARAM_COUNTS:
         raise ScalingError(f"param_count={param_count!r} is not allowed; choose one of {list(PARAM_COUNTS)}")
-    manifest, finished = _finished_runs(Path(grid_dir))
+    results = grid if isinstance(grid, GridResults) else _load(grid)
+    manifest = results.manifest
+    finished = {cell: (results.cell_info[cell], list(runs.values())) for cell, runs in results.done.items() if runs}
     grid, baseline = manifest["name"], manifest["baseline"]
     families = list(dict.fromkeys(_variant(c) for c in manifest["cells"]))
     if baseline not in families:
@@ -254,31 +236,30 @@ def load_sweep(grid_dir: str | Path, metric: str = "val", axis: str | None = Non
     unknown = [v for v in chosen if v not in families]
     if unknown:
         raise ScalingError(f"{grid}: variant(s) {unknown} are not in the grid; its variants: {families}")
-    with_runs = {_variant(info) for info, _, _ in finished.values()}
+    with_runs = {_variant(info) for info, _ in finished.values()}
     missing = [v for v in chosen if v not in with_runs]
     if missing:
         raise ScalingError(f"{grid}: variant(s) {missing} have no finished runs; finish them or leave them out "
                            f"(variants with finished runs: {sorted(with_runs)})")
 
     measured: dict[str, list[tuple[LadderPoint, float, float]]] = {}  # variant -> (point, N, D)
-    for cell, (info, config, records) in finished.items():
+    for cell, (info, records) in finished.items():
         if _variant(info) not in chosen:
             continue
-        n_params = _param_count(grid, param_count, config, records)
-        tokens = {_tokens_seen(r) for r in records}
+        n_params = _param_count(grid, param_count, records)
+        tokens = {r.summary.get("tokens_seen") for r in records}
         if None in tokens:
-            raise ScalingError(f"{grid}: a run of cell {cell} logged no {M.TOKENS_SEEN}; D comes from it")
+            raise ScalingError(f"{grid}: a run of cell {cell} logged no train/tokens_seen; D comes from it")
         if len(tokens) > 1:
             raise ScalingError(f"{grid}: the seeds of cell {cell} saw different numbers of tokens {sorted(tokens)}")
-        finals = {r.seed: r.final_val() if metric == "val" else r.final_train() for r in records}
+        finals = {r.seed: r.final(f"{metric}_loss") for r in records}
         losses = {seed: v for seed, v in finals.items() if v is not None and math.isfinite(v)}
         if not losses:
             raise ScalingError(f"{grid}: the finished runs of cell {cell} logged no {metric} loss")
         curves = {"train": {r.seed: r.train_curve(TRAIN_LOSS_WINDOW) for r in records},
-                  "val": {r.seed: M.series(r.metrics, M.VAL_LOSS) for r in records}}
+                  "val": {r.seed: r.val_curve() for r in records}}
         label = ",".join(f"{k.split('.')[-1]}={v}" for k, v in info["coords"].items()) or cell
-        point = LadderPoint(_variant(info), label, cell, math.nan, losses, curves,
-                            {r.seed: r.summary for r in records})
+        point = LadderPoint(_variant(info), label, cell, math.nan, losses, curves, {r.seed: r.summary for r in records})
         measured.setdefault(point.variant, []).append((point, n_params, tokens.pop()))
 
     axis = axis or (manifest.get("report") or {}).get("scaling") or _varying_axis(grid, measured)
@@ -301,21 +282,23 @@ def load_sweep(grid_dir: str | Path, metric: str = "val", axis: str | None = Non
     return Sweep(grid, axis, metric, baseline, points, notes, param_count)
 
 
-def _param_count(grid: str, param_count: str, config: dict | None, records: list) -> float:
+def _load(grid_dir: str | Path) -> GridResults:
+    try:
+        return load_results(grid_dir)
+    except FileNotFoundError as err:
+        raise ScalingError(str(err)) from None
+
+
+def _param_count(grid: str, param_count: str, records: list[RunResult]) -> float:
     if param_count == "total":
-        totals = {(r.summary or {}).get("params") for r in records}
+        totals = {r.summary.get("params") for r in records}
         if None in totals or len(totals) > 1:
             raise ScalingError(f"{grid}: the summary.json of {records[0].run.path.parent.name} gives params {sorted(map(str, totals))}; "
                                f"a total N needs one parameter count")
         return float(totals.pop())
-    if config is None:
+    if records[0].config is None:
         raise ScalingError(f"{grid}: {records[0].run.path} has no experiment.yaml; N comes from the run's model config")
-    return float(non_embedding_params(config["model"]["config"]))
-
-
-def _tokens_seen(record: Any) -> float | None:
-    seen = M.series(record.metrics, M.TOKENS_SEEN)
-    return float(seen.iloc[-1]) if len(seen) else None
+    return float(non_embedding_params(records[0].config["model"]["config"]))
 
 
 def _varying_axis(grid: str, measured: dict[str, list[tuple[LadderPoint, float, float]]]) -> str:
@@ -383,12 +366,6 @@ def bootstrap_losses(points: dict[str, list[LadderPoint]], replicates: int, rng:
         yield out
 
 
-def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
-    """Percentile interval; the quantiles are order statistics, so -inf (variant never reaches) is kept."""
-    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
-    return float(lo), float(hi)
-
-
 def _finite(value: float) -> float | None:
     """JSON has no infinities: a saving of -inf (the variant never reaches the loss) is written as null."""
     return float(value) if math.isfinite(value) else None
@@ -442,17 +419,17 @@ def analyse(sweep: Sweep, replicates: int = 1000, level: float = 0.95, seed: int
                  "ci": None}
         if have_ci:
             draws = np.array(boot_params[v])
-            entry["ci"] = {name: list(_interval(draws[:, i], level)) for i, name in enumerate(("E", "A", "alpha"))}
+            entry["ci"] = {name: list(percentile_interval(draws[:, i], level)) for i, name in enumerate(("E", "A", "alpha"))}
         result["fits"][v] = entry
     mean_saving = {}
     for v in others:
         per_point = []
         draws = np.array(boot_savings[v]) if have_ci else None
         for i, p in enumerate(points[baseline]):
-            low, high = _interval(draws[:, i], level) if have_ci else (None, None)
+            low, high = percentile_interval(draws[:, i], level) if have_ci else (None, None)
             per_point.append({"label": p.label, "x": p.x, "saving": _finite(savings[v][i]),
                               "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high)})
-        low, high = _interval(draws.mean(axis=1), level) if have_ci else (None, None)
+        low, high = percentile_interval(draws.mean(axis=1), level) if have_ci else (None, None)
         mean_saving[v] = (float(np.mean(savings[v])), low, high)
         result["savings"][v] = {"per_point": per_point, "mean": {
             "saving": _finite(mean_saving[v][0]), "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high)}}
@@ -492,19 +469,6 @@ def curve_savings(baseline: list[LadderPoint], variant: list[LadderPoint]) -> li
     return rows
 
 
-def verdict(ci_low: float | None, ci_high: float | None, n: int) -> str:
-    """The claims rule on a saving (> 0 is the claimed direction): reproduced when the interval excludes zero
-    on that side, contradicted when it excludes zero on the other side, else inconclusive (also without an
-    interval or with fewer than 2 seeds). An end of -inf (the variant never reaches the loss) is an end."""
-    if n < 2 or ci_low is None or ci_high is None:
-        return "inconclusive"
-    if ci_low > 0:
-        return "reproduced"
-    if ci_high < 0:
-        return "contradicted"
-    return "inconclusive"
-
-
 def _claims(sweep: Sweep, mean_saving: dict[str, tuple[float, float | None, float | None]]) -> list[dict]:
     """The paper's claim for this sweep from the variant's mean saving (estimate, interval ends; -inf allowed).
     Inconclusive whatever the interval when a run it rests on is not past the unigram plateau."""
@@ -515,12 +479,13 @@ def _claims(sweep: Sweep, mean_saving: dict[str, tuple[float, float | None, floa
     n = min(len(p.losses) for v in (sweep.baseline, variant) for p in sweep.points[v])
     runs = [(f"{p.cell}/seed{seed}", p.summaries.get(seed) or {}) for v in (sweep.baseline, variant)
             for p in sweep.points[v] for seed in p.losses]
-    stuck = [name for name, summary in runs if not past_plateau(summary)]
+    stuck = [name for name, summary in runs
+             if not past_plateau(summary.get("final_val_loss"), summary.get("unigram_val_loss"))]
     note = (f"{len(stuck)} of {len(runs)} runs not past the unigram plateau (final validation loss not "
             f"{PLATEAU_MARGIN:g} nat below the unigram loss, or no unigram loss logged): {', '.join(stuck[:4])}"
             + (", ..." if len(stuck) > 4 else "") if stuck else "")
     return [{
-        "claim": text, "grid": sweep.grid, "verdict": "inconclusive" if stuck else verdict(low, high, n), "note": note,
+        "claim": text, "grid": sweep.grid, "verdict": verdict(low, high, n, "higher", evidence=not stuck), "note": note,
         "delta": _finite(estimate), "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high), "n": n,
         "metric": f"{SAVING_WORDS[sweep.axis]} of {variant} against {sweep.baseline}, mean over the "
                   f"{len(sweep.points[sweep.baseline])} ladder points ({sweep.metric} loss; fraction, > 0 = saving, "
@@ -532,10 +497,10 @@ def _claims(sweep: Sweep, mean_saving: dict[str, tuple[float, float | None, floa
 # output: plots, markdown, JSON
 
 
-def analyse_grid(grid_dir: str | Path, metric: str = "val", axis: str | None = None,
+def analyse_grid(grid: str | Path | GridResults, metric: str = "val", axis: str | None = None,
                  variants: Sequence[str] | None = None, replicates: int = 1000, level: float = 0.95,
                  param_count: str = "non-embedding") -> dict:
-    return analyse(load_sweep(grid_dir, metric, axis, variants, param_count), replicates=replicates, level=level)
+    return analyse(load_sweep(grid, metric, axis, variants, param_count), replicates=replicates, level=level)
 
 
 def scaling_claims(grid_dir: str | Path, metric: str = "val", replicates: int = 1000) -> list[dict]:
@@ -547,8 +512,6 @@ def scaling_claims(grid_dir: str | Path, metric: str = "val", replicates: int = 
 def plot_sweep(result: dict, directory: Path) -> dict[str, Path]:
     """Points (each seed, and the mean per ladder point) with the fitted laws; savings per ladder point with
     their intervals and the paper's value."""
-    from .report import Plotter
-
     variants = list(result["fits"])
     plotter = Plotter(directory, variants)
     plt, grid, symbol = plotter.plt, result["grid"], result["x"]
@@ -699,39 +662,42 @@ def render(result: dict, doc: Any, images: dict[str, Path], level: int = 2) -> N
                  f"when a run is not {PLATEAU_MARGIN:g} nat below its validation split's unigram loss).")
 
 
-def scaling_section(grid_dir: str | Path, plots_dir: Path, link_base: Path) -> str:
-    """The report's scaling section for a grid marked `report: {scaling: ...}` (markdown; plots into
-    plots_dir, linked relative to link_base). A sweep that cannot be fitted yet says why instead."""
-    from .report import Document
-
-    doc = Document(link_base)
+def report_analysis(results: GridResults) -> dict | ScalingError | None:
+    """The analysis of a grid marked as a sweep (`report: {scaling: ...}`) with REPORT_REPLICATES, made once for
+    both its report section and its claim (the bootstrap is the report's slowest part); its ScalingError when it
+    cannot be fitted yet; None for a grid that is no sweep."""
+    if not results.report_settings.get("scaling"):
+        return None
     try:
-        result = analyse_grid(grid_dir, replicates=REPORT_REPLICATES)
+        return analyse_grid(results, replicates=REPORT_REPLICATES)
     except ScalingError as err:
+        return err
+
+
+def scaling_section(analysis: dict | ScalingError, plots_dir: Path, link_base: Path) -> str:
+    """The report's scaling section for a grid marked `report: {scaling: ...}` from its analysis (`analyse_grid`
+    with REPORT_REPLICATES), markdown with plots into plots_dir, linked relative to link_base; a sweep that
+    cannot be fitted yet (its ScalingError) says why instead."""
+    doc = Document(link_base)
+    if isinstance(analysis, ScalingError):
         doc.heading(2, "Scaling")
-        doc.text(f"No fit: {err}")
-        return doc.markdown()
-    render(result, doc, plot_sweep(result, plots_dir))
+        doc.text(f"No fit: {analysis}")
+    else:
+        render(analysis, doc, plot_sweep(analysis, plots_dir))
     return doc.markdown()
 
 
 def sweep_grids(runs_dirs: Sequence[str | Path]) -> list[Path]:
     """Grid directories to analyse: each argument is a grid directory, or a directory of grids whose
     manifests mark them as sweeps (`report: {scaling: ...}`)."""
-    grids = []
     for runs_dir in map(Path, runs_dirs):
-        if (runs_dir / "grid.yaml").is_file():
-            grids.append(runs_dir)
-            continue
         if not runs_dir.is_dir():
             raise ScalingError(f"{runs_dir} is not a directory")
-        marked = [p.parent for p in sorted(runs_dir.glob("*/grid.yaml"))
-                  if (yaml.safe_load(p.read_text()).get("report") or {}).get("scaling")]
-        if not marked:
-            raise ScalingError(f"{runs_dir} holds no sweep grid (a grid directory whose grid.yaml has "
-                               f"report.scaling: params or tokens)")
-        grids += marked
-    return grids
+    try:
+        return [g.path for g in grid_dirs(runs_dirs, "sweep grid (report.scaling: params or tokens in its manifest)",
+                                          lambda manifest: (manifest.get("report") or {}).get("scaling"))]
+    except FileNotFoundError as err:
+        raise ScalingError(str(err)) from None
 
 
 def write_scaling(runs_dirs: Sequence[str | Path], out_dir: str | Path | None = None, metric: str = "val",
@@ -739,8 +705,6 @@ def write_scaling(runs_dirs: Sequence[str | Path], out_dir: str | Path | None = 
                   param_count: str = "non-embedding") -> Path:
     """`lit-resformer scaling`: scaling.md, scaling.json and PNG plots for every sweep grid given.
     Default out_dir: <grid>/scaling for one grid, else scaling/ beside the grids."""
-    from .report import Document
-
     grids = sweep_grids(runs_dirs)
     results = [analyse_grid(g, metric=metric, variants=variants, replicates=replicates, level=level,
                             param_count=param_count) for g in grids]

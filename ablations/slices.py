@@ -26,49 +26,35 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
 from lit_resformer.reporting import atomic_write, atomic_write_json
-from lit_resformer.run_dir import RunDir
 
-from .store import FINISHED
-
-MANIFEST = "grid.yaml"
-PROVENANCE = "provenance.json"  # one entry per export merged into the folder: where and when its runs trained
+from .grid_dir import EXPORT_HISTORY, MANIFEST, GridDir, run_state
+from .run_summary import FINISHED
 
 
 class SliceError(ValueError):
     """An export or merge that cannot be done as asked; the message says why."""
 
 
-def finished_runs(grid_dir: Path) -> list[RunDir]:
-    """Run directories of a grid folder whose summary says done or diverged, in a stable order."""
-    runs = []
-    for summary in sorted(grid_dir.glob("*/seed*/summary.json")):
-        run = RunDir(summary.parent)
-        if ((run.read_summary() or {}).get("status")) in FINISHED:
-            runs.append(run)
-    return runs
-
-
 def export_grid(grid_dir: str | Path, archive: str | Path, note: str = "") -> dict:
     """Write the finished runs of RUNS/<grid> into a .tar.gz; returns what it holds."""
-    grid_dir = Path(grid_dir)
-    if not (grid_dir / MANIFEST).is_file():
+    grid = GridDir(grid_dir)
+    grid_dir = grid.path
+    if not grid.is_grid():
         raise SliceError(f"{grid_dir} is not a grid run directory (no {MANIFEST})")
-    runs = finished_runs(grid_dir)
-    provenance = {"grid": grid_dir.name, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "runs": [str(run.path.relative_to(grid_dir)) for run in runs], "note": note}
+    runs = grid.finished_runs()
+    provenance = {"grid": grid.name, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "runs": [grid.relative(run) for _, _, run in runs], "note": note}
     archive = Path(archive)
     archive.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=archive.parent, suffix=".tmp", delete=False) as tmp:
         with tarfile.open(fileobj=tmp, mode="w:gz") as tar:
-            tar.add(grid_dir / MANIFEST, arcname=f"{grid_dir.name}/{MANIFEST}")
-            for run in runs:
+            tar.add(grid.manifest_file, arcname=f"{grid_dir.name}/{MANIFEST}")
+            for _, _, run in runs:
                 for file in run.result_files():
                     tar.add(file, arcname=f"{grid_dir.name}/{file.relative_to(grid_dir)}")
             data = json.dumps(provenance, indent=2).encode()
-            info = tarfile.TarInfo(f"{grid_dir.name}/{PROVENANCE}")
+            info = tarfile.TarInfo(f"{grid_dir.name}/{EXPORT_HISTORY}")
             info.size, info.mtime = len(data), int(datetime.now().timestamp())
             tar.addfile(info, io.BytesIO(data))
     Path(tmp.name).replace(archive)
@@ -83,45 +69,46 @@ def merge_export(archive: str | Path, results_dir: str | Path) -> dict:
         tmp = Path(tmp)
         with tarfile.open(archive, "r:gz") as tar:
             tar.extractall(tmp, filter="data")  # refuses absolute paths, links out of the folder, devices
-        grids = [d for d in tmp.iterdir() if d.is_dir()]
-        if len(grids) != 1 or not (grids[0] / MANIFEST).is_file():
+        grids = [GridDir(d) for d in tmp.iterdir() if d.is_dir()]
+        if len(grids) != 1 or not grids[0].is_grid():
             raise SliceError(f"{archive} is not an export of one grid (expected <grid>/{MANIFEST} inside)")
-        source = grids[0]
-        target = results_dir / source.name
-        manifest = yaml.safe_load((source / MANIFEST).read_text())
-        if (target / MANIFEST).is_file():
-            kept = yaml.safe_load((target / MANIFEST).read_text())
-            if _comparable(kept) != _comparable(manifest):
+        source_grid = grids[0]
+        source = source_grid.path
+        target_grid = GridDir(results_dir / source.name)
+        target = target_grid.path
+        if target_grid.is_grid():
+            if _comparable(target_grid.read_manifest()) != _comparable(source_grid.read_manifest()):
                 raise SliceError(f"{target / MANIFEST} describes another version of grid {source.name} (cells, seeds "
                                  f"or overrides differ); merge into another folder")
         added, kept_same, conflicts = [], [], []
-        for run in finished_runs(source):
-            relative = run.path.relative_to(source)
-            existing = RunDir(target / relative)
-            if (existing.read_summary() or {}).get("status") in FINISHED:
+        for cell, seed, run in source_grid.finished_runs():
+            relative = source_grid.relative(run)
+            existing = target_grid.run_dir(cell, seed)
+            if run_state(existing) in FINISHED:
                 same = all((existing.path / f.relative_to(run.path)).is_file()
                            and filecmp.cmp(f, existing.path / f.relative_to(run.path), shallow=False)
                            for f in run.result_files())
-                (kept_same if same else conflicts).append(str(relative))
+                (kept_same if same else conflicts).append(relative)
             else:
-                added.append(run)
+                added.append((run, existing))
         if conflicts:
             raise SliceError(f"{target} already holds other results for {', '.join(conflicts)}; nothing was merged")
         target.mkdir(parents=True, exist_ok=True)
-        atomic_write(target / MANIFEST, (source / MANIFEST).read_text())
-        for run in added:
-            destination = target / run.path.relative_to(source)
+        atomic_write(target_grid.manifest_file, source_grid.manifest_file.read_text())
+        for run, into in added:
+            destination = into.path
             if destination.exists():
                 shutil.rmtree(destination)  # an unfinished attempt from an earlier merge: the finished one wins
             for file in run.result_files():
                 (destination / file.relative_to(run.path)).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(file, destination / file.relative_to(run.path))
-        provenance = json.loads((source / PROVENANCE).read_text()) if (source / PROVENANCE).is_file() else {}
-        history = json.loads((target / PROVENANCE).read_text()) if (target / PROVENANCE).is_file() else []
+        exported = source_grid.export_history_file
+        provenance = json.loads(exported.read_text()) if exported.is_file() else {}
+        history = json.loads(target_grid.export_history_file.read_text()) if target_grid.export_history_file.is_file() else []
         if added:
-            history.append({**provenance, "runs": [str(r.path.relative_to(source)) for r in added]})
-            atomic_write_json(target / PROVENANCE, history)
-    return {"grid": source.name, "into": str(target), "added": [str(r.path.relative_to(source)) for r in added],
+            history.append({**provenance, "runs": [source_grid.relative(r) for r, _ in added]})
+            atomic_write_json(target_grid.export_history_file, history)
+    return {"grid": source.name, "into": str(target), "added": [source_grid.relative(r) for r, _ in added],
             "already_there": kept_same}
 
 

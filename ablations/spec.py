@@ -19,7 +19,7 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
       # data.seq_len: {64: {data.micro_batch_size: 32}, 256: {data.micro_batch_size: 8}}
     report: {critical_point_window: 10}          # optional report settings; scaling: params | tokens
                                                  # marks a size or token-budget sweep (ablations.scaling)
-    claims: [...]                                # optional: the paper's claims to judge (ablations/claims.py)
+    claims: [...]                                # optional: the paper's claims to judge (ablations/claim_spec.py)
 
 Everything is checked before any run starts; a problem raises `GridError` naming it.
 """
@@ -43,7 +43,7 @@ from lit_resformer.config_checker import ConfigChecker
 from lit_resformer.config_diff import changed_fields
 from lit_resformer.config_files import load_experiment
 
-from .claims import parse_claims
+from .claim_spec import parse_claims
 
 # Where a run trains, not what it computes (precision and strategy do change the numbers, so they are not here).
 PLACEMENT = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes")
@@ -81,9 +81,6 @@ class Run:
     def name(self) -> str:
         return f"{self.grid}/{self.cell}/seed{self.seed}"
 
-    def relative_dir(self) -> Path:
-        return Path(self.grid) / self.cell / f"seed{self.seed}"
-
 
 @dataclass
 class Grid:
@@ -97,7 +94,7 @@ class Grid:
     description: str = ""
     report: dict[str, Any] = field(default_factory=dict)
     configs: dict[str, dict] = field(default_factory=dict)  # cell name -> resolved config (no seed)
-    claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (ablations.claims.Claim)
+    claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (ablations.claim_spec.Claim)
     checker: ConfigChecker | None = field(default=None, repr=False)  # the parser and checks of `fit`
     base: dict = field(default_factory=dict, repr=False)  # the base experiment, its configs merged
 

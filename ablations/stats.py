@@ -1,10 +1,11 @@
-"""Statistics of the report: seed aggregates, paired differences with a t confidence interval, and
-the critical point of a relative loss curve (paper Fig. 14)."""
+"""Every statistic of the grid's results: seed aggregates, paired differences with a t confidence interval, percentile
+intervals, the plateau gate, the verdict rule of the paper's claims, and the critical point of a relative loss curve
+(paper Fig. 14) with its growth across a matrix key."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -43,6 +44,61 @@ def paired_difference(cell: Mapping[int, float], baseline: Mapping[int, float], 
         return Difference(mean, None, None, n)
     half = float(stats.t.ppf(0.5 + level / 2, df=n - 1) * diffs.std(ddof=1) / math.sqrt(n))
     return Difference(mean, mean - half, mean + half, n)
+
+
+PLATEAU_MARGIN = 1.0  # nats below the unigram loss a final validation loss must be to count as evidence
+VERDICTS = ("reproduced", "contradicted", "inconclusive")
+
+
+def plateau_gap(final_val_loss: float | None, unigram_loss: float | None) -> float | None:
+    """Nats by which a run's final validation loss is below its unigram reference (None: not both logged). A model
+    at the plateau has learnt token frequencies, not the effect a claim is about."""
+    return None if final_val_loss is None or unigram_loss is None else unigram_loss - final_val_loss
+
+
+def past_plateau(final_val_loss: float | None, unigram_loss: float | None) -> bool:
+    gap = plateau_gap(final_val_loss, unigram_loss)
+    return gap is not None and gap >= PLATEAU_MARGIN
+
+
+def verdict(low: float | None, high: float | None, n: int, direction: str, evidence: bool = True) -> str:
+    """The claims rule on an interval of a claimed effect: reproduced when it excludes zero on the claimed side
+    (`direction` lower: below zero; higher: above), contradicted when it excludes zero on the other side, else
+    inconclusive, as also without an interval, with fewer than 2 seeds, or when the runs are no `evidence` (one is
+    not past the plateau). An infinite end (a scaling law that never reaches a loss) is an end like any other."""
+    if not evidence or n < 2 or low is None or high is None:
+        return "inconclusive"
+    claimed = -1 if direction == "lower" else 1
+    if claimed * low > 0 and claimed * high > 0:
+        return "reproduced"
+    if claimed * low < 0 and claimed * high < 0:
+        return "contradicted"
+    return "inconclusive"
+
+
+def percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    """Percentile interval of bootstrap replicates; the quantiles are order statistics, so -inf (a variant that never
+    reaches a loss) is kept."""
+    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
+    return float(lo), float(hi)
+
+
+def critical_point_growth(points: Sequence[tuple[float, pd.Series]]) -> tuple[float | None, bool]:
+    """(slope, censored) of log2(1 + critical step) against log2(x), least squares, over one seed's (x, relative
+    training-loss curve) points. Where the baseline never overtakes the cell the last logged step stands in as a
+    lower bound (censored): above the mean log2(x) that can only lower the fitted slope below the true one, below it
+    the fit would overstate the growth, so the slope is None then, as it is when a curve is empty."""
+    x, y, censored = [], [], []
+    for value, relative in sorted(points, key=lambda p: p[0]):
+        if relative.empty:
+            return None, False
+        step = critical_point(relative)
+        x.append(math.log2(value))
+        y.append(math.log2(1 + (relative.index[-1] if step is None else step)))
+        censored.append(step is None)
+    if any(c and xi <= np.mean(x) for xi, c in zip(x, censored, strict=True)):
+        return None, True
+    return float(np.polyfit(x, y, 1)[0]), any(censored)
 
 
 def critical_point(relative: pd.Series) -> int | None:

@@ -14,7 +14,8 @@
       logs/stdout.log, logs/stderr.log   the training process's output, one banner per attempt
       .lock                         held by the process working in the run
 
-No other module builds these paths: code that needs one asks a `RunDir`.
+No other module builds these paths: code that needs one asks a `RunDir`. Where a grid keeps its runs is the grid's
+business (ablations.grid_dir); a run knows its grid only from what its summary records.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import fcntl
 import json
 import math
 import os
-import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,10 +152,11 @@ class RunDir:
 
     @property
     def name(self) -> str:
-        """What tables call the run: `<grid>/<cell>/seed<k>` for a run of an ablation grid (laid out so), else the
-        folder's name."""
-        if re.fullmatch(r"seed\d+", self.path.name) and len(self.path.parts) >= 3:
-            return "/".join(self.path.parts[-3:])
+        """What tables call the run: `<grid>/<cell>/seed<k>` for a run of an ablation grid (as its summary records
+        them), else the folder's name."""
+        summary = self.read_summary() or {}
+        if all(summary.get(key) is not None for key in ("grid", "cell", "seed")):
+            return f"{summary['grid']}/{summary['cell']}/seed{summary['seed']}"
         return self.path.name
 
     @classmethod

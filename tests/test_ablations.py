@@ -3,9 +3,11 @@ contract: `--config YAML --trainer.default_root_dir RUN [--ckpt_path last]`, a n
 `csv/version_N/metrics.csv` per start, `checkpoints/last.ckpt`, and, when the loss blows up, the run's
 divergence record and a non-zero exit."""
 
+import importlib.metadata
 import io
 import json
 import os
+import platform
 import shlex
 import signal
 import subprocess
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from ablations import (
@@ -28,6 +31,8 @@ from ablations import (
     read_metrics,
     run_grid,
 )
+from ablations.grid_dir import MANIFEST_VERSION
+from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
 
 FAKE_TRAINER = textwrap.dedent(
     '''
@@ -192,6 +197,17 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
     assert final["final_val_loss_by_domain"].keys() == {"code", "english"}
     assert final["params"] > 0 and final["kv_cache_bytes_per_token"] > 0
     assert final["tokens_per_sec"] == 1000.0
+    # What each run and the grid ran on: versions, device, precision, the code's commit.
+    for record in (final, yaml.safe_load((g / "grid.yaml").read_text())):
+        provenance = record["provenance"]
+        assert set(provenance) == set(PROVENANCE_FIELDS)
+        assert provenance["torch"] == torch.__version__ and provenance["python"] == platform.python_version()
+        assert provenance["lightning"] == importlib.metadata.version("lightning")
+        assert provenance["precision"] == "32-true" and provenance["device"]
+        assert provenance["device"].startswith("CPU: ") or torch.cuda.is_available()
+        assert provenance["git_commit"] is None or len(provenance["git_commit"]) == 40
+    assert yaml.safe_load((g / "grid.yaml").read_text())["version"] == MANIFEST_VERSION
+    assert "## Provenance" in (g / "report.md").read_text()
 
     # A third run has nothing to do.
     out = tmp_path / "dry.txt"

@@ -27,7 +27,10 @@ def test_eval_without_network_or_offline_data_says_how_to_prepare_it(trained_run
 
 
 def test_run_names_of_grid_runs_and_of_other_folders(tmp_path):
-    assert RunDir(tmp_path / "runs/fig7/resformer/seed2").name == "fig7/resformer/seed2"
+    grid_run = RunDir(tmp_path / "runs/fig7/resformer/seed2")
+    assert grid_run.name == "seed2"  # a folder like any other until its summary says which grid run it is
+    grid_run.write_summary({"grid": "fig7", "cell": "resformer", "seed": 2, "status": "running"})
+    assert grid_run.name == "fig7/resformer/seed2"
     assert RunDir(tmp_path / "runs/my-run").name == "my-run"
     assert RunDir(tmp_path / "seed-bank").name == "seed-bank"
 
@@ -36,6 +39,7 @@ def test_eval_tables_of_a_grid_run_name_the_run(trained_run, tmp_path, monkeypat
     go_offline(monkeypatch)
     run = tmp_path / "runs/fig7/resformer/seed0"
     shutil.copytree(trained_run, run)
+    RunDir(run).write_summary({"grid": "fig7", "cell": "resformer", "seed": 0, "status": "done"})
     monkeypatch.setenv("LIT_RESFORMER_EVAL_TASKS", "lrf_tiny_mc")
     monkeypatch.setenv("LIT_RESFORMER_EVAL_LIMIT", "4")
     results = evaluate_run_dir(run)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from test_report import make_grid_dir, synthetic_grid, write_run
 
-import ablations.report as report_module
+import ablations.document as document_module
 from ablations import write_report
 from lit_resformer.reporting import atomic_write, atomic_write_json
 
@@ -43,27 +43,31 @@ def test_report_tables_what_each_cell_changes_relative_to_the_base(tmp_path):
 
 
 def test_report_of_an_older_manifest_shows_the_grid_files_overrides(tmp_path):
-    grid_dir = make_grid_dir(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer":
-                                                                         {"model.config.residual.target": "v"}}})
+    grid_dir = make_grid_dir(tmp_path, {"baseline": "vanilla", "overrides": {"trainer.max_steps": 50},
+                                        "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})
     manifest = yaml.safe_load((grid_dir / "grid.yaml").read_text())
+    assert "version" not in manifest  # as the runner wrote it before manifests had a version
     for cell in manifest["cells"]:
-        del cell["changes"]  # written before the runner recorded them
+        del cell["changes"]  # nor did the runner record the changes then
     (grid_dir / "grid.yaml").write_text(yaml.safe_dump(manifest))
     write_report(grid_dir)
-    assert '| resformer | model.config.residual.target="v" |' in (grid_dir / "report.md").read_text()
+    lines = markdown_section((grid_dir / "report.md").read_text(), "Cells")
+    assert "Every cell: trainer.max_steps → 50." in lines
+    assert [line for line in lines if line.startswith("|")] == [
+        "| cell | model.config.residual.target |", "|---|---|", "| vanilla |  |", '| resformer | "v" |']
 
 
 def test_step_axes_tick_whole_steps(tmp_path, monkeypatch):
     """Four logged steps: matplotlib's default locator would tick 0.5, 1.0, 1.5, ..."""
     ticks = []
-    save_figure = report_module.save_figure
+    save_figure = document_module.save_figure
 
     def record(fig, path):
         ticks.append((path.name, list(fig.axes[0].get_xticks())))
         return save_figure(fig, path)
 
-    monkeypatch.setattr(report_module, "save_figure", record)
-    plotter = report_module.Plotter(tmp_path, ["a", "b"])
+    monkeypatch.setattr(document_module, "save_figure", record)
+    plotter = document_module.Plotter(tmp_path, ["a", "b"])
     curves = {"a": pd.Series([3.0, 2.5, 2.2, 2.0], index=[0, 1, 2, 3]), "b": pd.Series([3.1, 2.4, 2.1, 1.9])}
     plotter.curves("loss", curves, "loss", "loss")
     (name, xticks), = ticks

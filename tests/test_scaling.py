@@ -26,9 +26,9 @@ from ablations.scaling import (
     load_sweep,
     non_embedding_params,
     scaling_claims,
-    verdict,
 )
 from ablations.spec import GridError
+from ablations.stats import verdict
 from lit_resformer.cli import main
 from lit_resformer.model import ModelConfig
 
@@ -167,12 +167,14 @@ def test_a_claim_on_runs_at_the_unigram_plateau_is_inconclusive():
 
 
 def test_verdict_rule():
-    assert verdict(0.01, 0.2, 2) == "reproduced"
-    assert verdict(-0.3, -0.01, 2) == "contradicted"
-    assert verdict(-math.inf, -0.01, 3) == "contradicted"
-    assert verdict(-0.1, 0.2, 5) == "inconclusive"
-    assert verdict(0.01, 0.2, 1) == "inconclusive"  # one seed is never evidence
-    assert verdict(None, None, 4) == "inconclusive"
+    assert verdict(0.01, 0.2, 2, "higher") == "reproduced"
+    assert verdict(-0.3, -0.01, 2, "higher") == "contradicted"
+    assert verdict(-math.inf, -0.01, 3, "higher") == "contradicted"
+    assert verdict(-math.inf, -0.01, 3, "lower") == "reproduced"
+    assert verdict(-0.1, 0.2, 5, "higher") == "inconclusive"
+    assert verdict(0.01, 0.2, 1, "higher") == "inconclusive"  # one seed is never evidence
+    assert verdict(None, None, 4, "higher") == "inconclusive"
+    assert verdict(0.01, 0.2, 4, "higher", evidence=False) == "inconclusive"  # a run at the unigram plateau
 
 
 def test_single_seed_gives_a_fit_without_intervals_and_says_why():
@@ -360,10 +362,20 @@ def test_curve_reading_on_run_folders_matches_the_written_curves(tmp_path):
 
 def test_report_has_a_scaling_section_for_a_sweep_grid(tmp_path, monkeypatch):
     monkeypatch.setattr("ablations.scaling.REPORT_REPLICATES", 100)  # fewer bootstrap fits: the section is tested here
+    bootstraps = []
+    original = bootstrap_losses
+
+    def counted(*args, **kwargs):
+        bootstraps.append(args[1])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("ablations.scaling.bootstrap_losses", counted)
     grid_dir = make_sweep_dir(tmp_path, variants={k: VARIANTS[k] for k in ("vanilla", "resformer")})
     write_report(grid_dir)
     report = (grid_dir / "report.md").read_text()
     assert "## Scaling: sweep (L(N) over model size)" in report and "(plots/scaling_sweep_fit.png)" in report
+    assert bootstraps == [100]  # one bootstrap serves both the scaling section and the Claims table
+    assert "| ResFormer needs fewer parameters for the same loss | resformer vs vanilla |" in report
     assert (grid_dir / "plots/scaling_sweep_fit.png").read_bytes().startswith(PNG_MAGIC)
 
 

@@ -1,5 +1,4 @@
-"""The grid's side of a run directory (`lit_resformer.run_dir.RunDir` owns the paths): one run per
-grid/cell/seed under RUNS/<grid>/, the expanded grid in RUNS/<grid>/grid.yaml (what the report reads).
+"""What a grid run's summary.json holds, and how its results are computed once, when the run ends.
 
 summary.json fields: grid, cell, seed, status (running | done | failed | diverged | interrupted),
 diverged_step, error (one line), error_tail (last lines of stderr), returncode, attempts, resumed,
@@ -7,20 +6,23 @@ steps, final_train_loss / best_train_loss (moving average over `train_loss_windo
 final_val_loss / best_val_loss, final_val_loss_by_domain / best_val_loss_by_domain, unigram_val_loss /
 unigram_val_loss_by_domain (the plateau reference: the validation tokens' loss under the training split's
 unigram, logged at step 0), params, kv_cache_bytes_per_token, model_stats_source (checkpoint | config), tokens_per_sec (median over logged steps),
-tokens_seen, wall_time_sec (all attempts), started_at, finished_at, host, pid, slurm_job_id, command.
+tokens_seen, wall_time_sec (all attempts), started_at, finished_at, host, pid, slurm_job_id, command,
+provenance (lit_resformer.provenance: code version, library versions, device and precision).
+
+The final and best losses are computed here and nowhere else: the report, the claims and the scaling fits read them
+from the summary (ablations.results).
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable
+import os
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lit_resformer.config_diff import config_differences
-from lit_resformer.run_dir import RunConflict, RunDir
+from lit_resformer.provenance import collect
+from lit_resformer.run_dir import RunDir
 
 from . import metrics as M
 
@@ -32,43 +34,6 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def common_changes(changes: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Of {cell: {key: change}}, the changes that every cell makes alike (the grid's own overrides, typically)."""
-    per_cell = list(changes.values())
-    if len(per_cell) < 2:
-        return {}
-    return {key: change for key, change in per_cell[0].items() if all(c.get(key) == change for c in per_cell[1:])}
-
-
-def show_value(value: Any) -> str:
-    """A config value as JSON (strings quoted, null, true), so that "none" and null read differently."""
-    return json.dumps(value, default=str)
-
-
-SameRun = Callable[[dict, dict, bool], bool]  # whether two configs run the same (the run finished or not)
-
-
-def check_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:
-    """Refuse to reuse a directory whose run was made with another config."""
-    existing = run.read_experiment()
-    if existing is None:
-        return
-    finished = (run.read_summary() or {}).get("status") in FINISHED
-    if not same_run(existing, config, finished):
-        diff = config_differences(existing, config)
-        shown = "; ".join(diff[:5]) + (f"; ... ({len(diff)} differences)" if len(diff) > 5 else "")
-        raise RunConflict(
-            f"run {run_name} in {run.path} was made with a different config ({shown}); "
-            f"delete that directory or use another --runs-dir"
-        )
-
-
-def write_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:
-    check_config(run, config, run_name, same_run)
-    if not run.experiment_file.is_file():
-        run.write_experiment(config)
-
-
 def last_step(run: RunDir) -> int | None:
     loss = M.series(M.read_metrics(run), M.TRAIN_LOSS)
     return int(loss.index[-1]) if len(loss) else None
@@ -76,11 +41,21 @@ def last_step(run: RunDir) -> int | None:
 
 def results(run: RunDir) -> dict:
     """Loss, throughput and size figures from the run's metrics and config."""
-    metrics = M.read_metrics(run)
+    return {**metric_results(M.read_metrics(run)), **model_stats(run.read_experiment() or {}, run.last_checkpoint)}
+
+
+# The fields of `metric_results`: a summary written without them (results that could not be read when the run
+# ended) has them computed from its logged metrics when it is loaded (ablations.results).
+METRIC_FIELDS = ("steps", "final_train_loss", "best_train_loss", "train_loss_window", "final_val_loss", "best_val_loss",
+                 "final_val_loss_by_domain", "best_val_loss_by_domain", "unigram_val_loss", "unigram_val_loss_by_domain",
+                 "tokens_per_sec", "tokens_seen")
+
+
+def metric_results(metrics) -> dict:
+    """The summary's loss and throughput fields (METRIC_FIELDS) from a run's metrics table (ablations.metrics)."""
     train = M.series(metrics, M.TRAIN_LOSS)
     out: dict[str, Any] = {"steps": int(train.index[-1]) if len(train) else None}
-    train = train[train.map(math.isfinite)]
-    smoothed = M.smooth(train, TRAIN_LOSS_WINDOW)
+    smoothed = M.train_curve(metrics, TRAIN_LOSS_WINDOW)
     out["final_train_loss"] = float(smoothed.iloc[-1]) if len(smoothed) else None
     out["best_train_loss"] = float(smoothed.min()) if len(smoothed) else None
     out["train_loss_window"] = TRAIN_LOSS_WINDOW
@@ -106,7 +81,6 @@ def results(run: RunDir) -> dict:
     out["tokens_per_sec"] = float(throughput.median()) if len(throughput) else None
     seen = M.series(metrics, M.TOKENS_SEEN)
     out["tokens_seen"] = float(seen.iloc[-1]) if len(seen) else None
-    out.update(model_stats(run.read_experiment() or {}, run.last_checkpoint))
     return out
 
 
@@ -147,3 +121,20 @@ def error_lines(log_text: str, tail: int = 40) -> tuple[str | None, str | None]:
     # The exception line of a traceback is the last line that starts at column 0 after the traceback.
     error = next((line for line in reversed(lines) if not line.startswith((" ", "\t"))), lines[-1])
     return error.strip(), "\n".join(lines[-tail:])
+
+
+def run_provenance(config: dict, env: Mapping[str, str]) -> dict:
+    """What the run's training process runs on (lit_resformer.provenance), from its config and its environment: a run
+    whose environment hides the GPUs trains on the CPU; else on the first GPU of its CUDA_VISIBLE_DEVICES, found among
+    the GPUs this process sees."""
+    trainer = config.get("trainer") or {}
+    precision, accelerator = str(trainer.get("precision", "32-true")), str(trainer.get("accelerator", "auto"))
+    own = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if "CUDA_VISIBLE_DEVICES" in env and not own:
+        return collect(precision, accelerator="cpu")
+    seen_here = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if own and own[0] in seen_here:
+        index = seen_here.index(own[0])
+    else:
+        index = int(own[0]) if own and own[0].isdigit() and not seen_here else 0
+    return collect(precision, accelerator=accelerator, cuda_device=index)
