@@ -18,6 +18,8 @@ VAL_LOSS = "val/loss"
 VAL_DOMAIN_PREFIX = "val/loss/"
 UNIGRAM_LOSS = "val/unigram_loss"  # the validation tokens' loss under the training split's unigram (plateau)
 UNIGRAM_DOMAIN_PREFIX = "val/unigram_loss/"
+BIGRAM_LOSS = "val/bigram_loss"  # ... under the training split's smoothed bigram (the evidence gate)
+BIGRAM_DOMAIN_PREFIX = "val/bigram_loss/"
 TOKENS_SEEN = "train/tokens_seen"
 # tokens/s: Lightning's ThroughputMonitor logs items/s (the training module counts items as tokens): the
 # all-device rate `items_per_sec` under several devices, only the per-device rate on a single device.

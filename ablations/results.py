@@ -79,6 +79,12 @@ class RunResult:
         return self.summary.get("unigram_val_loss")
 
     @property
+    def bigram_loss(self) -> float | None:
+        """The evidence gate: the validation tokens' loss under the training split's smoothed bigram (None for a run
+        summarised before it was logged)."""
+        return self.summary.get("bigram_val_loss")
+
+    @property
     def provenance(self) -> dict:
         """What the run ran on (lit_resformer.provenance); {} for a run recorded before that existed."""
         return self.recorded.get("provenance") or {}

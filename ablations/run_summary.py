@@ -5,7 +5,8 @@ diverged_step, error (one line), error_tail (last lines of stderr), returncode, 
 steps, final_train_loss / best_train_loss (moving average over `train_loss_window` logged steps),
 final_val_loss / best_val_loss, final_val_loss_by_domain / best_val_loss_by_domain, unigram_val_loss /
 unigram_val_loss_by_domain (the plateau reference: the validation tokens' loss under the training split's
-unigram, logged at step 0), params, kv_cache_bytes_per_token, model_stats_source (checkpoint | config), tokens_per_sec (median over logged steps),
+unigram, logged at step 0), bigram_val_loss / bigram_val_loss_by_domain (the evidence gate: the same tokens
+under the training split's Kneser-Ney bigram), params, kv_cache_bytes_per_token, model_stats_source (checkpoint | config), tokens_per_sec (median over logged steps),
 tokens_seen, wall_time_sec (all attempts), started_at, finished_at, host, pid, slurm_job_id, command,
 provenance (lit_resformer.provenance: code version, library versions, device and precision).
 
@@ -45,7 +46,8 @@ def results(run: RunDir) -> dict:
 
 
 # The fields of `metric_results`: a summary written without them (results that could not be read when the run
-# ended) has them computed from its logged metrics when it is loaded (ablations.results).
+# ended) has them computed from its logged metrics when it is loaded (ablations.results). The bigram reference is
+# not among them: runs summarised before it was logged have no bigram in their metrics either.
 METRIC_FIELDS = ("steps", "final_train_loss", "best_train_loss", "train_loss_window", "final_val_loss", "best_val_loss",
                  "final_val_loss_by_domain", "best_val_loss_by_domain", "unigram_val_loss", "unigram_val_loss_by_domain",
                  "tokens_per_sec", "tokens_seen")
@@ -70,13 +72,15 @@ def metric_results(metrics) -> dict:
             best_by_domain[domain] = float(values.min())
     out["final_val_loss_by_domain"] = final_by_domain
     out["best_val_loss_by_domain"] = best_by_domain
-    unigram = M.series(metrics, M.UNIGRAM_LOSS)
-    out["unigram_val_loss"] = float(unigram.iloc[-1]) if len(unigram) else None
-    out["unigram_val_loss_by_domain"] = {
-        domain: float(values.iloc[-1])
-        for domain in final_by_domain
-        if len(values := M.series(metrics, M.UNIGRAM_DOMAIN_PREFIX + domain))
-    }
+    for name, overall, prefix in (("unigram", M.UNIGRAM_LOSS, M.UNIGRAM_DOMAIN_PREFIX),
+                                  ("bigram", M.BIGRAM_LOSS, M.BIGRAM_DOMAIN_PREFIX)):
+        reference = M.series(metrics, overall)
+        out[f"{name}_val_loss"] = float(reference.iloc[-1]) if len(reference) else None
+        out[f"{name}_val_loss_by_domain"] = {
+            domain: float(values.iloc[-1])
+            for domain in final_by_domain
+            if len(values := M.series(metrics, prefix + domain))
+        }
     throughput = M.series(metrics, M.TOKENS_PER_SEC)
     out["tokens_per_sec"] = float(throughput.median()) if len(throughput) else None
     seen = M.series(metrics, M.TOKENS_SEEN)

@@ -4,8 +4,8 @@ A grid may be trained in time-bounded slices on machines that start bare and han
 lent GPU for ten minutes at a time, a Slurm job with a wall-time limit). Each slice runs the same command with
 `--time-limit`; afterwards
 
-    python -m ablations export RUNS/<grid> OUT/<grid>.tar.gz --note "device: NVIDIA H100"
-    python -m ablations merge OUT/<grid>.tar.gz docs/results/            # on the machine that keeps them
+    lit-resformer export-results RUNS/<grid> --out OUT --note "device: NVIDIA H100"
+    lit-resformer merge-results OUT/<grid>.tar.gz docs/results/            # on the machine that keeps them
 
 The archive holds the grid manifest and, for every finished run (done or diverged), the files of
 `RunDir.result_files` (configs, summary, metrics; no checkpoints). Runs that did not finish are left out: the

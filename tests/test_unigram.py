@@ -80,3 +80,6 @@ def test_every_run_logs_the_reference_at_step_zero_and_summarises_it(tmp_path, t
     summary = results(RunDir(run))
     assert summary["unigram_val_loss"] == pytest.approx(np.mean(list(expected.values())))
     assert summary["unigram_val_loss_by_domain"] == pytest.approx(expected)
+    assert summary["bigram_val_loss"] == pytest.approx(np.mean(list(bigram.values())))
+    assert summary["bigram_val_loss_by_domain"] == pytest.approx(bigram)
+    assert summary["bigram_val_loss"] < summary["unigram_val_loss"]
