@@ -13,17 +13,25 @@ grid is loaded (ablations.spec) and judged on its runs by ablations.claims.
         metric: critical_point_growth
         over: data.seq_len      # the matrix key along which the critical point grows
         direction: higher
+      - claim: SVFormer is overtaken by vanilla by the end of training
+        a: svformer
+        b: vanilla
+        metric: val_loss
+        direction: higher
+        requires: crossing      # optional: judged only where the grid's baseline (vanilla) has overtaken every
+                                # SVFormer run of the comparison in training loss, else "not tested"
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 CRITICAL_POINT_GROWTH = "critical_point_growth"
 SUMMARY_METRICS = ("val_loss", "train_loss")  # and val_loss/<domain>: final values in each run's summary.json
 DIRECTIONS = ("lower", "higher")
-CLAIM_FIELDS = {"claim", "a", "b", "metric", "direction", "over"}
+REQUIREMENTS = ("crossing",)  # preconditions a claim may name: `requires: crossing` (see the module docstring)
+CLAIM_FIELDS = {"claim", "a", "b", "metric", "direction", "over", "requires"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class Claim:
     metric: str
     direction: str
     over: str | None = None  # critical_point_growth only
+    requires: str | None = None  # a precondition of the comparison (REQUIREMENTS), checked on the runs
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -60,6 +69,8 @@ def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
         claim = Claim(**{k: entry.get(k) for k in CLAIM_FIELDS})
         if not isinstance(claim.claim, str) or not claim.claim.strip():
             raise ValueError(f"{where}.claim must say what the paper claims, in words")
+        if claim.requires is not None and claim.requires not in REQUIREMENTS:
+            raise ValueError(f"{where}.requires must be one of {list(REQUIREMENTS)}, got {claim.requires!r}")
         if claim.direction not in DIRECTIONS:
             raise ValueError(f"{where}.direction must be one of {list(DIRECTIONS)}, got {claim.direction!r}")
         metric = claim.metric
@@ -101,7 +112,7 @@ def _at_every_point(claim: Claim, cells: Sequence[dict], where: str) -> list[Cla
         if other is None:
             raise ValueError(f"{where}.b: {claim.b!r} has no cell at {dict(point)}, where {claim.a!r} has {c['name']!r}")
         at = ", ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in point)
-        expanded.append(Claim(f"{claim.claim} [{at}]", c["name"], other, claim.metric, claim.direction))
+        expanded.append(replace(claim, claim=f"{claim.claim} [{at}]", a=c["name"], b=other))
     return expanded
 
 

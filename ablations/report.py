@@ -337,12 +337,16 @@ def _claims_section(doc, verdicts) -> None:
         return
     doc.heading(2, "Claims")
     doc.text(
-        "The paper's claims for this figure (listed in the grid file), judged on the finished runs paired by seed: "
+        "The paper's claims for this figure (listed in the grid file), judged on the finished runs, paired by seed "
+        "only when a seed's two runs share a data order that differs between seeds, else unpaired (Welch): "
         "**reproduced** when the 95% t interval of the mean difference (or of the mean slope, for a critical point "
         "growing with a matrix key) excludes zero on the claimed side, **contradicted** when it excludes zero on the "
         "other side, **inconclusive** when it covers zero, with fewer than 2 seeds, or when a run in the comparison "
         f"is not past the unigram plateau (final validation loss at least {PLATEAU_MARGIN:g} nat below the unigram "
-        "loss of its validation tokens)."
+        "loss of its validation tokens), **not tested** when a precondition failed (a run above its bigram "
+        "reference, or no crossing for a claim about SVFormer after vanilla overtakes it). Testing several claims "
+        "at once lets some pass by chance, so a decisive verdict also needs its p-value, adjusted for the figure's "
+        "other claims (Holm), below 0.05."
     )
     doc.table(*claims_table(verdicts, with_grid=False))
     doc.text(claim_counts(verdicts))

@@ -47,7 +47,8 @@ def paired_difference(cell: Mapping[int, float], baseline: Mapping[int, float], 
 
 
 PLATEAU_MARGIN = 1.0  # nats below the unigram loss a final validation loss must be to count as evidence
-VERDICTS = ("reproduced", "contradicted", "inconclusive")
+VERDICTS = ("reproduced", "contradicted", "inconclusive", "not tested")
+ALPHA = 0.05  # the claims' error rate: 95% intervals, and adjusted p-values that must fall below it
 
 
 def plateau_gap(final_val_loss: float | None, unigram_loss: float | None) -> float | None:
@@ -74,6 +75,15 @@ def verdict(low: float | None, high: float | None, n: int, direction: str, evide
     if claimed * low < 0 and claimed * high < 0:
         return "contradicted"
     return "inconclusive"
+
+
+def adjusted_verdict(unadjusted: str, p_adjusted: float | None) -> str:
+    """A reproduced or contradicted verdict stands only while its two-sided test still rejects at ALPHA after the
+    p-value is adjusted for the other comparisons of its family (Holm, Benjamini-Hochberg); adjusting can only
+    raise a p-value, so other verdicts stay as they are."""
+    if unadjusted in ("reproduced", "contradicted") and (p_adjusted is None or p_adjusted >= ALPHA):
+        return "inconclusive"
+    return unadjusted
 
 
 def percentile_interval(values: np.ndarray, level: float) -> tuple[float, float]:

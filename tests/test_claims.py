@@ -14,6 +14,7 @@ import yaml
 
 from ablations import GridError, load_grid, write_report
 from ablations.claims import evaluate_grid, scoreboard
+from ablations.stats import benjamini_hochberg, holm
 from lit_resformer.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,12 +35,19 @@ def grid_dir_from(tmp_path: Path, name: str, grid: dict) -> Path:
 
 
 def write_summary(grid_dir: Path, cell: str, seed: int, val: float, status: str = "done", unigram: float | None = UNIGRAM,
-                  **extra) -> Path:
+                  corpus: str = "embedded", **extra) -> Path:
     run = grid_dir / cell / f"seed{seed}"
     run.mkdir(parents=True)
     summary = {"cell": cell, "seed": seed, "status": status, "final_val_loss": val, "final_train_loss": val - 0.1,
                "final_val_loss_by_domain": {"code": val - 0.2, "wiki": val + 0.2}, "unigram_val_loss": unigram, **extra}
     (run / "summary.json").write_text(json.dumps(summary))
+    # the resolved config: each seed trains on its own data order (data.seed null follows the seed), shared by a
+    # seed's runs, so comparisons are paired; the cell's override and the corpus make runs distinct
+    share = {"share": {"svformer": True}} if cell.startswith("svformer") else {}
+    config = {**BASE, "seed_everything": seed,
+              "model": {"config": {**BASE["model"]["config"], **share}, "lr": CELLS.get(cell, {}).get("model.lr")},
+              "data": {**BASE["data"], "seed": None, "corpus": corpus}}
+    (run / "experiment.yaml").write_text(yaml.safe_dump(config))
     return run
 
 
@@ -54,7 +62,7 @@ VANILLA = {0: 5.00, 1: 5.10, 2: 4.90}
 EFFECT = {"better": [-0.30, -0.25, -0.35], "worse": [0.20, 0.30, 0.25], "same": [0.02, -0.03, 0.015]}
 
 
-def claims_grid(tmp_path: Path, name: str = "g") -> Path:
+def claims_grid(tmp_path: Path, name: str = "g", corpus: str = "embedded") -> Path:
     claims = [{"claim": f"{cell} ends below vanilla", "a": cell, "b": "vanilla", "metric": "val_loss", "direction": "lower"}
               for cell in ("better", "worse", "same")]
     claims.append({"claim": "better trains below vanilla on code", "a": "better", "b": "vanilla",
@@ -63,9 +71,9 @@ def claims_grid(tmp_path: Path, name: str = "g") -> Path:
                    "metric": "train_loss", "direction": "higher"})
     grid_dir = grid_dir_from(tmp_path, name, {"baseline": "vanilla", "seeds": [0, 1, 2], "cells": CELLS, "claims": claims})
     for seed, base in VANILLA.items():
-        write_summary(grid_dir, "vanilla", seed, base)
+        write_summary(grid_dir, "vanilla", seed, base, corpus=corpus)
         for cell, effect in EFFECT.items():
-            write_summary(grid_dir, cell, seed, base + effect[seed])
+            write_summary(grid_dir, cell, seed, base + effect[seed], corpus=corpus)
     return grid_dir
 
 
@@ -158,7 +166,7 @@ def test_critical_point_growth_over_sequence_length(tmp_path):
 
 def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     first = claims_grid(tmp_path / "a", "first")
-    second = claims_grid(tmp_path / "b", "second")
+    second = claims_grid(tmp_path / "b", "second", corpus="other")  # other runs: each grid's comparisons count
     runs = tmp_path / "runs"
     runs.mkdir()
     for grid_dir in (first, second):
@@ -174,11 +182,14 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert {v.trained_on for v in verdicts} == {"", "GPU box; not recorded"}
     main(["claims", str(runs / "first"), str(runs / "second")])
     board = capsys.readouterr().out
-    assert board.startswith("| grid | claim | a vs b | metric | Δ (a − b) | 95% CI | n | verdict | note |")
+    assert board.startswith("| grid | claim | a vs b | metric | Δ (a − b) | 95% CI | n | design | p (one-sided) | "
+                            "p adjusted | verdict | note |")
     mean, low, high = t_interval(EFFECT["better"])
-    row = f"| second | better ends below vanilla | better vs vanilla | val_loss (lower) | {mean:+.4f} | [{low:+.4f}, {high:+.4f}] | 3 | **reproduced** |"
+    row = (f"| second | better ends below vanilla | better vs vanilla | val_loss (lower) | {mean:+.4f} | "
+           f"[{low:+.4f}, {high:+.4f}] | 3 | paired |")
     assert row in board
-    assert "6 reproduced, 2 contradicted, 2 inconclusive of 10 claims." in board
+    assert "| second | ↳ better trains below vanilla on code |" in board  # a per-domain sub-row
+    assert "4 reproduced, 2 contradicted, 2 inconclusive, 0 not tested of 8 claims" in board
     assert board.endswith("Where the runs trained:\n- second: GPU box; not recorded\n")
 
     main(["claims", str(runs), "--json"])
@@ -188,6 +199,92 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert {r["verdict"] for r in rows if r["a"] == "same"} == {"inconclusive"}
     with pytest.raises(SystemExit, match="no grid run directory"):
         main(["claims", str(tmp_path / "a")])
+
+
+def test_a_run_held_by_two_grids_is_counted_once(tmp_path, capsys):
+    """The same resolved runs (seed included) trained in two grids are one comparison: one row naming both grids."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name in ("first", "second"):
+        claims_grid(tmp_path / name, name).rename(runs / name)
+    verdicts = scoreboard([runs])
+    assert len(verdicts) == 5 and {v.grids for v in verdicts} == {("first", "second")}
+    main(["claims", str(runs), "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["grids"] for r in rows] == [["first", "second"]] * 5
+    assert [r["a"] for r in rows if r["p_bh"] is None] == ["better"]  # the per-domain sub-row is not in the BH family
+
+
+def test_p_values_follow_the_design_and_adjustment_decides(tmp_path):
+    """p_raw is the one-sided test in the claimed direction, p_holm Holm's adjustment of the grid's two-sided
+    p-values, p_bh Benjamini-Hochberg's across the scoreboard; a raw reproduced verdict that does not survive the
+    adjustment is inconclusive."""
+    grid_dir = claims_grid(tmp_path)
+    weak = [-0.2, -0.1, -0.15]  # two-sided p = 0.035 alone, not after adjusting for the grid's other claims
+    grid = yaml.safe_load((grid_dir / "grid.yaml").read_text())
+    grid["cells"].append({**next(c for c in grid["cells"] if c["name"] == "better"), "name": "weak", "family": "weak"})
+    grid["claims"].append({"claim": "weak ends below vanilla", "a": "weak", "b": "vanilla", "metric": "val_loss",
+                           "direction": "lower"})
+    (grid_dir / "grid.yaml").write_text(yaml.safe_dump(grid, sort_keys=False))
+    for seed, base in VANILLA.items():
+        write_summary(grid_dir, "weak", seed, base + weak[seed])
+    verdicts = evaluate_grid(grid_dir)
+    by_cell = {(v.claim.a, v.claim.metric): v for v in verdicts}
+    better, weak_verdict = by_cell[("better", "val_loss")], by_cell[("weak", "val_loss")]
+    values = {cell: [base + EFFECT.get(cell, weak)[seed] for seed, base in VANILLA.items()] for cell in ("better", "weak")}
+    expected = scipy.stats.ttest_rel(values["better"], list(VANILLA.values()), alternative="less").pvalue
+    assert better.design == "paired" and better.p_raw == pytest.approx(expected)
+    assert better.p_two_sided == pytest.approx(2 * expected)
+    two_sided = [v.p_two_sided for v in verdicts]
+    assert [v.p_holm for v in verdicts] == pytest.approx(list(holm(two_sided)))
+    assert weak_verdict.p_two_sided < 0.05 < weak_verdict.p_holm
+    assert (weak_verdict.unadjusted, weak_verdict.verdict) == ("reproduced", "inconclusive")
+    top = [v for v in scoreboard([grid_dir.parent]) if not v.claim.metric.startswith("val_loss/")]
+    assert [v.p_bh for v in top] == pytest.approx(list(benjamini_hochberg([v.p_two_sided for v in top])))
+
+
+def test_seeds_sharing_one_data_order_are_compared_unpaired(tmp_path):
+    """Every run trained on data order 0 (data.seed 0): seeds vary only the initialisation, so Welch's t."""
+    grid_dir = claims_grid(tmp_path)
+    for path in grid_dir.glob("*/seed*/experiment.yaml"):
+        config = yaml.safe_load(path.read_text())
+        path.write_text(yaml.safe_dump({**config, "data": {**config["data"], "seed": 0}}))
+    better = next(v for v in evaluate_grid(grid_dir) if (v.claim.a, v.claim.metric) == ("better", "val_loss"))
+    cell = [base + EFFECT["better"][seed] for seed, base in VANILLA.items()]
+    welch = scipy.stats.ttest_ind(cell, list(VANILLA.values()), equal_var=False)
+    low, high = welch.confidence_interval(0.95)
+    assert (better.design, better.p_two_sided, better.low, better.high) == (
+        "unpaired", pytest.approx(welch.pvalue), pytest.approx(low), pytest.approx(high))
+
+
+def test_a_run_above_its_bigram_reference_is_not_tested(tmp_path):
+    grid_dir = claims_grid(tmp_path)
+    early = grid_dir / "vanilla/seed1/summary.json"
+    summary = json.loads(early.read_text())
+    early.write_text(json.dumps({**summary, "bigram_val_loss": summary["final_val_loss"] - 0.1}))
+    better = next(v for v in evaluate_grid(grid_dir) if (v.claim.a, v.claim.metric) == ("better", "val_loss"))
+    assert better.verdict == "not tested" and better.p_holm is None
+    assert better.note.startswith("not tested: early-training regime (above the bigram reference): vanilla/seed1")
+
+
+def test_a_claim_after_the_crossing_is_not_tested_without_one(tmp_path):
+    """`requires: crossing`: judged only when vanilla's training loss has overtaken SVFormer's for good."""
+    grid_dir = grid_dir_from(tmp_path, "crossing", {
+        "baseline": "vanilla", "seeds": [0, 1], "report": {"critical_point_window": 1},
+        "cells": {"vanilla": {}, "svformer": {"model.config.share.svformer": True}},
+        "claims": [{"claim": "SVFormer is overtaken by vanilla", "a": "svformer", "b": "vanilla", "metric": "val_loss",
+                    "direction": "higher", "requires": "crossing"}]})
+    vanilla = [6.0 - 0.01 * s for s in range(60)]
+    for seed in (0, 1):
+        write_curve(write_summary(grid_dir, "vanilla", seed, 5.0 + 0.1 * seed), vanilla)
+        write_curve(write_summary(grid_dir, "svformer", seed, 5.3 + 0.12 * seed), [v - 0.05 for v in vanilla])
+    (never,) = evaluate_grid(grid_dir)
+    assert never.verdict == "not tested"
+    assert never.note.startswith("not tested: vanilla never overtakes svformer/seed0, svformer/seed1")
+    for seed in (0, 1):
+        write_curve(grid_dir / f"svformer/seed{seed}", [v + (0.05 if s >= 20 else -0.05) for s, v in enumerate(vanilla)])
+    (crossed,) = evaluate_grid(grid_dir)
+    assert crossed.verdict == "reproduced" and crossed.note == ""
 
 
 def test_report_has_claims_and_flags_runs_at_the_plateau(tmp_path, monkeypatch):
@@ -294,16 +391,20 @@ def test_a_claim_naming_two_families_of_a_matrix_grid_is_judged_at_every_point()
 
 
 def test_committed_results_keep_their_verdicts_deltas_and_intervals():
-    """`lit-resformer claims docs/results` as recorded in tests/data before the results layer was restructured: the
-    same verdict, Δ, interval and n for every claim, in the same order."""
+    """`lit-resformer claims docs/results` as recorded in tests/data: every distinct comparison once with the grids
+    it was seen in, the same verdict, design, Δ, interval, n and raw and adjusted p-values, in the same order."""
     recorded = json.loads((REPO / "tests/data/claims-docs-results.json").read_text())
     fields = recorded["fields"]
-    now = [[v.grid, v.claim.claim, v.verdict, v.delta, v.low, v.high, v.n] for v in scoreboard([REPO / "docs/results"])]
-    assert [row[:3] for row in now] == [row[:3] for row in recorded["rows"]]
+    now = [[list(v.grids), v.claim.claim, v.verdict, v.design, v.delta, v.low, v.high, v.n, v.p_raw, v.p_holm, v.p_bh]
+           for v in scoreboard([REPO / "docs/results"])]
+    assert [row[:4] for row in now] == [row[:4] for row in recorded["rows"]]
     for row, before in zip(now, recorded["rows"], strict=True):
-        for name, value, expected in zip(fields[3:], row[3:], before[3:], strict=True):
-            assert value == (expected if expected is None else pytest.approx(expected, rel=1e-12, abs=1e-15)), (
+        for name, value, expected in zip(fields[4:], row[4:], before[4:], strict=True):
+            assert value == (expected if expected is None else pytest.approx(expected, rel=1e-9, abs=1e-15)), (
                 row[:2], name)
+    # the claims about SVFormer after vanilla overtakes it are untested: no committed run reaches the crossing
+    crossing = [row for row in now if "anchors" in row[1] or "SVFormer is overtaken" in row[1] or "loses to GQA" in row[1]]
+    assert len(crossing) == 4 and {row[2] for row in crossing} == {"not tested"}
 
 
 def test_claims_note_comparisons_whose_runs_ran_on_different_things(tmp_path):
