@@ -24,7 +24,8 @@ Verdict (`stats.verdict`, then `stats.adjusted_verdict`):
 Many comparisons are tested at once, so by chance alone some would pass: the p-values are adjusted for that.
 A grid's report adjusts within the grid (Holm, `p_holm`: no false verdict in the figure with 95% probability);
 the scoreboard adjusts across its distinct claims (Benjamini-Hochberg, `p_bh`: at most 5% of its decisive
-verdicts false on average), and per-domain sub-rows keep their grid's Holm p-value.
+verdicts false on average), and per-domain sub-rows keep their grid's Holm p-value. A sweep's scaling claim is
+judged on the interval of its fitted saving, which has no p-value and so stays out of both adjustments.
 A comparison whose runs differ in what they ran on (library versions, device, precision, code version: their
 summaries' provenance) says so in its note.
 """
@@ -81,16 +82,13 @@ class Verdict:
     p_bh: float | None = None  # the two-sided p adjusted across the scoreboard (None for sub-rows and lone grids)
     unadjusted: str = ""  # the verdict before adjustment for multiple comparisons
     grids: tuple[str, ...] = ()  # every grid the same comparison was seen in (the scoreboard's rows)
+    evidence: bool = True  # every run in the comparison is past the unigram plateau
     runs: tuple | None = field(default=None, compare=False, repr=False)  # identity of the runs compared
 
     @property
     def adjustable(self) -> bool:
         """Whether its test enters a family of adjusted p-values: it ran on runs that are evidence, and was tested."""
         return self.p_two_sided is not None and self.unadjusted != "not tested" and self.evidence
-
-    @property
-    def evidence(self) -> bool:
-        return "not past the unigram plateau" not in self.note
 
     def to_dict(self) -> dict:
         return {"grid": self.grid, "grids": list(self.grids or (self.grid,)), **self.claim.to_dict(),
@@ -134,7 +132,7 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
         decided = verdict(two_sided.low, two_sided.high, two_sided.n, claim.direction, not stuck)
     return Verdict(grid, claim, decided, two_sided.estimate, two_sided.low, two_sided.high, two_sided.n,
                    "; ".join(notes), design=two_sided.design, p_raw=one_sided.p, p_two_sided=two_sided.p,
-                   unadjusted=decided)
+                   unadjusted=decided, evidence=not stuck)
 
 
 def provenance_note(runs: Iterable[RunResult]) -> list[str]:
