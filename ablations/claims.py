@@ -305,7 +305,10 @@ def scoreboard(paths: Iterable[str | Path]) -> list[Verdict]:
             if v.runs is not None and v.runs in seen:
                 first = rows[seen[v.runs]]
                 p_holm = max((p for p in (first.p_holm, v.p_holm) if p is not None), default=None)
-                rows[seen[v.runs]] = replace(first, grids=(*first.grids, v.grid), p_holm=p_holm)
+                # a sub-row keeps its grids' decision: the most conservative of their Holm p-values
+                rows[seen[v.runs]] = replace(first, grids=(*first.grids, v.grid), p_holm=p_holm,
+                                             verdict=first.verdict if p_holm is None else
+                                             adjusted_verdict(first.unadjusted, p_holm))
                 continue
             if v.runs is not None:
                 seen[v.runs] = len(rows)
