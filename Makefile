@@ -9,7 +9,7 @@ GRID     ?= configs/grids/demo.yaml
 RUNS     ?= runs
 EXECUTOR ?= local
 # Concurrent runs when no GPU is visible (ignored where there is one), the cores split between them. Measured on
-# this project's 2-core machine: two one-thread runs side by side train 1.16x the tokens/s of one two-thread run
+# this project's 2-core machine: two one-thread runs side by side train 1.09x the tokens/s of one two-thread run
 # (`make bench BENCH_ARGS=cpu_slots`, docs/BENCHMARKS.md); CPU_SLOTS=1 trains one run at a time with every core.
 CPU_SLOTS ?= 2
 EVAL     ?=
