@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The CPU evidence tier (configs/grids/evidence/README.md), grid after grid, unattended:
+#
+#   nohup bash scripts/evidence.sh > evidence.log 2>&1 &       # or GRIDS="fig7 fig9" bash scripts/evidence.sh
+#
+# Each grid trains into $RUNS (two one-thread runs side by side by default; runs another grid already finished with
+# the same config are shared, not trained again), then its finished runs are exported (configs, summaries, metrics;
+# no checkpoints) and merged into $RESULTS/<grid>/, whose report is rewritten there: what to commit. Calling it again
+# resumes: finished runs are skipped, interrupted ones resume from their last checkpoint, merged runs are kept.
+# $TIME_LIMIT (seconds, optional) bounds the whole call: no run starts after it and running ones are stopped for the
+# next call to resume.
+set -u -o pipefail
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+RUNS=${RUNS:-runs}
+RESULTS=${RESULTS:-docs/results}
+SLOTS=${SLOTS:-2}
+THREADS=${THREADS:-1}
+GRIDS=${GRIDS:-"fig7 fig9 fig11 fig8 fig10 fig13 fig16 fig5 fig17 learnable fig7-lengths"}
+BIN=${BIN:-$(dirname "$(command -v python)")}
+CLI=${CLI:-$BIN/lit-resformer}
+START=$SECONDS
+
+log() { echo "[$(date -u +%FT%TZ)] $*"; }
+
+for figure in $GRIDS; do
+    file=configs/grids/evidence/$figure.yaml
+    name=$figure-evidence
+    limit=()
+    if [[ -n ${TIME_LIMIT:-} ]]; then
+        left=$((TIME_LIMIT - (SECONDS - START)))
+        ((left > 60)) || { log "time limit reached before $name"; exit 75; }
+        limit=(--time-limit "$left")
+    fi
+    log "$name: start"
+    "$CLI" grid "$file" --runs-dir "$RUNS" --cpu-slots "$SLOTS" --threads-per-run "$THREADS" "${limit[@]}"
+    status=$?
+    log "$name: runner exit $status"
+    "$CLI" export-results "$RUNS/$name" --out "$RUNS/.exports" --note "CPU evidence tier, $(nproc) cores" \
+        && "$CLI" merge-results "$RUNS/.exports/$name.tar.gz" "$RESULTS" \
+        && "$CLI" report "$RESULTS/$name" >/dev/null \
+        && log "$name: results in $RESULTS/$name"
+    ((status == 0)) || { log "$name: not finished (exit $status); call again to resume"; exit "$status"; }
+done
+log "every grid finished"
