@@ -2,7 +2,8 @@
 
     RUNS/<grid>/
       grid.yaml                 the manifest: the expanded grid (cells, baseline, seeds, claims) and where it ran
-      <cell>/seed<k>/           one run (lit_resformer.run_dir.RunDir owns what is inside)
+      <cell>/seed<k>/           one run (lit_resformer.run_dir.RunDir owns what is inside), or a relative link to
+                                the same run trained in another grid of the runs folder (GridDir.share)
       provenance.json           in a results folder: one entry per export merged into it (ablations.slices)
       report.md, index.html, plots/
 
@@ -15,6 +16,7 @@ in for them with the base value unknown (`base_values_recorded: false`), and it 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -119,6 +121,29 @@ class GridDir:
         """(cell, seed, run) of the runs whose summary says done or diverged, in a stable order."""
         return [(cell, seed, run) for cell, seed, run in self.all_runs() if run_state(run) in FINISHED]
 
+    # ------------------------------------------------------------------ runs shared with other grids
+    def share(self, cell: str, seed: int, trained: RunDir) -> RunDir:
+        """Make <cell>/seed<k> a relative symbolic link to a run trained elsewhere with the same config (in another
+        grid of the same runs folder, or another cell of this grid): it is read through the link as if it were this
+        grid's own, and trained once. A link whose run was deleted since is replaced."""
+        link = self.run_dir(cell, seed).path
+        if link.is_symlink():
+            link.unlink()
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(trained.path, link.parent), target_is_directory=True)
+        return RunDir(link)
+
+    def drop_broken_link(self, cell: str, seed: int) -> None:
+        """Remove <cell>/seed<k> if it is a link whose run no longer exists, so that the run can train here."""
+        link = self.run_dir(cell, seed).path
+        if link.is_symlink() and not link.exists():
+            link.unlink()
+
+    def shared_from(self, cell: str, seed: int) -> RunDir | None:
+        """The run <cell>/seed<k> is shared with (None: it is this grid's own); its summary names where it trained."""
+        link = self.run_dir(cell, seed).path
+        return RunDir(link.resolve()) if link.is_symlink() else None
+
     def relative(self, run: RunDir) -> str:
         """`<cell>/seed<k>`: how a run is named inside its grid (and in an export's list of runs)."""
         return run.path.relative_to(self.path).as_posix()
@@ -145,6 +170,17 @@ class GridDir:
 def run_state(run: RunDir) -> str:
     """A run's status as its summary says it (running | done | failed | diverged | interrupted), else pending."""
     return (run.read_summary() or {}).get("status") or "pending"
+
+
+def finished_elsewhere(runs_dir: str | Path, grid: GridDir) -> Iterator[RunDir]:
+    """Every finished run trained in another grid under RUNS_DIR (not through a link: each run once), the
+    candidates a new run may be shared with."""
+    for other in sorted(Path(runs_dir).glob(f"*/{MANIFEST}")):
+        if other.parent.resolve() == grid.path.resolve():
+            continue
+        for _, _, run in GridDir(other.parent).all_runs():
+            if not run.path.is_symlink() and run_state(run) in FINISHED:
+                yield run
 
 
 def grid_dirs(paths: Iterable[str | Path], kind: str = "grid run directory",

@@ -446,7 +446,7 @@ def _runs_section(doc, runs) -> None:
                 _fmt(r.final("train_loss")),
                 _fmt(r.final("val_loss")),
                 "–" if s.get("wall_time_sec") is None else f"{s['wall_time_sec'] / 60:.1f} min",
-                _status_note(r),
+                "; ".join(filter(None, [_status_note(r), r.trained_as and f"shared: trained as {r.trained_as}"])),
             ])
     doc.table(["run", "status", "last step", "final train", "final val", "wall time", "note"], rows)
 

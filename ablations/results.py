@@ -39,6 +39,7 @@ class RunResult:
     cell: str
     seed: int
     run: RunDir
+    grid: str = ""  # the grid it was loaded from
 
     @property
     def name(self) -> str:
@@ -58,6 +59,15 @@ class RunResult:
             return self.recorded
         computed = metric_results(self.metrics)
         return {**self.recorded, **{key: computed[key] for key in missing}}
+
+    @property
+    def trained_as(self) -> str | None:
+        """`<grid>/<cell>/seed<k>` of the run as it trained, when that was another grid's run or another cell's (a
+        run shared between grids with the same config, see ablations.runner.Twins); None for the grid's own."""
+        trained = tuple(self.recorded.get(key) for key in ("grid", "cell", "seed"))
+        if None in trained or trained == (self.grid, self.cell, self.seed):
+            return None
+        return "{}/{}/seed{}".format(*trained)
 
     @cached_property
     def metrics(self) -> pd.DataFrame:
@@ -161,7 +171,7 @@ def load_results(grid_dir: str | Path | GridDir) -> GridResults:
     manifest = grid.read_manifest()
     runs: dict[str, list[RunResult]] = {c["name"]: [] for c in manifest["cells"]}
     for cell, seed, run in grid.runs(runs):
-        runs[cell].append(RunResult(cell, seed, run))
+        runs[cell].append(RunResult(cell, seed, run, manifest["name"]))
     return GridResults(grid, manifest, runs)
 
 

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import threading
 from collections import Counter
@@ -24,7 +26,7 @@ from lit_resformer.trust import ALLOW_ANY_CLASS_FLAG
 
 from .changes import common_changes, show_value
 from .executors import LocalExecutor, SlurmExecutor, TimeLimitReached
-from .grid_dir import GridDir, check_run_config, write_run_config
+from .grid_dir import GridDir, check_run_config, finished_elsewhere, run_state, write_run_config
 from .job import BUSY, POST_TRAINING, RunJob, default_train_command, post_training_result, post_training_step
 from .run_summary import FINISHED, last_step
 from .spec import Grid, GridError, Run, load_grid
@@ -110,14 +112,83 @@ class PlannedRun:
     train: bool  # False: training is finished (done or diverged)
     post_training: list[str]  # eval/analysis steps still to run on it
     busy: bool = False  # another process holds the run's lock
+    shared: RunDir | None = None  # the same run trained elsewhere: the run directory becomes a link to it
+
+
+class Twins:
+    """Finds, for a run not started yet, the same run trained elsewhere: a finished run of another grid in the same
+    runs folder, or an earlier run of this grid, whose config has the same identity (Grid.identity: every field's
+    value, seed included). Identical configs are matched as written; others are resolved (a fraction of a second
+    each), and only against candidates of the same seed."""
+
+    def __init__(self, grid: Grid, grid_dir: Path):
+        self.grid = grid
+        self._identities: dict[str, str | None] = {}  # a config as written -> its identity
+        self._elsewhere: dict[int, list[tuple[dict, RunDir]]] = {}  # seed -> finished runs of other grids
+        for trained in finished_elsewhere(Path(grid_dir).parent, GridDir(grid_dir)):
+            config = trained.read_experiment()
+            if config is not None:
+                self._elsewhere.setdefault(config.get("seed_everything"), []).append((config, trained))
+        self._in_grid: dict[str, RunDir] = {}  # identity -> the first run of this grid with it
+
+    def identity(self, config: dict) -> str | None:
+        written = json.dumps(config, sort_keys=True, default=str)
+        if written not in self._identities:
+            self._identities[written] = self.grid.identity(config)
+        return self._identities[written]
+
+    def register(self, run: Run, run_dir: RunDir) -> None:
+        """A run of the grid that exists already (trained here, or through a link): later twins are linked to it."""
+        identity = self.identity(run.config)
+        if identity is not None:
+            self._in_grid.setdefault(identity, run_dir)
+
+    def find(self, run: Run, run_dir: RunDir) -> RunDir | None:
+        """The run to share the not yet started `run` with (None: train it in `run_dir`)."""
+        identity = self.identity(run.config)
+        if identity is None:
+            return None
+        if identity in self._in_grid:
+            return self._in_grid[identity]
+        candidates = self._elsewhere.get(run.config.get("seed_everything"), [])
+        shared = next((trained for config, trained in candidates if config == run.config), None)
+        if shared is None:
+            shared = next((trained for config, trained in candidates if self.identity(config) == identity), None)
+        self._in_grid[identity] = shared or run_dir
+        return shared
 
 
 def plan(grid: Grid, runs: list[Run], grid_dir: Path, post_training: Sequence[str]) -> list[PlannedRun]:
-    """What happens to every run. Refuses (RunConflict) if any existing run directory holds a
-    different config — checked for all runs before anything starts."""
+    """What happens to every run. A run not started whose config another grid of the runs folder (or an earlier cell
+    of this one) already trains is shared with that run, not trained again. Refuses (RunConflict) if any existing
+    run directory holds a different config — checked for all runs before anything starts."""
     conflicts, planned = [], []
+    twins = Twins(grid, grid_dir)
+    own = GridDir(grid_dir).path.resolve()
     for run in runs:
         run_dir = GridDir(grid_dir).run_dir(run.cell, run.seed)
+        if not run_dir.path.exists():  # not started, or a link whose run was deleted since
+            shared = twins.find(run, run_dir)
+        elif run_dir.path.is_symlink():  # shared by an earlier call
+            shared = RunDir(run_dir.path.resolve())
+            twins.register(run, shared)
+        else:
+            shared = None
+            twins.register(run, run_dir)
+        if shared is not None:
+            if run_dir.path.is_symlink():
+                try:
+                    check_run_config(run_dir, run.config, run.name, grid.same_run)
+                except RunConflict as e:
+                    conflicts.append(str(e))
+                    continue
+            # a run of this grid does its own post-training steps; one finished elsewhere gets those it lacks here
+            in_grid = own in shared.path.parents
+            pending = [] if in_grid else [k for k in post_training if run_state(shared) == "done"
+                                          and not post_training_result(k, shared).is_file()]
+            planned.append(PlannedRun(run, run_dir, f"shared: trained as {_trained_as(shared, grid_dir)}",
+                                      False, pending, shared=shared))
+            continue
         try:
             check_run_config(run_dir, run.config, run.name, grid.same_run)
         except RunConflict as e:
@@ -146,6 +217,11 @@ def plan(grid: Grid, runs: list[Run], grid_dir: Path, post_training: Sequence[st
     if conflicts:
         raise RunConflict("\n".join(conflicts))
     return planned
+
+
+def _trained_as(run: RunDir, grid_dir: Path) -> str:
+    """How the plan names the run a link points to: <grid>/<cell>/seed<k> under the runs folder."""
+    return os.path.relpath(run.path, Path(grid_dir).parent)
 
 
 def check_devices(runs: list[Run], pool, gpus_per_run: int) -> None:
@@ -269,6 +345,10 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
 
     GridDir(grid_dir).write_manifest(spec.manifest(), _grid_provenance(spec))
     for p in planned:
+        if p.shared is not None:
+            GridDir(grid_dir).share(p.run.cell, p.run.seed, p.shared)
+        else:
+            GridDir(grid_dir).drop_broken_link(p.run.cell, p.run.seed)  # its run was deleted: it trains here now
         write_run_config(p.run_dir, p.run.config, p.run.name, spec.same_run)
 
     _run_jobs(pool, jobs, outcome, progress)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -114,6 +115,19 @@ class Grid:
                 old.get(section, {}).pop(name, None)
                 new.get(section, {}).pop(name, None)
         return old == new
+
+    def identity(self, config: dict) -> str | None:
+        """What a run computes, as one string: its config with every field's value (defaults included, seed
+        included), where it trains (PLACEMENT) left out. Two runs with the same identity train the same model on the
+        same data order; None for a config that no longer validates (it is only itself)."""
+        try:
+            resolved = self.checker.resolved(config)
+        except (argparse.ArgumentError, ValueError):
+            return None
+        for key in PLACEMENT:
+            section, name = key.split(".")
+            resolved.get(section, {}).pop(name, None)
+        return json.dumps(resolved, sort_keys=True, default=str)
 
     def changes(self) -> dict[str, dict[str, tuple[Any, Any]]]:
         """cell name -> {dotted key: (base value, cell value)} for every field the cell's config sets to another value
