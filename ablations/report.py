@@ -26,6 +26,7 @@ import pandas as pd
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
 from lit_resformer.reporting import atomic_write, markdown_to_html
 
+from .budget import budget_section
 from .changes import common_changes, show_value
 from .claims import counts as claim_counts
 from .claims import evaluate_grid
@@ -139,6 +140,7 @@ def write_report(grid_dir: str | Path) -> Path:
     if sweep is not None:
         doc.raw(scaling_section(sweep, plots_dir=plots_dir, link_base=grid_dir))
     _cost_section(doc, cells, cells_info, done)
+    doc.raw(budget_section(results))
     _zero_shot_section(doc, cells, done)
     _analysis_section(doc, grid_dir, cells, done)
     _runs_section(doc, runs)
