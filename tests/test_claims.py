@@ -182,14 +182,17 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert {v.trained_on for v in verdicts} == {"", "GPU box; not recorded"}
     main(["claims", str(runs / "first"), str(runs / "second")])
     board = capsys.readouterr().out
-    assert board.startswith("| grid | claim | a vs b | metric | Δ (a − b) | 95% CI | n | design | p (one-sided) | "
-                            "p adjusted | verdict | note |")
+    assert board.startswith("| grid | claim | a vs b | metric | paper | Δ (a − b) | 95% CI | n | design | "
+                            "p (one-sided) | p adjusted | verdict | note |")
     mean, low, high = t_interval(EFFECT["better"])
-    row = (f"| second | better ends below vanilla | better vs vanilla | val_loss (lower) | {mean:+.4f} | "
+    row = (f"| second | better ends below vanilla | better vs vanilla | val_loss (lower) | – | {mean:+.4f} | "
            f"[{low:+.4f}, {high:+.4f}] | 3 | paired |")
     assert row in board
     assert "| second | ↳ better trains below vanilla on code |" in board  # a per-domain sub-row
     assert "4 reproduced, 2 contradicted, 2 inconclusive, 0 not tested of 8 claims" in board
+    # each grid's regime: 12 runs of one size (the summaries record no parameters or tokens), final losses 4.55-5.40
+    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; epochs not recorded), final "
+            "validation loss 4.550–5.400 against the references unigram 7.000, no bigram reference logged\n") in board
     assert board.endswith("Where the runs trained:\n- second: GPU box; not recorded\n")
 
     main(["claims", str(runs), "--json"])
@@ -331,7 +334,7 @@ def test_report_has_claims_and_flags_runs_at_the_plateau(tmp_path, monkeypatch):
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "down"}, "direction must be one of ['lower', 'higher']"),
     ({"claim": "c", "a": "better", "b": "better", "metric": "val_loss", "direction": "lower"}, "a and b are both"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "lower", "over": "data.seq_len"},
-     "over applies only to metric critical_point_growth"),
+     "over applies only to metrics ['critical_point_growth', 'val_loss_gap_slope']"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "critical_point_growth", "direction": "higher", "over": "x"},
      "claims[0].over must name a matrix key of this grid (it has no matrix), got 'x'"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "lower", "by": 1}, "unknown field(s) ['by']"),
