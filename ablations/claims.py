@@ -126,7 +126,8 @@ class Verdict:
                 "trained_on": self.trained_on, "regime": self.regime}
 
 
-def _data_seeds(runs: dict[int, RunResult]) -> dict[int, int | None]:
+def data_seeds(runs: dict[int, RunResult]) -> dict[int, int | None]:
+    """seed -> the data order of that seed's run (stats.run_data_seed of its config; None when unknown)."""
     return {seed: run_data_seed(run.config) if run.config else None for seed, run in runs.items()}
 
 
@@ -201,7 +202,7 @@ def _judge_pair(claim: Claim, results: GridResults) -> Verdict:
     seeds = sorted(set(a) & set(b))
     sides = {s: a[s] for s in seeds}, {s: b[s] for s in seeds}
     values = _side_values(claim, *sides)
-    design = seed_design(*(_data_seeds(side) for side in sides))
+    design = seed_design(*(data_seeds(side) for side in sides))
     not_tested = values.not_tested
     if not not_tested and claim.requires == "crossing":
         not_tested = _missing_crossing(results, claim, seeds)
