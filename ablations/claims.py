@@ -116,7 +116,9 @@ class Verdict:
     @property
     def adjustable(self) -> bool:
         """Whether its test enters a family of adjusted p-values: it ran on runs that are evidence, and was tested."""
-        return self.p_two_sided is not None and self.unadjusted != "not tested" and self.evidence
+        # a p-value is NaN when both sides are identical on every seed (no variance): there is no test to adjust
+        return (self.p_two_sided is not None and math.isfinite(self.p_two_sided) and self.unadjusted != "not tested"
+                and self.evidence)
 
     def to_dict(self) -> dict:
         return {"grid": self.grid, "grids": list(self.grids or (self.grid,)), **self.claim.to_dict(),
@@ -146,8 +148,12 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
         notes.append(f"not past the unigram plateau: {', '.join(sorted(stuck))}")
     notes += provenance_note(runs)
     if not per_seed_a or (per_seed_b is not None and not per_seed_b):
-        notes.append("no finished runs")
-        return Verdict(grid, claim, "inconclusive", None, None, None, 0, "; ".join(notes), unadjusted="inconclusive")
+        decided = "not tested" if not_tested else "inconclusive"
+        if not_tested:
+            notes.insert(0, f"not tested: {not_tested}")
+        else:
+            notes.append("no seed gave a value" if runs else "no finished runs")
+        return Verdict(grid, claim, decided, None, None, None, 0, "; ".join(notes), unadjusted=decided)
     if per_seed_b is None:
         two_sided, one_sided = (per_seed_t(list(per_seed_a.values()), alt) for alt in ("two-sided", claimed))
     else:
