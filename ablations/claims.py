@@ -1,15 +1,25 @@
 """The paper's claims judged on a grid's runs, and the scoreboard across grids. The claims are declared in the grid
 file (ablations.claim_spec); a size or token sweep adds its scaling claim (ablations.scaling).
 
-Metrics, from each finished run's summary.json: `val_loss` is the final validation loss (the mean over domains),
+Metrics (ablations.claim_spec), per seed: `val_loss` is the final validation loss (the mean over domains),
 `val_loss/<domain>` one domain's, `train_loss` the final training loss (moving average, `train_loss_window`).
+`at: warmup` takes the value at the first step after warm-up (model.warmup_steps) that every run of the comparison
+logged: an evaluation for val_loss, the smoothed training loss for train_loss ("early in training", as the paper's
+Fig. 14 reads its relative training loss). `at: throughout` takes each run's mean validation loss over the
+evaluations after warm-up, so that a seed's difference is its mean gap over the curve, and the claim is reproduced
+only if, besides the test, the mean gap over seeds is on the claimed side at every one of those evaluations (the
+note names the steps where it is not).
 `critical_point_growth` (paper Fig. 14) is, per seed, the least-squares slope of log2(1 + critical step) against
 log2 of the `over` value, where the critical step is where b's training loss overtakes a's for good
 (`stats.critical_point_growth`, with the grid's critical_point_window); it needs the runs' logged metrics.
+`val_loss_gap_slope` is, per seed, the slope of the final validation-loss gap a - b against log2 of `over`.
+`analysis/<name>` reads the runs' analysis results (`--analyze`), averaged over the middle layers
+(`analysis_value`); without them the claim is not tested. A grid's own `equivalence_saving` claim is not tested
+unless the scaling fit judges that variant.
 
 Design: a comparison is paired by seed only when its runs' data seeds (`stats.run_data_seed` of each run's config)
 say that a seed's two runs share one data order and different seeds have different ones; otherwise it is unpaired
-(Welch's t). A critical-point slope is one estimate per seed (one-sample t). Each verdict carries the two-sided 95%
+(Welch's t). A slope across a matrix key is one estimate per seed (one-sample t). Each verdict carries the two-sided 95%
 t interval of its design, `p_raw` (one-sided, in the claimed direction) and `p_two_sided`.
 
 Verdict (`stats.verdict`, then `stats.adjusted_verdict`):
@@ -19,13 +29,17 @@ Verdict (`stats.verdict`, then `stats.adjusted_verdict`):
                 validation loss is not at least stats.PLATEAU_MARGIN nats below the unigram loss of its validation
                 tokens, or it logged no unigram reference);
   not tested    a precondition failed, with the reason: a run ends above its bigram reference (early training, when
-                the run recorded one), or a claim that `requires: crossing` (SVFormer after vanilla overtakes it)
-                has an SVFormer run that vanilla never overtook in training loss.
+                the run recorded one), a claim that `requires: crossing` (SVFormer after vanilla overtakes it)
+                has an SVFormer run that vanilla never overtook in training loss, or the runs lack what the metric
+                reads (analysis results, an evaluation after warm-up).
 Many comparisons are tested at once, so by chance alone some would pass: the p-values are adjusted for that.
 A grid's report adjusts within the grid (Holm, `p_holm`: no false verdict in the figure with 95% probability);
 the scoreboard adjusts across its distinct claims (Benjamini-Hochberg, `p_bh`: at most 5% of its decisive
 verdicts false on average), and per-domain sub-rows keep their grid's Holm p-value. A sweep's scaling claim is
 judged on the interval of its fitted saving, which has no p-value and so stays out of both adjustments.
+Each verdict carries the paper's own effect (`paper:`) where the claim gives it, and its grid's regime
+(`grid_regime`: parameters, tokens, tokens per parameter, final losses against the unigram and bigram references).
+Claims from outside the paper (`beyond_paper: true`) stand in their own section of the scoreboard.
 A comparison whose runs differ in what they ran on (library versions, device, precision, code version: their
 summaries' provenance) says so in its note.
 """
@@ -33,17 +47,31 @@ summaries' provenance) says so in its note.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import yaml
 
+from lit_resformer.analysis.plots import first_token_ratio
 from lit_resformer.reporting import markdown_table
 
-from .claim_spec import CRITICAL_POINT_GROWTH, Claim
+from .claim_spec import (
+    ANALYSIS_METRICS,
+    ANALYSIS_PREFIX,
+    CRITICAL_POINT_GROWTH,
+    EQUIVALENCE_SAVING,
+    GAP_SLOPE,
+    OVER_METRICS,
+    Claim,
+)
 from .grid_dir import grid_dirs
+from .report_analysis import run_analysis
 from .results import GridResults, RunResult, load_results, provenance_differences, relative_curves
+from .run_summary import TRAIN_LOSS_WINDOW
 from .scaling import PAPER_CLAIMS, ScalingError, analyse_grid
 from .stats import (
     VERDICTS,
@@ -60,7 +88,6 @@ from .stats import (
     verdict,
 )
 
-EQUIVALENCE_SAVING = "equivalence_saving"  # the metric of a sweep's scaling claim
 DOMAIN_PREFIX = "val_loss/"  # per-domain claims: sub-rows of their claim on the scoreboard
 
 
@@ -83,22 +110,26 @@ class Verdict:
     unadjusted: str = ""  # the verdict before adjustment for multiple comparisons
     grids: tuple[str, ...] = ()  # every grid the same comparison was seen in (the scoreboard's rows)
     evidence: bool = True  # every run in the comparison is past the unigram plateau
+    regime: dict = field(default_factory=dict, compare=False)  # the grid's regime (grid_regime)
     runs: tuple | None = field(default=None, compare=False, repr=False)  # identity of the runs compared
 
     @property
     def adjustable(self) -> bool:
         """Whether its test enters a family of adjusted p-values: it ran on runs that are evidence, and was tested."""
-        return self.p_two_sided is not None and self.unadjusted != "not tested" and self.evidence
+        # a p-value is NaN when both sides are identical on every seed (no variance): there is no test to adjust
+        return (self.p_two_sided is not None and math.isfinite(self.p_two_sided) and self.unadjusted != "not tested"
+                and self.evidence)
 
     def to_dict(self) -> dict:
         return {"grid": self.grid, "grids": list(self.grids or (self.grid,)), **self.claim.to_dict(),
                 "verdict": self.verdict, "verdict_unadjusted": self.unadjusted, "design": self.design,
                 "delta": self.delta, "ci_low": self.low, "ci_high": self.high, "n": self.n, "p_raw": self.p_raw,
                 "p_two_sided": self.p_two_sided, "p_holm": self.p_holm, "p_bh": self.p_bh, "note": self.note,
-                "trained_on": self.trained_on}
+                "trained_on": self.trained_on, "regime": self.regime}
 
 
-def _data_seeds(runs: dict[int, RunResult]) -> dict[int, int | None]:
+def data_seeds(runs: dict[int, RunResult]) -> dict[int, int | None]:
+    """seed -> the data order of that seed's run (stats.run_data_seed of its config; None when unknown)."""
     return {seed: run_data_seed(run.config) if run.config else None for seed, run in runs.items()}
 
 
@@ -117,8 +148,12 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
         notes.append(f"not past the unigram plateau: {', '.join(sorted(stuck))}")
     notes += provenance_note(runs)
     if not per_seed_a or (per_seed_b is not None and not per_seed_b):
-        notes.append("no finished runs")
-        return Verdict(grid, claim, "inconclusive", None, None, None, 0, "; ".join(notes), unadjusted="inconclusive")
+        decided = "not tested" if not_tested else "inconclusive"
+        if not_tested:
+            notes.insert(0, f"not tested: {not_tested}")
+        else:
+            notes.append("no seed gave a value" if runs else "no finished runs")
+        return Verdict(grid, claim, decided, None, None, None, 0, "; ".join(notes), unadjusted=decided)
     if per_seed_b is None:
         two_sided, one_sided = (per_seed_t(list(per_seed_a.values()), alt) for alt in ("two-sided", claimed))
     else:
@@ -155,22 +190,148 @@ def evaluate_grid(grid: str | Path | GridResults, sweep: dict | ScalingError | N
     results = grid if isinstance(grid, GridResults) else load_results(grid)
     verdicts = []
     for claim in results.claims:
-        if claim.metric == CRITICAL_POINT_GROWTH:
-            verdicts.append(_judge_growth(claim, results))
-            continue
-        a, b = results.done[claim.a], results.done[claim.b]
-        seeds = sorted(set(a) & set(b))
-        values = {side: {s: v for s in seeds if (v := runs[s].final(claim.metric)) is not None}
-                  for side, runs in (("a", a), ("b", b))}
-        note = "" if values["a"] or not seeds else f"the runs logged no {claim.metric}"
-        in_comparison = [a[s] for s in seeds] + [b[s] for s in seeds]
-        design = seed_design(_data_seeds({s: a[s] for s in seeds}), _data_seeds({s: b[s] for s in seeds}))
-        not_tested = _missing_crossing(results, claim, seeds) if claim.requires == "crossing" else ""
-        judged = judge(claim, values["a"], values["b"], in_comparison, results.name, note, design, not_tested)
-        verdicts.append(replace(judged, runs=_identity(claim, [{s: a[s] for s in seeds}, {s: b[s] for s in seeds}])))
+        if claim.metric in OVER_METRICS:
+            verdicts.append(_judge_over(claim, results))
+        elif claim.metric == EQUIVALENCE_SAVING:
+            verdicts.append(_declared_saving(claim, results))
+        else:
+            verdicts.append(_judge_pair(claim, results))
     if results.report_settings.get("scaling"):
         verdicts.extend(_scaling_verdicts(results, sweep))
-    return [replace(v, trained_on=results.trained_on) for v in _adjust(verdicts, holm, "p_holm")]
+    regime = grid_regime(results)
+    return [replace(v, trained_on=results.trained_on, regime=regime) for v in _adjust(verdicts, holm, "p_holm")]
+
+
+def _judge_pair(claim: Claim, results: GridResults) -> Verdict:
+    """A comparison of two cells over the seeds both finished, on per-seed values (`_side_values`)."""
+    a, b = results.done[claim.a], results.done[claim.b]
+    seeds = sorted(set(a) & set(b))
+    sides = {s: a[s] for s in seeds}, {s: b[s] for s in seeds}
+    values = _side_values(claim, *sides)
+    design = seed_design(*(data_seeds(side) for side in sides))
+    not_tested = values.not_tested
+    if not not_tested and claim.requires == "crossing":
+        not_tested = _missing_crossing(results, claim, seeds)
+    judged = judge(claim, values.a, values.b, [*sides[0].values(), *sides[1].values()], results.name,
+                   "; ".join(values.notes), design, not_tested)
+    if values.against and judged.unadjusted == "reproduced":  # the mean holds, not every point of the curve
+        judged = replace(judged, verdict="inconclusive", unadjusted="inconclusive")
+    return replace(judged, runs=_identity(claim, sides))
+
+
+@dataclass(frozen=True)
+class SideValues:
+    """Per-seed values of a claim's two cells, what to say about them, and what keeps the claim from a verdict."""
+
+    a: dict[int, float]
+    b: dict[int, float]
+    notes: list[str]
+    not_tested: str = ""  # a precondition that failed ("" when none did)
+    against: bool = False  # a point of the curve where the claimed side does not hold (at: throughout)
+
+
+def _side_values(claim: Claim, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
+    """The per-seed values a claim is judged on: the runs' final metric (`at` end), the value at the end of warm-up,
+    the mean over the validation curve after warm-up (`at: throughout`), or an analysis metric."""
+    if claim.metric.startswith(ANALYSIS_PREFIX):
+        return _analysis_values(claim.metric.removeprefix(ANALYSIS_PREFIX), a, b)
+    if claim.at in ("warmup", "throughout"):
+        return _curve_values(claim, a, b)
+    values = [{s: v for s, run in side.items() if (v := run.final(claim.metric)) is not None} for side in (a, b)]
+    notes = [] if values[0] or not a else [f"the runs logged no {claim.metric}"]
+    return SideValues(*values, notes)
+
+
+def _warmup_steps(runs: Iterable[RunResult]) -> int:
+    """The longest warm-up of the runs (model.warmup_steps of their configs; 0 when none is recorded)."""
+    return max((int(((r.config or {}).get("model") or {}).get("warmup_steps") or 0) for r in runs), default=0)
+
+
+def _curve_values(claim: Claim, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
+    """`at: warmup`: each run's value at the first step after warm-up that every run of the comparison logged
+    (an evaluation for val_loss; the smoothed training loss for train_loss). `at: throughout`: each run's mean
+    validation loss over the evaluations after warm-up that every run logged, so a seed's a - b is its mean gap
+    over the curve; and the mean gap over seeds at each of those evaluations must be on the claimed side for the
+    claim to be reproduced (the steps where it is not are named)."""
+    runs = [*a.values(), *b.values()]
+    if not runs:
+        return SideValues({}, {}, [])
+    warmup = _warmup_steps(runs)
+
+    def curve(run: RunResult) -> pd.Series:
+        return run.train_curve(TRAIN_LOSS_WINDOW) if claim.metric == "train_loss" else run.val_curve()
+
+    curves = {id(run): curve(run) for run in runs}
+    # after warm-up, and never the untrained model's evaluation at step 0
+    steps = sorted(set.intersection(*(set(c.index) for c in curves.values())) - {0})
+    steps = [s for s in steps if s >= warmup]
+    what = "evaluation" if claim.metric == "val_loss" else "logged step"
+    if not steps:
+        return SideValues({}, {}, [], f"no {what} after warm-up (step {warmup}) that every run logged")
+    if claim.at == "warmup":
+        step = steps[0]
+        values = [{s: float(curves[id(run)][step]) for s, run in side.items()} for side in (a, b)]
+        return SideValues(*values, [f"at step {step} (warm-up ends at {warmup})"])
+    values = [{s: float(curves[id(run)][steps].mean()) for s, run in side.items()} for side in (a, b)]
+    gaps = {step: np.mean([curves[id(r)][step] for r in a.values()]) - np.mean([curves[id(r)][step] for r in b.values()])
+            for step in steps}
+    claimed = -1 if claim.direction == "lower" else 1
+    against = [step for step, gap in gaps.items() if claimed * gap <= 0]
+    notes = [f"mean over {len(steps)} evaluations, steps {steps[0]}-{steps[-1]} (warm-up ends at {warmup})"]
+    if against:
+        notes.append("not " + claim.direction + " at step(s) " + ", ".join(
+            f"{step} ({gaps[step]:+.4f})" for step in against))
+    return SideValues(*values, notes, against=bool(against))
+
+
+def _analysis_values(name: str, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
+    """Each run's analysis metric `name` (claim_spec.ANALYSIS_METRICS), the mean over its middle layers; not tested
+    when a run has no analysis results or lacks the metric."""
+    values: list[dict[int, float]] = [{}, {}]
+    missing = []
+    for side, runs in enumerate((a, b)):
+        for seed, run in runs.items():
+            value = analysis_value(run_analysis(run.run.path), name)
+            if value is None:
+                missing.append(run.name)
+            else:
+                values[side][seed] = value
+    if missing:
+        return SideValues({}, {}, [], f"no analysis results with {name} for {', '.join(missing)} (run the grid with "
+                                      "--analyze, or `lit-resformer analyze` on its runs)")
+    return SideValues(*values, ["mean over the middle layers (all but the first and the last)"])
+
+
+def analysis_value(result: dict | None, name: str) -> float | None:
+    """One run's analysis metric: the per-layer curve (ANALYSIS_METRICS) averaged over the middle layers, where the
+    paper's concentration is (Figs. 1, 2, 12): every layer but the first and the last (all layers of a model with
+    two or fewer); None when the result lacks it."""
+    if result is None:
+        return None
+    if name.startswith("first_token_"):
+        kind = name.removeprefix("first_token_")
+        curve = first_token_ratio(result, kind) if f"{kind}_first" in result else None
+    else:
+        curve = result.get(name)
+    if not curve:
+        return None
+    middle = curve[1:-1] if len(curve) > 2 else curve
+    finite = [v for v in middle if v is not None and math.isfinite(v)]
+    return float(np.mean(finite)) if finite else None
+
+
+def _declared_saving(claim: Claim, results: GridResults) -> Verdict:
+    """A grid's own equivalence-saving claim (e.g. SVFormer's parameter increase): the scaling fit
+    (ablations.scaling) judges only the paper's claim for the sweep (PAPER_CLAIMS), so any other is not tested."""
+    kind = results.report_settings.get("scaling")
+    judged_variant = PAPER_CLAIMS[kind][0] if kind in PAPER_CLAIMS else None
+    if judged_variant is None:
+        reason = "this grid is not a size or token sweep (report.scaling)"
+    else:
+        reason = (f"needs an {claim.a} size-ladder fit: the scaling fit (ablations.scaling) judges only "
+                  f"{judged_variant}'s saving")
+    return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {reason}",
+                   unadjusted="not tested")
 
 
 def _adjust(verdicts: list[Verdict], method, field_name: str) -> list[Verdict]:
@@ -195,7 +356,7 @@ def _identity(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> tuple | No
         if any(config is None for config in resolved):
             return None
         configs.append(tuple(sorted(json.dumps(config, sort_keys=True) for config in resolved)))
-    return (claim.metric, claim.direction, claim.over, *configs)
+    return (claim.metric, claim.direction, claim.over, claim.at, *configs)
 
 
 def _resolved_config(run: RunResult) -> dict | None:
@@ -259,7 +420,11 @@ def _scaling_verdicts(results: GridResults, sweep: dict | ScalingError | None) -
             for r in sweep["claims"]]
 
 
-def _judge_growth(claim: Claim, results: GridResults) -> Verdict:
+def _judge_over(claim: Claim, results: GridResults) -> Verdict:
+    """A claim across a matrix key (`over`): one estimate per seed from that seed's runs at every matrix point,
+    then the one-sample t over seeds. critical_point_growth: the slope of log2(1 + critical step) against
+    log2(over) (stats.critical_point_growth); val_loss_gap_slope: the least-squares slope of the final validation
+    loss gap a - b against log2(over) (below zero: a gains on b as `over` grows)."""
     window = results.report_settings.get("critical_point_window", 10)
     cells = results.manifest["cells"]
     pairs = {}  # value of `over` -> (a cell, b cell) at the same matrix point
@@ -269,6 +434,14 @@ def _judge_growth(claim: Claim, results: GridResults) -> Verdict:
             pairs[cell["coords"][claim.over]] = (cell["name"], twin)
     runs = {name: results.done[name] for pair in pairs.values() for name in pair}
     seeds = sorted(set.intersection(*(set(r) for r in runs.values())))
+    estimates, notes = (_growth_slopes if claim.metric == CRITICAL_POINT_GROWTH else _gap_slopes)(pairs, runs, seeds,
+                                                                                                   window)
+    in_comparison = [runs[name][s] for name in runs for s in seeds]
+    judged = judge(claim, estimates, None, in_comparison, results.name, "; ".join(notes))
+    return replace(judged, runs=_identity(claim, [{s: runs[name][s] for s in seeds} for name in sorted(runs)]))
+
+
+def _growth_slopes(pairs: dict, runs: dict, seeds: list[int], window: int) -> tuple[dict[int, float], list[str]]:
     slopes, censored, left_out = {}, [], []
     for seed in seeds:
         points = [(value, relative_curves({seed: runs[a][seed]}, {seed: runs[b][seed]}, window)[seed])
@@ -286,9 +459,20 @@ def _judge_growth(claim: Claim, results: GridResults) -> Verdict:
                      "as a lower bound)")
     if left_out:
         notes.append(f"left out {', '.join(left_out)}: no critical point at a short length, or no training curve")
-    in_comparison = [runs[name][s] for name in runs for s in seeds]
-    judged = judge(claim, slopes, None, in_comparison, results.name, "; ".join(notes))
-    return replace(judged, runs=_identity(claim, [{s: runs[name][s] for s in seeds} for name in sorted(runs)]))
+    return slopes, notes
+
+
+def _gap_slopes(pairs: dict, runs: dict, seeds: list[int], window: int) -> tuple[dict[int, float], list[str]]:
+    slopes, left_out = {}, []
+    for seed in seeds:
+        points = [(math.log2(value), runs[a][seed].final("val_loss"), runs[b][seed].final("val_loss"))
+                  for value, (a, b) in sorted(pairs.items())]
+        if any(va is None or vb is None for _, va, vb in points):
+            left_out.append(f"seed{seed}")
+            continue
+        slopes[seed] = float(np.polyfit([x for x, _, _ in points], [va - vb for _, va, vb in points], 1)[0])
+    notes = [f"left out {', '.join(left_out)}: a run logged no final validation loss"] if left_out else []
+    return slopes, notes
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,17 +518,18 @@ def _fmt_p(value: float | None) -> str:
 
 
 def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the scoreboard (the report's Claims section leaves out the grid column). "p adjusted" is
-    the scoreboard's Benjamini-Hochberg p where it has one, else the grid's Holm p."""
-    header = ["claim", "a vs b", "metric", "Δ (a − b)", "95% CI", "n", "design", "p (one-sided)", "p adjusted",
-              "verdict", "note"]
+    """Header and rows of the scoreboard (the report's Claims section leaves out the grid column): the paper's
+    effect beside ours. "p adjusted" is the scoreboard's Benjamini-Hochberg p where it has one, else the grid's
+    Holm p."""
+    header = ["claim", "a vs b", "metric", "paper", "Δ (a − b)", "95% CI", "n", "design", "p (one-sided)",
+              "p adjusted", "verdict", "note"]
     rows = []
     for v in verdicts:
         interval = "–" if v.low is None else f"[{_fmt(v.low)}, {_fmt(v.high)}]"
         label = f"↳ {v.claim.claim}" if is_sub_row(v) else v.claim.claim
-        rows.append([label, f"{v.claim.a} vs {v.claim.b}", _metric_label(v.claim), _fmt(v.delta), interval,
-                     str(v.n), v.design or "–", _fmt_p(v.p_raw), _fmt_p(v.p_bh if v.p_bh is not None else v.p_holm),
-                     f"**{v.verdict}**", v.note])
+        rows.append([label, f"{v.claim.a} vs {v.claim.b}", _metric_label(v.claim), v.claim.paper or "–",
+                     _fmt(v.delta), interval, str(v.n), v.design or "–", _fmt_p(v.p_raw),
+                     _fmt_p(v.p_bh if v.p_bh is not None else v.p_holm), f"**{v.verdict}**", v.note])
     if not with_grid:
         return header, rows
     return ["grid", *header], [[", ".join(v.grids or (v.grid,)), *row] for v, row in zip(verdicts, rows, strict=True)]
@@ -353,15 +538,30 @@ def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str
 def _metric_label(claim: Claim) -> str:
     if claim.metric == CRITICAL_POINT_GROWTH:
         return f"slope of log2 critical step vs log2 {claim.over} ({claim.direction})"
+    if claim.metric == GAP_SLOPE:
+        return f"slope of final val_loss gap (a − b) vs log2 {claim.over} ({claim.direction})"
     if claim.metric == EQUIVALENCE_SAVING:
-        return "fitted equivalence saving, fraction (higher)"
-    return f"{claim.metric} ({claim.direction})"
+        return f"fitted equivalence saving, fraction ({claim.direction})"
+    if claim.metric.startswith(ANALYSIS_PREFIX):
+        return (f"{claim.metric}, middle layers: {ANALYSIS_METRICS[claim.metric.removeprefix(ANALYSIS_PREFIX)]} "
+                f"({claim.direction})")
+    where = {"warmup": " at the end of warm-up", "throughout": " at every evaluation after warm-up"}.get(claim.at, "")
+    return f"{claim.metric}{where} ({claim.direction})"
 
 
 def markdown(verdicts: Sequence[Verdict]) -> str:
-    """The scoreboard as a markdown table, a count of each verdict and where each grid's runs trained (grids
-    merged from exports; runs from different machines may differ in corpus and numerics, so pair within a grid)."""
-    text = markdown_table(*table(verdicts)) + "\n" + counts(verdicts) + "\n"
+    """The scoreboard as markdown: the paper's claims, then the claims beyond the paper in their own section, each
+    table with a count of each verdict; the regime of each grid; and where each grid's runs trained (grids merged
+    from exports; runs from different machines may differ in corpus and numerics, so pair within a grid)."""
+    paper = [v for v in verdicts if not v.claim.beyond_paper]
+    beyond = [v for v in verdicts if v.claim.beyond_paper]
+    text = markdown_table(*table(paper)) + "\n" + counts(paper) + "\n"
+    if beyond:
+        text += ("\nClaims beyond the paper (other published results and our own questions; in the same "
+                 "Benjamini-Hochberg family):\n\n" + markdown_table(*table(beyond)) + "\n" + counts(beyond) + "\n")
+    regimes = {v.grid: v.regime for v in verdicts if v.regime}
+    if regimes:
+        text += "\nRegime of each grid:\n" + "".join(f"- {grid}: {regime_text(r)}\n" for grid, r in regimes.items())
     places = {v.grid: v.trained_on for v in verdicts if v.trained_on}
     if places:
         text += "\nWhere the runs trained:\n" + "".join(f"- {grid}: {where}\n" for grid, where in places.items())
@@ -373,3 +573,64 @@ def counts(verdicts: Sequence[Verdict]) -> str:
     claims = [v for v in verdicts if not is_sub_row(v)]
     tally = ", ".join(f"{sum(v.verdict == name for v in claims)} {name}" for name in VERDICTS)
     return f"{tally} of {len(claims)} claims (per-domain sub-rows not counted)."
+
+
+# ----------------------------------------------------------------------------------------------
+# the regime a grid's claims are judged in
+
+
+def grid_regime(results: GridResults) -> dict:
+    """Where a grid's finished runs stand, so a verdict is read in its regime: the ranges over runs of parameters,
+    training tokens, tokens per parameter and final validation loss, and the mean unigram and bigram references
+    of their validation tokens with how many runs end below the bigram one. Epochs need the training split's size,
+    which runs do not record, so they are None. {} for a grid with no finished runs."""
+    runs = [r for by_seed in results.done.values() for r in by_seed.values()]
+    if not runs:
+        return {}
+
+    def span(values: Iterable[float | None]) -> list[float] | None:
+        present = [float(v) for v in values if v is not None]
+        return [min(present), max(present)] if present else None
+
+    def mean(values: Iterable[float | None]) -> float | None:
+        present = [float(v) for v in values if v is not None]
+        return float(np.mean(present)) if present else None
+
+    params = {r.name: r.summary.get("params") for r in runs}
+    tokens = {r.name: r.summary.get("tokens_seen") for r in runs}
+    with_bigram = [r for r in runs if r.bigram_loss is not None and r.final("val_loss") is not None]
+    return {
+        "runs": len(runs),
+        "params": span(params.values()),
+        "tokens": span(tokens.values()),
+        "tokens_per_param": span(tokens[n] / params[n] for n in params if tokens[n] and params[n]),
+        "epochs": None,
+        "final_val_loss": span(r.final("val_loss") for r in runs),
+        "unigram_loss": mean(r.unigram_loss for r in runs),
+        "bigram_loss": mean(r.bigram_loss for r in runs),
+        "below_bigram": sum(r.final("val_loss") < r.bigram_loss for r in with_bigram),
+        "with_bigram": len(with_bigram),
+    }
+
+
+def regime_text(regime: dict) -> str:
+    """A grid's regime in one line (grid_regime)."""
+
+    def span(key: str, fmt) -> str:
+        low, high = regime.get(key) or (None, None)
+        if low is None:
+            return "–"
+        return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}–{fmt(high)}"
+
+    def millions(x: float) -> str:
+        return f"{x / 1e6:.2f}M"
+
+    references = f"unigram {regime['unigram_loss']:.3f}" if regime.get("unigram_loss") is not None else "no unigram"
+    if regime.get("bigram_loss") is not None:
+        references += (f", bigram {regime['bigram_loss']:.3f} ({regime['below_bigram']} of {regime['with_bigram']} "
+                       "runs end below it)")
+    else:
+        references += ", no bigram reference logged"
+    return (f"{regime['runs']} runs, {span('params', millions)} parameters, {span('tokens', millions)} training tokens "
+            f"({span('tokens_per_param', lambda x: f'{x:.2f}')} tokens per parameter; epochs not recorded), final "
+            f"validation loss {span('final_val_loss', lambda x: f'{x:.3f}')} against the references {references}")

@@ -1,8 +1,9 @@
 """write_report(grid_dir): report.md and a self-contained index.html (PNG plots embedded as base64,
 and also saved under plots/) for one grid's runs.
 
-Sections: final losses (mean ± std over seeds, paired difference to the baseline with a 95% t interval),
-the verdicts on the grid's claims (ablations.claims), relative training loss against the baseline
+Sections: final losses (mean ± std over seeds, difference to the baseline with a 95% t interval in the seed
+design of ablations.stats.seed_design), the verdicts on the grid's claims (ablations.claims) with the grid's regime,
+relative training loss against the baseline
 smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domain (Table 5 form), critical
 points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), the final gap against
 training length (Fig. 7, left), scaling laws and equivalence savings for sweep grids (ablations.scaling), cost
@@ -29,13 +30,13 @@ from lit_resformer.reporting import atomic_write, markdown_to_html
 from .budget import budget_section
 from .changes import common_changes, show_value
 from .claims import counts as claim_counts
-from .claims import evaluate_grid
+from .claims import data_seeds, evaluate_grid, grid_regime, regime_text
 from .claims import table as claims_table
 from .document import Document, Plotter
 from .results import GridResults, RunResult, load_results, relative_curves
 from .run_summary import TRAIN_LOSS_WINDOW
 from .scaling import report_analysis, scaling_section
-from .stats import PLATEAU_MARGIN, Difference, critical_point, mean_std, paired_difference, plateau_gap
+from .stats import PLATEAU_MARGIN, SeedTest, compare_seeds, critical_point, mean_std, plateau_gap, seed_design
 
 RELATIVE_WINDOWS = (10, 100)
 
@@ -57,12 +58,22 @@ def _fmt_mean_std(values: list[float], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
 
 
-def _fmt_difference(diff: Difference | None) -> str:
+def _fmt_difference(diff: SeedTest | None) -> str:
     if diff is None:
         return "–"
     if diff.low is None:
-        return f"{diff.mean:+.4f} (n={diff.n}, no CI)"
-    return f"{diff.mean:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] (n={diff.n})"
+        return f"{diff.estimate:+.4f} (n={diff.n}, {diff.design}, no CI)"
+    return f"{diff.estimate:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] (n={diff.n}, {diff.design})"
+
+
+def _versus_baseline(results: GridResults, finals: dict[str, dict[int, float]], cell: str, base: str) -> SeedTest | None:
+    """cell - base on their final values with a two-sided 95% t interval, paired by seed only where a seed's two
+    runs share a data order that differs between seeds (stats.seed_design), else unpaired (Welch); None when a
+    side has no value."""
+    if not finals[cell] or not finals[base]:
+        return None
+    design = seed_design(data_seeds(results.done[cell]), data_seeds(results.done[base]))
+    return compare_seeds(finals[cell], finals[base], design)
 
 
 def _fmt_int(value: float | None) -> str:
@@ -130,13 +141,13 @@ def write_report(grid_dir: str | Path) -> Path:
     sweep = report_analysis(results)
 
     _cells_section(doc, manifest)
-    _final_table(doc, cells, cells_info, done, final_train, final_val)
-    _claims_section(doc, evaluate_grid(results, sweep))
+    _final_table(doc, results, final_train, final_val)
+    _claims_section(doc, evaluate_grid(results, sweep), grid_regime(results))
     unigram = _unigram_reference(results)
     _relative_section(doc, plotter, cells, cells_info, done, unigram)
     _validation_section(doc, plotter, cells, cells_info, done, unigram)
     _critical_section(doc, plotter, manifest, cells, cells_info, done)
-    _training_length_section(doc, plotter, manifest, cells, cells_info, final_train, final_val)
+    _training_length_section(doc, plotter, results, final_train, final_val)
     if sweep is not None:
         doc.raw(scaling_section(sweep, plots_dir=plots_dir, link_base=grid_dir))
     _cost_section(doc, cells, cells_info, done)
@@ -185,25 +196,26 @@ def _cells_section(doc, manifest) -> None:
                    for cell, own in changes.items()])
 
 
-def _final_table(doc, cells, cells_info, done, final_train, final_val) -> None:
+def _final_table(doc, results: GridResults, final_train, final_val) -> None:
     doc.heading(2, "Final losses")
     doc.text(
         f"Final training loss is the moving average over the last {TRAIN_LOSS_WINDOW} logged steps; "
         "validation loss is the last evaluation. Values are mean ± standard deviation over seeds. "
-        "Δ is cell minus its baseline, paired by seed, with a 95% confidence interval from the t "
-        "distribution with n − 1 degrees of freedom (n = seeds finished in both). Negative is better."
+        "Δ is cell minus its baseline with a 95% t interval: paired by seed (n − 1 degrees of freedom, n = seeds "
+        "finished in both) when a seed's two runs share a data order that differs between seeds, else unpaired "
+        "(Welch's t; n = the smaller side). Negative is better."
     )
     rows = []
-    for cell in cells:
-        base = cells_info[cell]["baseline"]
+    for cell in results.cells:
+        base = results.cell_info[cell]["baseline"]
         is_base = cell == base
         rows.append([
             cell + (" (baseline)" if is_base else ""),
-            str(len(done[cell])),
+            str(len(results.done[cell])),
             _fmt_mean_std(list(final_train[cell].values())),
             _fmt_mean_std(list(final_val[cell].values())),
-            "" if is_base else _fmt_difference(paired_difference(final_train[cell], final_train[base])),
-            "" if is_base else _fmt_difference(paired_difference(final_val[cell], final_val[base])),
+            "" if is_base else _fmt_difference(_versus_baseline(results, final_train, cell, base)),
+            "" if is_base else _fmt_difference(_versus_baseline(results, final_val, cell, base)),
         ])
     doc.table(["cell", "n", "final train loss", "final val loss", "Δ train vs baseline", "Δ val vs baseline"], rows)
 
@@ -334,10 +346,13 @@ def _unigram_reference(results: GridResults) -> tuple[str, float] | None:
     return None if mean is None else (f"unigram loss ({mean:.3f})", mean)
 
 
-def _claims_section(doc, verdicts) -> None:
+def _claims_section(doc, verdicts, regime: dict) -> None:
     if not verdicts:
         return
     doc.heading(2, "Claims")
+    if regime:
+        doc.text(f"Regime: {regime_text(regime)}. A claim about the paper's 82M-468M models trained on 20B tokens "
+                 "is judged here in this regime only.")
     doc.text(
         "The paper's claims for this figure (listed in the grid file), judged on the finished runs, paired by seed "
         "only when a seed's two runs share a data order that differs between seeds, else unpaired (Welch): "
@@ -350,6 +365,7 @@ def _claims_section(doc, verdicts) -> None:
         "at once lets some pass by chance, so a decisive verdict also needs its p-value, adjusted for the figure's "
         "other claims (Holm), below 0.05."
     )
+    doc.text("`paper` gives the paper's own effect where it states one (for a claim beyond the paper, its source's).")
     doc.table(*claims_table(verdicts, with_grid=False))
     doc.text(claim_counts(verdicts))
 
@@ -459,28 +475,29 @@ def _runs_section(doc, runs) -> None:
 TRAINING_LENGTH = "trainer.max_steps"
 
 
-def _training_length_section(doc, plotter, manifest, cells, cells_info, final_train, final_val) -> None:
+def _training_length_section(doc, plotter, results: GridResults, final_train, final_val) -> None:
     """For cells x matrix grids over trainer.max_steps: each cell family's final loss minus its baseline's at
-    the same length (paired by seed, 95% t interval) against the training length."""
-    if TRAINING_LENGTH not in (manifest.get("matrix_keys") or []):
+    the same length (95% t interval in the seed design) against the training length."""
+    if TRAINING_LENGTH not in (results.manifest.get("matrix_keys") or []):
         return
-    gaps: dict[str, dict[str, dict[int, Difference]]] = {"validation": {}, "training": {}}
+    gaps: dict[str, dict[str, dict[int, SeedTest]]] = {"validation": {}, "training": {}}
     colors = {}
-    for cell in cells:
-        info, base = cells_info[cell], cells_info[cell]["baseline"]
+    for cell in results.cells:
+        info, base = results.cell_info[cell], results.cell_info[cell]["baseline"]
         length, family = info["coords"].get(TRAINING_LENGTH), info["family"]
         if cell == base or length is None or family is None:
             continue
         colors.setdefault(family, plotter.colors.get(cell))
         for metric, finals in (("validation", final_val), ("training", final_train)):
-            if (diff := paired_difference(finals[cell], finals[base])) is not None:
+            if (diff := _versus_baseline(results, finals, cell, base)) is not None:
                 gaps[metric].setdefault(family, {})[length] = diff
     if not any(gaps.values()):
         return
     doc.heading(2, "Gap against training length")
     doc.text(
         "Each cell's final loss minus its baseline's at the same number of training steps (the whole schedule "
-        "rescaled to that length), paired by seed, with a 95% t interval (paper Fig. 7, left). Below zero the "
+        "rescaled to that length), with a 95% t interval in the seed design (paired only where a seed's two runs "
+        "share a data order that differs between seeds, else Welch's; paper Fig. 7, left). Below zero the "
         "cell is ahead at that length."
     )
     points = sorted({(f, x) for by_family in gaps.values() for f, by_x in by_family.items() for x in by_x},
@@ -496,9 +513,9 @@ def _training_length_section(doc, plotter, manifest, cells, cells_info, final_tr
         for family, by_length in by_family.items():
             lengths = sorted(by_length)
             diffs = [by_length[x] for x in lengths]
-            means = np.array([d.mean for d in diffs])
-            below = means - np.array([d.mean if d.low is None else d.low for d in diffs])
-            above = np.array([d.mean if d.high is None else d.high for d in diffs]) - means
+            means = np.array([d.estimate for d in diffs])
+            below = means - np.array([d.estimate if d.low is None else d.low for d in diffs])
+            above = np.array([d.estimate if d.high is None else d.high for d in diffs]) - means
             ax.errorbar(lengths, means, yerr=[below, above], marker="o", capsize=3, label=family, color=colors[family])
         ax.set_xscale("log")
         ax.set_xticks(sorted({x for _, x in points}), [f"{x:,}" for x in sorted({x for _, x in points})])

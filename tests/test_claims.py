@@ -182,14 +182,17 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert {v.trained_on for v in verdicts} == {"", "GPU box; not recorded"}
     main(["claims", str(runs / "first"), str(runs / "second")])
     board = capsys.readouterr().out
-    assert board.startswith("| grid | claim | a vs b | metric | Δ (a − b) | 95% CI | n | design | p (one-sided) | "
-                            "p adjusted | verdict | note |")
+    assert board.startswith("| grid | claim | a vs b | metric | paper | Δ (a − b) | 95% CI | n | design | "
+                            "p (one-sided) | p adjusted | verdict | note |")
     mean, low, high = t_interval(EFFECT["better"])
-    row = (f"| second | better ends below vanilla | better vs vanilla | val_loss (lower) | {mean:+.4f} | "
+    row = (f"| second | better ends below vanilla | better vs vanilla | val_loss (lower) | – | {mean:+.4f} | "
            f"[{low:+.4f}, {high:+.4f}] | 3 | paired |")
     assert row in board
     assert "| second | ↳ better trains below vanilla on code |" in board  # a per-domain sub-row
     assert "4 reproduced, 2 contradicted, 2 inconclusive, 0 not tested of 8 claims" in board
+    # each grid's regime: 12 runs of one size (the summaries record no parameters or tokens), final losses 4.55-5.40
+    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; epochs not recorded), final "
+            "validation loss 4.550–5.400 against the references unigram 7.000, no bigram reference logged\n") in board
     assert board.endswith("Where the runs trained:\n- second: GPU box; not recorded\n")
 
     main(["claims", str(runs), "--json"])
@@ -309,7 +312,8 @@ def test_report_has_claims_and_flags_runs_at_the_plateau(tmp_path, monkeypatch):
     report = (grid_dir / "report.md").read_text()
 
     claims = report[report.index("## Claims"):]
-    assert "| better ends below vanilla | better vs vanilla | val_loss (lower) |" in claims
+    assert "Regime: 12 runs, – parameters, – training tokens" in claims  # the summaries record neither
+    assert "| better ends below vanilla | better vs vanilla | val_loss (lower) | – |" in claims
     assert "**contradicted**" in claims and "**inconclusive**" in claims
     assert "not past the unigram plateau: same/seed2" in claims
     runs = report[report.index("## Runs"):]
@@ -331,7 +335,7 @@ def test_report_has_claims_and_flags_runs_at_the_plateau(tmp_path, monkeypatch):
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "down"}, "direction must be one of ['lower', 'higher']"),
     ({"claim": "c", "a": "better", "b": "better", "metric": "val_loss", "direction": "lower"}, "a and b are both"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "lower", "over": "data.seq_len"},
-     "over applies only to metric critical_point_growth"),
+     "over applies only to metrics ['critical_point_growth', 'val_loss_gap_slope']"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "critical_point_growth", "direction": "higher", "over": "x"},
      "claims[0].over must name a matrix key of this grid (it has no matrix), got 'x'"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "lower", "by": 1}, "unknown field(s) ['by']"),
@@ -392,14 +396,15 @@ def test_a_claim_naming_two_families_of_a_matrix_grid_is_judged_at_every_point()
 
 def test_committed_results_keep_their_verdicts_deltas_and_intervals():
     """`lit-resformer claims docs/results` as recorded in tests/data: every distinct comparison once with the grids
-    it was seen in, the same verdict, design, Δ, interval, n and raw and adjusted p-values, in the same order."""
+    it was seen in, the same verdict, design, paper's effect, Δ, interval, n and raw and adjusted p-values, in the
+    same order."""
     recorded = json.loads((REPO / "tests/data/claims-docs-results.json").read_text())
     fields = recorded["fields"]
-    now = [[list(v.grids), v.claim.claim, v.verdict, v.design, v.delta, v.low, v.high, v.n, v.p_raw, v.p_holm, v.p_bh]
-           for v in scoreboard([REPO / "docs/results"])]
-    assert [row[:4] for row in now] == [row[:4] for row in recorded["rows"]]
+    now = [[list(v.grids), v.claim.claim, v.verdict, v.design, v.claim.paper, v.delta, v.low, v.high, v.n, v.p_raw,
+            v.p_holm, v.p_bh] for v in scoreboard([REPO / "docs/results"])]
+    assert [row[:5] for row in now] == [row[:5] for row in recorded["rows"]]
     for row, before in zip(now, recorded["rows"], strict=True):
-        for name, value, expected in zip(fields[4:], row[4:], before[4:], strict=True):
+        for name, value, expected in zip(fields[5:], row[5:], before[5:], strict=True):
             assert value == (expected if expected is None else pytest.approx(expected, rel=1e-9, abs=1e-15)), (
                 row[:2], name)
     # the claims about SVFormer after vanilla overtakes it are untested: no committed run reaches the crossing
@@ -439,3 +444,179 @@ def test_claims_note_comparisons_whose_runs_ran_on_different_things(tmp_path):
 def markdown_rows(text: str, heading: str) -> list[str]:
     return [line for line in text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0].splitlines()
             if line.startswith("|")]
+
+
+def write_val_curve(run: Path, train: list[float], val: dict[int, float]) -> None:
+    """(Re)write a run's metrics: a training loss per step and validation losses at some steps."""
+    (run / "csv/version_0").mkdir(parents=True, exist_ok=True)
+    with open(run / "csv/version_0/metrics.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", "train/loss", "val/loss"])
+        writer.writerows([step, loss, ""] for step, loss in enumerate(train))
+        writer.writerows([step, "", loss] for step, loss in val.items())
+
+
+def curve_grid(tmp_path: Path, claim: dict, gaps: dict[int, list[float]], warmup: int = 10) -> Path:
+    """Two cells over three seeds; `gaps` gives, per evaluation step, a − b on each seed (b = vanilla)."""
+    grid_dir = grid_dir_from(tmp_path, "curve", {
+        "baseline": "vanilla", "seeds": [0, 1, 2], "cells": {"vanilla": {}, "better": {"model.lr": 1e-3}},
+        "claims": [{"claim": "better ahead", "a": "better", "b": "vanilla", **claim}]})
+    for seed, base in VANILLA.items():
+        vanilla = {step: base + 1.0 - step / 100 for step in [0, *gaps]}  # step 0: the untrained model, left out
+        train = [6.0 - 0.01 * s for s in range(max(gaps) + 1)]
+        for cell, shift in (("vanilla", {}), ("better", {step: gap[seed] for step, gap in gaps.items()})):
+            run = write_summary(grid_dir, cell, seed, vanilla[max(gaps)] + shift.get(max(gaps), 0.0))
+            write_val_curve(run, [t + shift.get(s, 0.0) for s, t in enumerate(train)],
+                            {step: v + shift.get(step, 0.0) for step, v in vanilla.items()})
+            config = yaml.safe_load((run / "experiment.yaml").read_text())
+            config["model"]["warmup_steps"] = warmup
+            (run / "experiment.yaml").write_text(yaml.safe_dump(config))
+    return grid_dir
+
+
+def test_a_claim_throughout_training_is_judged_on_every_evaluation_after_warmup(tmp_path):
+    """`at: throughout`: each seed's mean gap over the evaluations after warm-up (step 5 is inside the warm-up and
+    step 0 is the untrained model: both left out), tested over seeds; a mean gap on the wrong side at one
+    evaluation keeps it from "reproduced" and is named."""
+    claim = {"metric": "val_loss", "at": "throughout", "direction": "lower"}
+    gaps = {5: [0.5, 0.5, 0.5], 20: [-0.10, -0.12, -0.08], 40: [-0.20, -0.25, -0.15], 60: [-0.30, -0.28, -0.35]}
+    (ahead,) = evaluate_grid(curve_grid(tmp_path / "ahead", claim, gaps))
+    per_seed = [np.mean([gaps[step][seed] for step in (20, 40, 60)]) for seed in range(3)]
+    mean, low, high = t_interval(per_seed)
+    assert (ahead.verdict, ahead.design, ahead.n) == ("reproduced", "paired", 3)
+    assert (ahead.delta, ahead.low, ahead.high) == (pytest.approx(mean), pytest.approx(low), pytest.approx(high))
+    assert ahead.note == "mean over 3 evaluations, steps 20-60 (warm-up ends at 10)"
+
+    gaps[40] = [0.02, 0.01, 0.03]  # behind at step 40: the mean over the curve still favours a
+    (behind,) = evaluate_grid(curve_grid(tmp_path / "behind", claim, gaps))
+    assert behind.high < 0 and behind.verdict == "inconclusive" and behind.unadjusted == "inconclusive"
+    assert "not lower at step(s) 40 (+0.0200)" in behind.note
+
+    (none,) = evaluate_grid(curve_grid(tmp_path / "late", claim, gaps, warmup=100))
+    assert none.verdict == "not tested" and "no evaluation after warm-up (step 100)" in none.note
+
+
+def test_a_claim_at_the_end_of_warmup_reads_the_first_step_after_it(tmp_path):
+    """`at: warmup`: the smoothed training loss (train_loss) or the validation loss at the first step after
+    warm-up; here a is ahead early (step 20) and behind at the end (step 60)."""
+    gaps = {20: [-0.10, -0.12, -0.08], 40: [0.0, 0.0, 0.0], 60: [0.30, 0.28, 0.35]}
+    (early,) = evaluate_grid(curve_grid(tmp_path / "val", {"metric": "val_loss", "at": "warmup", "direction": "lower"},
+                                        gaps, warmup=15))
+    mean, low, high = t_interval(gaps[20])
+    assert (early.verdict, early.delta, early.low) == ("reproduced", pytest.approx(mean), pytest.approx(low))
+    assert early.note == "at step 20 (warm-up ends at 15)"
+    (final,) = evaluate_grid(curve_grid(tmp_path / "end", {"metric": "val_loss", "direction": "lower"}, gaps))
+    assert final.verdict == "contradicted"
+    (train,) = evaluate_grid(curve_grid(tmp_path / "train", {"metric": "train_loss", "at": "warmup",
+                                                             "direction": "lower"}, gaps, warmup=20))
+    # the training loss is shifted at step 20 only; smoothed over 10 logged steps, a tenth of the gap remains
+    assert train.note == "at step 20 (warm-up ends at 20)"
+    assert train.delta == pytest.approx(np.mean(gaps[20]) / 10)
+
+
+def test_the_gap_trend_across_lengths_is_one_slope_per_seed(tmp_path):
+    """val_loss_gap_slope: per seed, the slope of the final gap a − b against log2 of the matrix value."""
+    lengths = [64, 128, 512]
+    gaps = {0: [0.1, -0.1, -0.3], 1: [0.05, -0.1, -0.2], 2: [0.2, 0.0, -0.25]}
+    grid_dir = grid_dir_from(tmp_path, "trend", {
+        "baseline": "vanilla", "seeds": [0, 1, 2],
+        "cells": {"vanilla": {}, "svformer": {"model.config.share.svformer": True}},
+        "matrix": {"data.seq_len": lengths},
+        "claims": [{"claim": "SVFormer does better at longer lengths", "a": "svformer", "b": "vanilla",
+                    "metric": "val_loss_gap_slope", "over": "data.seq_len", "direction": "lower",
+                    "paper": "better when longer (§1)"}]})
+    for seed, by_length in gaps.items():
+        for length, gap in zip(lengths, by_length, strict=True):
+            write_summary(grid_dir, f"vanilla,seq_len={length}", seed, 5.0 + 0.1 * seed)
+            write_summary(grid_dir, f"svformer,seq_len={length}", seed, 5.0 + 0.1 * seed + gap)
+    (verdict,) = evaluate_grid(grid_dir)
+    slopes = [float(np.polyfit(np.log2(lengths), by_length, 1)[0]) for by_length in gaps.values()]
+    mean, low, high = t_interval(slopes)
+    assert (verdict.verdict, verdict.design, verdict.n) == ("reproduced", "per-seed", 3)
+    assert (verdict.delta, verdict.low, verdict.high) == (pytest.approx(mean), pytest.approx(low), pytest.approx(high))
+    assert verdict.to_dict()["paper"] == "better when longer (§1)"
+
+
+def write_analysis(run: Path, entropy: list[float], sink: float) -> None:
+    """analysis.json with the entropy by layer and a first-token importance `sink` times the others' in every layer."""
+    (run / "analysis").mkdir()
+    result = {"entropy": entropy, "importance_first": [sink] * len(entropy), "importance_others": [1.0] * len(entropy)}
+    (run / "analysis/analysis.json").write_text(json.dumps({"schema_version": 2, "models": {"model": result}}))
+
+
+def test_mechanism_claims_read_the_runs_analysis_results(tmp_path):
+    """analysis/<name>: the run's per-layer metric averaged over the middle layers; not tested without analysis."""
+    grid_dir = grid_dir_from(tmp_path, "mechanism", {
+        "baseline": "vanilla", "seeds": [0, 1, 2], "cells": CELLS,
+        "claims": [{"claim": "better attends less concentrated", "a": "better", "b": "vanilla",
+                    "metric": "analysis/entropy", "direction": "higher"},
+                   {"claim": "better has a weaker sink", "a": "better", "b": "vanilla",
+                    "metric": "analysis/first_token_importance", "direction": "lower"}]})
+    runs = {(cell, seed): write_summary(grid_dir, cell, seed, base) for seed, base in VANILLA.items()
+            for cell in ("vanilla", "better")}
+    entropy, sink = evaluate_grid(grid_dir)
+    assert entropy.verdict == sink.verdict == "not tested"
+    assert entropy.note.startswith("not tested: no analysis results with entropy for better/seed0, better/seed1, "
+                                   "better/seed2, vanilla/seed0") and "--analyze" in entropy.note
+    middle = {"vanilla": [2.0, 2.1, 1.9], "better": [2.5, 2.7, 2.6]}
+    sinks = {"vanilla": [8.0, 9.0, 8.5], "better": [8.0, 9.0, 8.5]}  # equal on every seed: no variance, no test
+    for (cell, seed), run in runs.items():  # the first and last layers (9.0) are not the middle layers
+        write_analysis(run, [9.0, middle[cell][seed] - 0.1, middle[cell][seed] + 0.1, 9.0], sinks[cell][seed])
+    entropy, sink = evaluate_grid(grid_dir)
+    mean, low, high = t_interval([b - v for b, v in zip(middle["better"], middle["vanilla"], strict=True)])
+    assert (entropy.verdict, entropy.delta, entropy.low) == ("reproduced", pytest.approx(mean), pytest.approx(low))
+    assert entropy.p_holm == pytest.approx(entropy.p_two_sided)  # the sink's NaN p is not in the Holm family
+    assert (sink.verdict, sink.delta, sink.p_holm) == ("inconclusive", 0.0, None)
+    assert sink.note == "mean over the middle layers (all but the first and the last)"
+
+
+def test_claims_beyond_the_paper_and_declared_savings_stand_apart(tmp_path, capsys):
+    """beyond_paper claims form their own section of the scoreboard with their own count; a grid's own
+    equivalence_saving claim outside a sweep's fit is not tested, with the reason; `paper` is carried to the JSON."""
+    grid_dir = grid_dir_from(tmp_path, "apart", {
+        "baseline": "vanilla", "seeds": [0, 1, 2], "cells": CELLS,
+        "claims": [{"claim": "better ends below vanilla", "a": "better", "b": "vanilla", "metric": "val_loss",
+                    "direction": "lower", "paper": "-0.027 at 82M (Table 5)"},
+                   {"claim": "worse ends below vanilla (a record elsewhere)", "a": "worse", "b": "vanilla",
+                    "metric": "val_loss", "direction": "lower", "beyond_paper": True},
+                   {"claim": "worse needs more parameters", "a": "worse", "b": "vanilla",
+                    "metric": "equivalence_saving", "direction": "lower"}]})
+    for seed, base in VANILLA.items():
+        for cell in ("vanilla", "better", "worse"):
+            write_summary(grid_dir, cell, seed, base + (EFFECT[cell][seed] if cell != "vanilla" else 0.0))
+    main(["claims", str(grid_dir)])
+    board = capsys.readouterr().out
+    paper, beyond = board.split("Claims beyond the paper")
+    assert "| better ends below vanilla | better vs vanilla | val_loss (lower) | -0.027 at 82M (Table 5) |" in paper
+    assert "1 reproduced, 0 contradicted, 0 inconclusive, 1 not tested of 2 claims" in paper
+    assert "| worse ends below vanilla (a record elsewhere) |" in beyond and "worse ends below" not in paper
+    assert "0 reproduced, 1 contradicted, 0 inconclusive, 0 not tested of 1 claims" in beyond
+    main(["claims", str(grid_dir), "--json"])
+    rows = {r["a"] + r["metric"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["betterval_loss"]["paper"] == "-0.027 at 82M (Table 5)"
+    assert rows["worseval_loss"]["beyond_paper"] is True
+    saving = rows["worseequivalence_saving"]
+    assert (saving["verdict"], saving["p_bh"]) == ("not tested", None)
+    assert saving["note"] == "not tested: this grid is not a size or token sweep (report.scaling)"
+    assert rows["betterval_loss"]["regime"]["runs"] == 9 and rows["betterval_loss"]["regime"]["epochs"] is None
+
+
+@pytest.mark.parametrize("claim, message", [
+    ({"metric": "train_loss", "at": "throughout"}, "claims[0].at: 'throughout' applies to metric(s) ['val_loss'], not 'train_loss'"),
+    ({"metric": "val_loss", "at": "start"}, "claims[0].at must be one of ['end', 'warmup', 'throughout'], got 'start'"),
+    ({"metric": "analysis/attention"}, "claims[0].metric must be one of"),
+    ({"metric": "val_loss", "paper": 0.02}, "claims[0].paper must give the paper's effect in words"),
+    ({"metric": "val_loss", "beyond_paper": False}, "claims[0].beyond_paper must be true"),
+    ({"metric": "val_loss_gap_slope"}, "claims[0].over must name a matrix key of this grid (it has no matrix), got None"),
+])
+def test_malformed_new_claim_fields_are_refused(tmp_path, claim, message):
+    with pytest.raises(GridError, match=re.escape(message)):
+        grid_dir_from(tmp_path, "bad", {"baseline": "vanilla", "cells": CELLS, "claims": [
+            {"claim": "c", "a": "better", "b": "vanilla", "direction": "lower", **claim}]})
+
+
+def test_fig10_judges_the_identity_mapping_against_eq4_and_eq2():
+    """The paper's "identity hurts" compares Eq. 6 with the Eq. 4 and Eq. 2 mappings, not with vanilla."""
+    grid = load_grid(REPO / "configs/grids/fig10.yaml")
+    identity = [(c["a"], c["b"], c["direction"]) for c in grid.claims if c["a"] == "identity"]
+    assert identity == [("identity", "attention", "higher"), ("identity", "cross_attention", "higher")]
