@@ -528,6 +528,6 @@ def test_paper_size_ladder_grid():
     grid = load_grid(REPO / "configs/grids/scaling-size-paper.yaml")
     assert grid.report["scaling"] == "params" and {c.family for c in grid.cells} == VARIANT_NAMES
     sizes = {c.coords["model.config.size"] for c in grid.cells}
-    assert sizes == {"82M", "180M", "468M"}
+    assert sizes == {"82M", "180M", "320M", "468M"}
     for cell in grid.cells:
         assert tokens_per_run(grid.configs[cell.name]) == 10_000 * 2_097_152  # the paper's 20B tokens
