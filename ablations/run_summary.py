@@ -7,7 +7,9 @@ final_val_loss / best_val_loss, final_val_loss_by_domain / best_val_loss_by_doma
 unigram_val_loss_by_domain (the plateau reference: the validation tokens' loss under the training split's
 unigram, logged at step 0), bigram_val_loss / bigram_val_loss_by_domain (the evidence gate: the same tokens
 under the training split's Kneser-Ney bigram), params, kv_cache_bytes_per_token, model_stats_source (checkpoint | config), tokens_per_sec (median over logged steps),
-tokens_seen, wall_time_sec (all attempts), started_at, finished_at, host, pid, slurm_job_id, command,
+tokens_seen, epoch_tokens (the training tokens of one pass over the training split, read where the run went on
+into a second: tokens_seen / epoch_tokens is how many times it saw its data; None for a run that stayed within its
+first pass), wall_time_sec (all attempts), started_at, finished_at, host, pid, slurm_job_id, command,
 provenance (lit_resformer.provenance: code version, library versions, device and precision).
 
 The final and best losses are computed here and nowhere else: the report, the claims and the scaling fits read them
@@ -16,6 +18,7 @@ from the summary (ablations.results).
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -42,7 +45,28 @@ def last_step(run: RunDir) -> int | None:
 
 def results(run: RunDir) -> dict:
     """Loss, throughput and size figures from the run's metrics and config."""
-    return {**metric_results(M.read_metrics(run)), **model_stats(run.read_experiment() or {}, run.last_checkpoint)}
+    return {**metric_results(M.read_metrics(run)), "epoch_tokens": epoch_tokens(run),
+            **model_stats(run.read_experiment() or {}, run.last_checkpoint)}
+
+
+def epoch_tokens(run: RunDir) -> float | None:
+    """The training tokens of one pass over the training split: tokens_seen at the last step Lightning logged in its
+    first epoch, when the logs show a second one (None when they do not: the run never repeated its data). Exact
+    when every step is logged; with log_every_n_steps k, up to k - 1 steps short, so that the epochs derived from
+    it err towards more repetition, not less. Lightning's epoch column is read from the log files themselves:
+    the metrics table (ablations.metrics) leaves it out."""
+    first_epoch, repeated = None, False
+    for path in run.metric_files():
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                seen, epoch = row.get(M.TOKENS_SEEN), row.get("epoch")
+                if not seen or not epoch:
+                    continue
+                if int(float(epoch)) == 0:
+                    first_epoch = max(first_epoch or 0.0, float(seen))
+                else:
+                    repeated = True
+    return first_epoch if repeated else None
 
 
 # The fields of `metric_results`: a summary written without them (results that could not be read when the run

@@ -4,19 +4,31 @@ A *size sweep* trains a ladder of model sizes at one token budget; a *token swee
 budgets, each with its own full schedule. Per variant (a `cells` entry of the grid: vanilla, resformer, ...)
 the final loss of each finished run is fitted by a saturating power law
 
-    L(x) = E + A * x^-alpha        x = N (parameters; by default without embedding and LM head) or D (tokens)
+    L(x) = E + A * x^-alpha        x = N (parameters) or D (training tokens seen)
 
-on the means over seeds at each ladder point. Uncertainty comes from a percentile bootstrap over seeds:
-each replicate resamples, per ladder point, that point's seeds with replacement and refits every variant;
-variants that share a point's seeds draw the same seeds (same seed = same data order, so the comparison
-stays paired).
+N is counted two ways and both are reported: every parameter (the paper's convention: its 82M/180M/468M count the
+token embedding and the LM head) and without those two vocabulary-sized matrices (the usual scaling-law one).
 
-The *equivalence saving* of a variant at the baseline's ladder point x is 1 - x*/x, where x* is where the
-variant's fitted law reaches the baseline's fitted loss at x: the parameters (size sweep) or the data
-(token sweep) the variant does without for the same loss. Positive is a saving. The paper reads its data
-saving differently, inside one run: the step at which the variant's loss curve first reaches the baseline's
-final loss; that *curve reading* is reported beside the separate-budget one, labelled as such, because a
-run stopped early has not finished its learning-rate decay and so is not a run trained on that budget.
+The *equivalence saving* of a variant at the baseline's ladder point x is 1 - x'/x, where x' is where the
+variant's fitted law reaches the baseline's fitted loss at x: the parameters (size sweep) or the data (token
+sweep) the variant does without for the same loss. Positive is a saving. A saving is given only where x' lies
+inside the variant's measured ladder; elsewhere it would be an extrapolation of the law, and it is refused with
+the measured range as the reason.
+
+Uncertainty comes from the seeds. Each seed's ladder is fitted on its own, the baseline's and the variant's, and
+gives one saving per seed; a saving is the mean of those with a t interval over the seeds (`stats.per_seed_t`).
+Matching the two ladders by seed number is a pairing only where a seed's runs share their data order
+(`stats.seed_design`); otherwise it is an arbitrary match, and the interval holds all the same, since each seed's
+saving rests on runs of its own. There is no bootstrap: over the 2 to 5 seeds a grid has, a percentile bootstrap
+of a mean covers well below its level (about 84% for a 95% interval at 5 seeds). A law fitted to exactly 3 points
+has no residual degrees of freedom (E, A and alpha pass through every point), so its form cannot be checked and
+each seed's fit follows that seed's noise wherever it goes: a saving resting on such a fit gets no interval, and
+its claim is not tested.
+
+The paper reads its data saving differently, inside one run: the step at which the variant's loss curve first
+reaches the baseline's final loss; that *curve reading* is reported beside the separate-budget one, labelled as
+such, because a run stopped early has not finished its learning-rate decay and so is not a run trained on that
+budget. A sweep whose runs pass over their training split more than once says how many times.
 
     from ablations.scaling import analyse_grid, scaling_claims
     result = analyse_grid("runs/scaling-size")          # JSON-able dict: fits, savings, claims
@@ -42,27 +54,31 @@ from lit_resformer.reporting import atomic_write, atomic_write_json
 from .document import Document, Plotter
 from .grid_dir import grid_dirs
 from .results import GridResults, RunResult, load_results
-from .run_summary import TRAIN_LOSS_WINDOW
+from .run_summary import TRAIN_LOSS_WINDOW, epoch_tokens
 from .spec import SCALING_AXES as AXES
-from .stats import PLATEAU_MARGIN, mean_std, paired_difference, past_plateau, percentile_interval, verdict
+from .stats import PLATEAU_MARGIN, mean_std, past_plateau, per_seed_t, run_data_seed, seed_design, verdict
 
 METRICS = ("val", "train")
-# N: without the vocabulary-sized matrices (the default, the usual scaling-law convention), or every parameter
-# (the convention of the paper's size names 82M/180M/468M, which its headline numbers appear to use).
-PARAM_COUNTS = ("non-embedding", "total")
+# What x counts, per axis; the paper's convention first. N: every parameter (the convention of the paper's size
+# names 82M/180M/468M; its Table 5 fitted over them gives its headline), or without the token embedding and the
+# LM head (the usual scaling-law convention, which keeps the tokenizer's size out of N).
+PARAM_COUNTS = ("total", "non-embedding")
+CONVENTIONS = {"params": PARAM_COUNTS, "tokens": ("tokens",)}
+PAPER_CONVENTION = {"params": "total", "tokens": "tokens"}
+CONVENTION_WORDS = {"total": "all parameters",
+                    "non-embedding": "non-embedding parameters (without the token embedding and the LM head)",
+                    "tokens": "training tokens seen"}
 AXIS_SYMBOL = {"params": "N", "tokens": "D"}
-AXIS_WORDS = {"params": "non-embedding parameters", "tokens": "training tokens"}
+AXIS_WORDS = {"params": "parameters", "tokens": "training tokens"}
 SAVING_WORDS = {"params": "parameter-equivalence saving", "tokens": "data-equivalence saving"}
 # The paper's headline (review version; later versions: 13.3% / 15.4% and 16.11% / 20.3%).
 PAPER_SAVING = {"params": 0.104, "tokens": 0.136}
-# The claims the paper makes about these sweeps: which variant, in words. Other variants are fitted and
-# reported but are not claims (the paper does not say SVFormer saves parameters).
+# The paper's claims about these sweeps: which variant, in words. Other variants are fitted and reported beside it.
 PAPER_CLAIMS = {
     "params": ("resformer", "ResFormer needs fewer parameters for the same loss"),
     "tokens": ("resformer", "ResFormer needs less data for the same loss"),
 }
 MIN_POINTS = 3  # E, A and alpha: three unknowns
-REPORT_REPLICATES = 1000  # bootstrap replicates of the grid report's section
 ALPHA_BOUNDS = (1e-3, 4.0)
 
 
@@ -139,7 +155,7 @@ def fit_power_law(x: Sequence[float], loss: Sequence[float]) -> tuple[PowerLaw, 
     p0 = [e0[best], max(a0[best], 1e-12), alphas[best]]
     lower, upper = [0.0, 0.0, ALPHA_BOUNDS[0]], [e_high, np.inf, ALPHA_BOUNDS[1]]
     try:
-        with warnings.catch_warnings():  # the covariance is not used (intervals come from the bootstrap)
+        with warnings.catch_warnings():  # the covariance is not used (intervals come from the seeds)
             warnings.simplefilter("ignore", OptimizeWarning)
             (E, a, alpha), _ = curve_fit(_law, t, y, p0=p0, bounds=(lower, upper), method="trf",
                                          jac=_law_jacobian, max_nfev=2000)
@@ -157,6 +173,38 @@ def equivalence_saving(baseline: PowerLaw, variant: PowerLaw, x: Any) -> Any:
     return 1.0 - variant.inverse(baseline(x)) / x
 
 
+def count_text(x: float) -> str:
+    """A parameter or token count in three figures: 75,680 -> 75.7k, 2,254,464 -> 2.25M; inf -> ∞."""
+    if not math.isfinite(x):
+        return "∞"
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= size:
+            return f"{x / size:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def range_text(xs: Sequence[float]) -> str:
+    return f"{count_text(min(xs))}–{count_text(max(xs))}"
+
+
+class OutsideRange(ScalingError):
+    """A saving asked where it would rest on the law beyond the points it was fitted to."""
+
+
+def measured_saving(baseline: PowerLaw, variant: PowerLaw, x: float, baseline_xs: Sequence[float],
+                    variant_xs: Sequence[float]) -> float:
+    """equivalence_saving at x, refused (OutsideRange, naming the measured range) when x lies outside the
+    baseline's measured ladder or x' (where the variant's law reaches the baseline's loss at x) outside the
+    variant's: a law says nothing trustworthy beyond the sizes or budgets it was fitted to."""
+    if not min(baseline_xs) <= x <= max(baseline_xs):
+        raise OutsideRange(f"outside the measured range {range_text(baseline_xs)}: asked at {count_text(x)}")
+    needed = float(variant.inverse(baseline(x)))
+    if not min(variant_xs) <= needed <= max(variant_xs):
+        raise OutsideRange(f"outside the measured range {range_text(variant_xs)}: the variant would need "
+                           f"{count_text(needed)}")
+    return 1.0 - needed / x
+
+
 # ----------------------------------------------------------------------------------------------
 # the sweep's data
 
@@ -168,10 +216,12 @@ class LadderPoint:
     variant: str
     label: str  # the cell's matrix coordinates, e.g. d_model=128: the same label pairs variants
     cell: str
-    x: float
+    x: dict[str, float]  # what x counts (CONVENTIONS) -> its value at this point
     losses: dict[int, float]  # seed -> final loss
     curves: dict[str, dict[int, Any]] = field(default_factory=dict)  # "train" / "val" -> seed -> loss by step
     summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary (ablations.results)
+    data_seeds: dict[int, int | None] = field(default_factory=dict)  # seed -> the seed of its training order
+    epochs: float | None = None  # passes over the training split; None: the runs stayed within their first
 
 
 @dataclass
@@ -182,11 +232,15 @@ class Sweep:
     baseline: str
     points: dict[str, list[LadderPoint]]  # variant -> its points, ordered by x
     notes: list[str] = field(default_factory=list)
-    param_count: str = "non-embedding"
 
     @property
     def variants(self) -> list[str]:
         return list(self.points)
+
+    @property
+    def conventions(self) -> list[str]:
+        """What x counts, for every point (a total parameter count may be missing), the paper's convention first."""
+        return [c for c in CONVENTIONS[self.axis] if all(c in p.x for pts in self.points.values() for p in pts)]
 
 
 def non_embedding_params(model_config: dict) -> int:
@@ -209,21 +263,20 @@ def _variant(cell_info: dict) -> str:
 
 
 def load_sweep(grid: str | Path | GridResults, metric: str = "val", axis: str | None = None,
-               variants: Sequence[str] | None = None, param_count: str = "non-embedding") -> Sweep:
+               variants: Sequence[str] | None = None) -> Sweep:
     """Read a sweep grid's finished runs into ladder points, checking that it is a sweep that can be fitted.
 
     metric: "val" (last validation loss, the paper's measure) or "train" (moving average over the last
     TRAIN_LOSS_WINDOW logged steps). axis: "params" or "tokens"; default the grid's `report.scaling`, else
     whichever of N and D varies across its cells. variants: the `cells` entries to fit (default all; the
-    baseline is always fitted). param_count: what N counts, one of PARAM_COUNTS ("total" reads the params
-    of the runs' summary.json, counted from their checkpoints with the tokenizer's vocabulary).
+    baseline is always fitted). N is counted both ways (PARAM_COUNTS): without the embedding and LM head from
+    the runs' model configs, and every parameter from the params of their summary.json (counted with the
+    tokenizer's vocabulary).
     """
     if metric not in METRICS:
         raise ScalingError(f"metric={metric!r} is not allowed; choose one of {list(METRICS)}")
     if axis is not None and axis not in AXES:
         raise ScalingError(f"axis={axis!r} is not allowed; choose one of {list(AXES)}")
-    if param_count not in PARAM_COUNTS:
-        raise ScalingError(f"param_count={param_count!r} is not allowed; choose one of {list(PARAM_COUNTS)}")
     results = grid if isinstance(grid, GridResults) else _load(grid)
     manifest = results.manifest
     finished = {cell: (results.cell_info[cell], list(runs.values())) for cell, runs in results.done.items() if runs}
@@ -242,11 +295,14 @@ def load_sweep(grid: str | Path | GridResults, metric: str = "val", axis: str | 
         raise ScalingError(f"{grid}: variant(s) {missing} have no finished runs; finish them or leave them out "
                            f"(variants with finished runs: {sorted(with_runs)})")
 
-    measured: dict[str, list[tuple[LadderPoint, float, float]]] = {}  # variant -> (point, N, D)
+    measured: dict[str, list[tuple[LadderPoint, dict[str, float], float]]] = {}  # variant -> (point, N, D)
+    no_total = []
     for cell, (info, records) in finished.items():
         if _variant(info) not in chosen:
             continue
-        n_params = _param_count(grid, param_count, records)
+        counts = _param_counts(grid, records)
+        if "total" not in counts:
+            no_total.append(cell)
         tokens = {r.summary.get("tokens_seen") for r in records}
         if None in tokens:
             raise ScalingError(f"{grid}: a run of cell {cell} logged no train/tokens_seen; D comes from it")
@@ -259,27 +315,39 @@ def load_sweep(grid: str | Path | GridResults, metric: str = "val", axis: str | 
         curves = {"train": {r.seed: r.train_curve(TRAIN_LOSS_WINDOW) for r in records},
                   "val": {r.seed: r.val_curve() for r in records}}
         label = ",".join(f"{k.split('.')[-1]}={v}" for k, v in info["coords"].items()) or cell
-        point = LadderPoint(_variant(info), label, cell, math.nan, losses, curves, {r.seed: r.summary for r in records})
-        measured.setdefault(point.variant, []).append((point, n_params, tokens.pop()))
+        d = tokens.pop()
+        point = LadderPoint(_variant(info), label, cell, {}, losses, curves, {r.seed: r.summary for r in records},
+                            {r.seed: run_data_seed(r.config) if r.config else None for r in records},
+                            _epochs(records, d))
+        measured.setdefault(point.variant, []).append((point, counts, d))
 
     axis = axis or (manifest.get("report") or {}).get("scaling") or _varying_axis(grid, measured)
     fixed = "tokens" if axis == "params" else "params"
     points: dict[str, list[LadderPoint]] = {}
     for variant in chosen:
-        fixed_values = {(n if fixed == "params" else d) for _, n, d in measured[variant]}
+        fixed_values = {(n["non-embedding"] if fixed == "params" else d) for _, n, d in measured[variant]}
         if len(fixed_values) > 1:
             raise ScalingError(
                 f"{grid}: {variant} varies {AXIS_WORDS[fixed]} too ({sorted(fixed_values)}); a {axis} sweep holds "
                 f"{AXIS_SYMBOL[fixed]} fixed (a size ladder at one token budget, or token budgets at one size)")
         for point, n, d in measured[variant]:
-            point.x = n if axis == "params" else d
-        points[variant] = sorted((p for p, _, _ in measured[variant]), key=lambda p: p.x)
+            point.x = dict(n) if axis == "params" else {"tokens": d}
+        points[variant] = sorted((p for p, _, _ in measured[variant]), key=lambda p: p.x[CONVENTIONS[axis][-1]])
         _check_ladder(grid, variant, axis, points[variant])
     notes = []
-    if any(len(p) == MIN_POINTS for p in points.values()):
-        notes.append(f"{MIN_POINTS} ladder points determine the 3 parameters exactly: the fit leaves no residual "
-                     "to judge the law by; only the bootstrap over seeds gives an uncertainty.")
-    return Sweep(grid, axis, metric, baseline, points, notes, param_count)
+    if axis == "params" and no_total:
+        notes.append(f"No savings over all parameters: the summaries of {', '.join(no_total[:3])}"
+                     + (", ..." if len(no_total) > 3 else "") + " give no single parameter count.")
+    repeated = [p for pts in points.values() for p in pts if p.epochs is not None]
+    if repeated:
+        most = max(repeated, key=lambda p: p.epochs)
+        seen = next(iter(most.summaries.values()))["tokens_seen"]
+        notes.append(
+            f"Data repeats: {len(repeated)} of {sum(map(len, points.values()))} ladder points passed over their training "
+            f"split more than once, up to {most.epochs:.2f} times ({most.variant} at {most.label}: {count_text(seen)} "
+            f"tokens seen of a {count_text(seen / most.epochs)}-token split); the paper trains one epoch"
+            + (", and D counts the repeated tokens." if axis == "tokens" else "."))
+    return Sweep(grid, axis, metric, baseline, points, notes)
 
 
 def _load(grid_dir: str | Path) -> GridResults:
@@ -289,22 +357,32 @@ def _load(grid_dir: str | Path) -> GridResults:
         raise ScalingError(str(err)) from None
 
 
-def _param_count(grid: str, param_count: str, records: list[RunResult]) -> float:
-    if param_count == "total":
-        totals = {r.summary.get("params") for r in records}
-        if None in totals or len(totals) > 1:
-            raise ScalingError(f"{grid}: the summary.json of {records[0].run.path.parent.name} gives params {sorted(map(str, totals))}; "
-                               f"a total N needs one parameter count")
-        return float(totals.pop())
+def _param_counts(grid: str, records: list[RunResult]) -> dict[str, float]:
+    """{convention: N} of one cell's runs; "total" only when their summaries agree on one parameter count."""
     if records[0].config is None:
         raise ScalingError(f"{grid}: {records[0].run.path} has no experiment.yaml; N comes from the run's model config")
-    return float(non_embedding_params(records[0].config["model"]["config"]))
+    counts = {"non-embedding": float(non_embedding_params(records[0].config["model"]["config"]))}
+    totals = {r.summary.get("params") for r in records}
+    if len(totals) == 1 and None not in totals:
+        counts["total"] = float(totals.pop())
+    return counts
 
 
-def _varying_axis(grid: str, measured: dict[str, list[tuple[LadderPoint, float, float]]]) -> str:
-    n_values = {n for entries in measured.values() for _, n, _ in entries}
+def _epochs(records: list[RunResult], tokens: float) -> float | None:
+    """Passes over the training split of a cell's runs (the most of any seed); None when none repeated its data. A
+    summary written before epoch_tokens was recorded has it read from the run's logs."""
+    passes = []
+    for r in records:
+        one_pass = r.summary["epoch_tokens"] if "epoch_tokens" in r.summary else epoch_tokens(r.run)
+        if one_pass:
+            passes.append(tokens / one_pass)
+    return max(passes, default=None)
+
+
+def _varying_axis(grid: str, measured: dict[str, list[tuple[LadderPoint, dict[str, float], float]]]) -> str:
+    n_values = {n["non-embedding"] for entries in measured.values() for _, n, _ in entries}
     d_values = {d for entries in measured.values() for _, _, d in entries}
-    vary_n = any(len({n for _, n, _ in entries}) > 1 for entries in measured.values())
+    vary_n = any(len({n["non-embedding"] for _, n, _ in entries}) > 1 for entries in measured.values())
     if vary_n and len(d_values) == 1:
         return "params"
     if len(d_values) > 1 and not vary_n:
@@ -315,134 +393,165 @@ def _varying_axis(grid: str, measured: dict[str, list[tuple[LadderPoint, float, 
 
 def _check_ladder(grid: str, variant: str, axis: str, points: list[LadderPoint]) -> None:
     """A ladder a decreasing power law can describe: enough distinct points, loss falling as x grows."""
-    symbol = AXIS_SYMBOL[axis]
+    symbol, convention = AXIS_SYMBOL[axis], CONVENTIONS[axis][-1]
     if len(points) < MIN_POINTS:
-        shown = ", ".join(f"{p.label} ({symbol}={p.x:,.0f})" for p in points)
+        shown = ", ".join(f"{p.label} ({symbol}={p.x[convention]:,.0f})" for p in points)
         raise ScalingError(f"{grid}: {variant} has finished runs at {len(points)} ladder point(s) ({shown}); a fit of "
                            f"E, A and alpha needs at least {MIN_POINTS}")
     for low, high in zip(points, points[1:], strict=False):
-        if low.x == high.x:
-            raise ScalingError(f"{grid}: {variant} cells {low.cell} and {high.cell} have the same {symbol}={low.x:,.0f}; "
-                               f"a ladder needs distinct {AXIS_WORDS[axis]}")
+        if low.x[convention] == high.x[convention]:
+            raise ScalingError(f"{grid}: {variant} cells {low.cell} and {high.cell} have the same "
+                               f"{symbol}={low.x[convention]:,.0f}; a ladder needs distinct {AXIS_WORDS[axis]}")
         low_loss, high_loss = np.mean(list(low.losses.values())), np.mean(list(high.losses.values()))
         if high_loss >= low_loss:
             raise ScalingError(
-                f"{grid}: {variant}'s loss does not fall along the ladder: {high.label} ({symbol}={high.x:,.0f}) has "
-                f"{high_loss:.4f} >= {low_loss:.4f} at {low.label} ({symbol}={low.x:,.0f}); a power law with A > 0 "
-                f"cannot describe it (runs too short for the larger models, or diverging?)")
+                f"{grid}: {variant}'s loss does not fall along the ladder: {high.label} ({symbol}="
+                f"{high.x[convention]:,.0f}) has {high_loss:.4f} >= {low_loss:.4f} at {low.label} ({symbol}="
+                f"{low.x[convention]:,.0f}); a power law with A > 0 cannot describe it (runs too short for the "
+                f"larger models, or diverging?)")
 
 
 # ----------------------------------------------------------------------------------------------
-# fits, bootstrap, savings
+# fits and savings, per seed
 
 
-def _fit_variants(points: dict[str, list[LadderPoint]], losses: dict[str, np.ndarray]) -> dict[str, tuple[PowerLaw, list[str]]]:
-    return {v: fit_power_law([p.x for p in pts], losses[v]) for v, pts in points.items()}
+def _mean_losses(points: list[LadderPoint]) -> np.ndarray:
+    return np.array([np.mean(list(p.losses.values())) for p in points])
 
 
-def _mean_losses(points: dict[str, list[LadderPoint]]) -> dict[str, np.ndarray]:
-    return {v: np.array([np.mean(list(p.losses.values())) for p in pts]) for v, pts in points.items()}
+def _full_ladder_seeds(points: list[LadderPoint]) -> list[int]:
+    """The seeds with a run at every ladder point: those whose own ladder can be fitted."""
+    return sorted(set.intersection(*(set(p.losses) for p in points)))
 
 
-def bootstrap_losses(points: dict[str, list[LadderPoint]], replicates: int, rng: np.random.Generator):
-    """Yield, per replicate, {variant: mean loss per ladder point} with each point's seeds resampled with
-    replacement. Points with the same label and the same seeds draw the same seeds (paired across variants)."""
-    single = [f"{v} at {p.label} (seed {next(iter(p.losses))})" for v, pts in points.items() for p in pts if len(p.losses) < 2]
-    if single:
-        raise ScalingError(f"a bootstrap over seeds needs at least 2 seeds at every ladder point; one seed only: "
-                           f"{', '.join(single)}")
-    for _ in range(replicates):
-        draws: dict[tuple, np.ndarray] = {}
-        out = {}
-        for variant, pts in points.items():
-            means = []
-            for p in pts:
-                seeds = tuple(sorted(p.losses))
-                key = (p.label, seeds)
-                if key not in draws:
-                    draws[key] = rng.integers(0, len(seeds), len(seeds))
-                means.append(np.mean([p.losses[seeds[i]] for i in draws[key]]))
-            out[variant] = np.array(means)
-        yield out
+def _seed_interval(values: np.ndarray, level: float, no_interval: str | None) -> dict:
+    """The mean of per-seed savings, its two-sided t interval and its p-values against no saving (two-sided, and
+    one-sided in the claimed direction: a saving); without an interval when `no_interval` says why, or one seed."""
+    n = len(values)
+    if no_interval is None and n < 2:
+        no_interval = "one seed: no spread over seeds to judge it by"
+    out = {"saving": float(values.mean()), "n": n, "ci_low": None, "ci_high": None, "p_two_sided": None,
+           "p_raw": None, "no_interval": no_interval}
+    if no_interval is None:
+        two_sided, one_sided = _per_seed_t(values, "two-sided", level), _per_seed_t(values, "greater", level)
+        out.update(ci_low=two_sided.low, ci_high=two_sided.high, p_two_sided=two_sided.p, p_raw=one_sided.p)
+    return out
 
 
-def _finite(value: float) -> float | None:
-    """JSON has no infinities: a saving of -inf (the variant never reaches the loss) is written as null."""
-    return float(value) if math.isfinite(value) else None
+def _per_seed_t(values: Any, alternative: str, level: float):
+    """stats.per_seed_t without scipy's warnings on nearly identical values: seeds that agree (a validation curve read
+    at its evaluations only lands on the same step) are data like any other, and their narrow interval is what
+    they show."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+        warnings.filterwarnings("ignore", "invalid value encountered", RuntimeWarning)  # 0 x inf: a one-sided end
+        return per_seed_t(values, alternative, level)
 
 
-def _finite_or_none(value: float | None) -> float | None:
-    return None if value is None else _finite(value)
+def _savings(baseline: list[LadderPoint], variant: list[LadderPoint], convention: str, baseline_laws: dict[int, PowerLaw],
+             variant_laws: dict[int, PowerLaw], level: float, no_interval: str | None) -> dict:
+    """The variant's saving at each of the baseline's ladder points and its mean over the points inside the measured
+    range, from the per-seed fits of the seeds both ladders have in full. A point where any seed's fit would need
+    the variant outside its measured ladder is refused with that reason, and left out of the mean."""
+    seeds = sorted(set(baseline_laws) & set(variant_laws))
+    if not seeds:
+        raise ScalingError(f"{variant[0].variant} and {baseline[0].variant} have no seed with runs at every ladder point "
+                           f"of both; a saving per seed needs one")
+    base_xs, variant_xs = [p.x[convention] for p in baseline], [p.x[convention] for p in variant]
+    per_seed = np.full((len(seeds), len(base_xs)), np.nan)
+    rows, inside = [], []
+    for i, (point, x) in enumerate(zip(baseline, base_xs, strict=True)):
+        row: dict[str, Any] = {"label": point.label, "x": x, "outside": None}
+        try:
+            for k, seed in enumerate(seeds):
+                try:
+                    per_seed[k, i] = measured_saving(baseline_laws[seed], variant_laws[seed], x, base_xs, variant_xs)
+                except OutsideRange as err:
+                    raise OutsideRange(f"{err} (seed {seed})" if len(seeds) > 1 else str(err)) from None
+        except OutsideRange as err:
+            row.update(saving=None, n=len(seeds), ci_low=None, ci_high=None, p_two_sided=None, p_raw=None,
+                       no_interval=None, outside=str(err), per_seed={})
+        else:
+            row.update(_seed_interval(per_seed[:, i], level, no_interval),
+                       per_seed={str(s): float(v) for s, v in zip(seeds, per_seed[:, i], strict=True)})
+            inside.append(i)
+        rows.append(row)
+    if inside:
+        mean = _seed_interval(per_seed[:, inside].mean(axis=1), level, no_interval)
+    else:
+        mean = {"saving": None, "n": len(seeds), "ci_low": None, "ci_high": None, "p_two_sided": None, "p_raw": None,
+                "no_interval": f"every ladder point is outside the measured range {range_text(variant_xs)}"}
+    mean["points"] = [rows[i]["label"] for i in inside]
+    return {"seeds": seeds, "range": [min(variant_xs), max(variant_xs)], "per_point": rows, "mean": mean}
 
 
-def analyse(sweep: Sweep, replicates: int = 1000, level: float = 0.95, seed: int = 0) -> dict:
-    """Fits, bootstrap intervals, equivalence savings at the baseline's ladder points, curve readings and
-    the paper's claim, as one JSON-able dict."""
+def _design(variant: list[LadderPoint], baseline: list[LadderPoint]) -> str:
+    """Whether matching the two ladders by seed number pairs runs that share a data order (stats.seed_design)."""
+    return seed_design(variant[0].data_seeds, baseline[0].data_seeds)
+
+
+def analyse(sweep: Sweep, level: float = 0.95) -> dict:
+    """Fits (of the means over seeds, and of each seed's own ladder), savings at the baseline's ladder points and over
+    the ladder under every count of x, the curve readings and the paper's claim, as one JSON-able dict."""
     if not 0 < level < 1:
         raise ScalingError(f"level={level} must be in (0, 1)")
-    if replicates < 100:
-        raise ScalingError(f"replicates={replicates} is too few for a {level:.0%} percentile interval; use >= 100")
     points, baseline = sweep.points, sweep.baseline
-    fits = _fit_variants(points, _mean_losses(points))
-    base_x = np.array([p.x for p in points[baseline]])
     others = [v for v in sweep.variants if v != baseline]
-    savings = {v: equivalence_saving(fits[baseline][0], fits[v][0], base_x) for v in others}
-
+    seeds = {v: _full_ladder_seeds(pts) for v, pts in points.items()}
     notes = list(sweep.notes)
-    boot_params: dict[str, list[tuple[float, float, float]]] = {v: [] for v in sweep.variants}
-    boot_savings: dict[str, list[np.ndarray]] = {v: [] for v in others}
-    try:
-        for losses in bootstrap_losses(points, replicates, np.random.default_rng(seed)):
-            laws = {v: law for v, (law, _) in _fit_variants(points, losses).items()}
-            for v, law in laws.items():
-                boot_params[v].append((law.E, law.A, law.alpha))
-            for v in others:
-                boot_savings[v].append(equivalence_saving(laws[baseline], laws[v], base_x))
-        have_ci = True
-    except ScalingError as err:
-        notes.append(f"No confidence intervals: {err}.")
-        have_ci = False
-
+    for v, pts in points.items():
+        partial = sorted({s for p in pts for s in p.losses} - set(seeds[v]))
+        if partial:
+            notes.append(f"{v}: seed(s) {partial} lack a run at some ladder point and are left out of the per-seed fits.")
+    exact = [v for v, pts in points.items() if len(pts) == MIN_POINTS]
+    if exact:
+        notes.append(f"{', '.join(exact)}: {MIN_POINTS} ladder points fix E, A and α exactly, leaving no residual degrees "
+                     f"of freedom: the law's form cannot be checked, so savings resting on {'these fits' if len(exact) > 1 else 'this fit'} "
+                     "get no interval.")
+    orders = {o for pts in points.values() for p in pts for o in p.data_seeds.values()}
+    if len(orders) == 1 and None not in orders:
+        notes.append(f"Every run trained on one data order (data seed {orders.pop()}): the seeds vary only the "
+                     "initialisation, so the intervals leave out the variance of the data order.")
     result: dict[str, Any] = {
         "grid": sweep.grid, "axis": sweep.axis, "x": AXIS_SYMBOL[sweep.axis], "metric": sweep.metric,
-        "param_count": sweep.param_count,
-        "baseline": baseline, "level": level, "replicates": replicates if have_ci else 0, "notes": notes, "fits": {},
-        "savings": {}, "curve_savings": {},
+        "baseline": baseline, "level": level, "conventions": sweep.conventions,
+        "paper_convention": PAPER_CONVENTION[sweep.axis], "notes": notes,
+        "design": {v: _design(points[v], points[baseline]) for v in others},
+        "points": {v: [{"label": p.label, "cell": p.cell, "x": p.x, "epochs": p.epochs,
+                        "losses": {str(s): loss for s, loss in p.losses.items()}} for p in pts]
+                   for v, pts in points.items()},
+        "fits": {}, "savings": {}, "curve_savings": {},
     }
-    for v, (law, at_bound) in fits.items():
-        pts = points[v]
-        residual = _mean_losses({v: pts})[v] - law([p.x for p in pts])
-        entry = {"E": law.E, "A": law.A, "alpha": law.alpha, "at_bound": at_bound,
-                 "rms_residual": float(np.sqrt(np.mean(residual**2))),
-                 "points": [{"label": p.label, "cell": p.cell, "x": p.x, "losses": {str(s): l for s, l in p.losses.items()}}
-                            for p in pts],
-                 "ci": None}
-        if have_ci:
-            draws = np.array(boot_params[v])
-            entry["ci"] = {name: list(percentile_interval(draws[:, i], level)) for i, name in enumerate(("E", "A", "alpha"))}
-        result["fits"][v] = entry
-    mean_saving = {}
+    for convention in sweep.conventions:
+        fits, seed_laws = {}, {}
+        for v, pts in points.items():
+            xs, means = [p.x[convention] for p in pts], _mean_losses(pts)
+            law, at_bound = fit_power_law(xs, means)
+            seed_laws[v] = {s: fit_power_law(xs, [p.losses[s] for p in pts])[0] for s in seeds[v]}
+            fits[v] = {"E": law.E, "A": law.A, "alpha": law.alpha, "at_bound": at_bound,
+                       "rms_residual": float(np.sqrt(np.mean((means - law(xs)) ** 2))),
+                       "residual_dof": len(pts) - MIN_POINTS,
+                       "per_seed": {str(s): {"E": f.E, "A": f.A, "alpha": f.alpha} for s, f in seed_laws[v].items()}}
+        result["fits"][convention] = fits
+        result["savings"][convention] = {}
+        for v in others:
+            exact_here = [name for name in (baseline, v) if name in exact]
+            no_interval = (f"no interval: the fit of {' and '.join(exact_here)} has no residual degrees of freedom "
+                           f"({MIN_POINTS} parameters on {MIN_POINTS} points)") if exact_here else None
+            result["savings"][convention][v] = _savings(points[baseline], points[v], convention, seed_laws[baseline],
+                                                        seed_laws[v], level, no_interval)
     for v in others:
-        per_point = []
-        draws = np.array(boot_savings[v]) if have_ci else None
-        for i, p in enumerate(points[baseline]):
-            low, high = percentile_interval(draws[:, i], level) if have_ci else (None, None)
-            per_point.append({"label": p.label, "x": p.x, "saving": _finite(savings[v][i]),
-                              "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high)})
-        low, high = percentile_interval(draws.mean(axis=1), level) if have_ci else (None, None)
-        mean_saving[v] = (float(np.mean(savings[v])), low, high)
-        result["savings"][v] = {"per_point": per_point, "mean": {
-            "saving": _finite(mean_saving[v][0]), "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high)}}
-        result["curve_savings"][v] = curve_savings(points[baseline], points[v])
-    result["claims"] = _claims(sweep, mean_saving)
+        result["curve_savings"][v] = curve_savings(points[baseline], points[v], level)
+    result["claims"] = _claims(sweep, result)
     return result
 
 
-def curve_savings(baseline: list[LadderPoint], variant: list[LadderPoint]) -> list[dict]:
+def curve_savings(baseline: list[LadderPoint], variant: list[LadderPoint], level: float = 0.95) -> list[dict]:
     """The paper's reading, within one run: 1 - s/S where s is the first step at which the variant's loss
     curve is at or below the baseline run's final loss (same ladder point, same seed) and S the variant's
     last step. Training loss smoothed over TRAIN_LOSS_WINDOW steps; validation loss at its evaluations
-    (so s is only as fine as the evaluation interval). None for a seed whose curve never gets there."""
+    (so s is only as fine as the evaluation interval). None for a seed whose curve never gets there. One reading
+    per seed, each resting on its own two runs: a t interval over the seeds (stats.per_seed_t)."""
     rows = []
     base_by_label = {p.label: p for p in baseline}
     for p in variant:
@@ -458,38 +567,62 @@ def curve_savings(baseline: list[LadderPoint], variant: list[LadderPoint]) -> li
                     continue
                 reached = curve.index[curve.to_numpy() <= base_curve.iloc[-1]]
                 per_seed[seed] = 1.0 - int(reached[0]) / int(curve.index[-1]) if len(reached) else None
-            reached = {s: v for s, v in per_seed.items() if v is not None}
+            reached = [v for v in per_seed.values() if v is not None]
             not_reached = len(per_seed) - len(reached)
-            # a mean over the seeds that got there would hide the ones that did not: no mean unless all did.
-            # The t interval of a mean saving is its paired difference against a saving of zero.
-            diff = paired_difference(reached, dict.fromkeys(reached, 0.0)) if reached and not not_reached else None
-            row[kind] = {"n": len(per_seed), "not_reached": not_reached, "mean": diff and diff.mean,
-                         "ci_low": diff and diff.low, "ci_high": diff and diff.high}
+            # a mean over the seeds that got there would hide the ones that did not: no mean unless all did
+            test = _per_seed_t(reached, "two-sided", level) if reached and not not_reached else None
+            row[kind] = {"n": len(per_seed), "not_reached": not_reached, "mean": test and test.estimate,
+                         "ci_low": test and test.low, "ci_high": test and test.high}
         rows.append(row)
     return rows
 
 
-def _claims(sweep: Sweep, mean_saving: dict[str, tuple[float, float | None, float | None]]) -> list[dict]:
-    """The paper's claim for this sweep from the variant's mean saving (estimate, interval ends; -inf allowed).
-    Inconclusive whatever the interval when a run it rests on is not past the unigram plateau."""
+def _claims(sweep: Sweep, result: dict) -> list[dict]:
+    """The paper's claim for this sweep, judged on the variant's mean saving under the paper's count of x (or, when
+    that could not be counted, the other one, saying so). Not tested when a run ends above its bigram reference, or
+    when the saving has no interval for a reason more seeds would not cure (a fit without residual degrees of
+    freedom, no ladder point inside the measured range); inconclusive whatever the interval when a run is not past
+    the unigram plateau."""
     variant, text = PAPER_CLAIMS[sweep.axis]
-    if variant not in mean_saving:
+    if variant not in sweep.points:
         return []
-    estimate, low, high = mean_saving[variant]
-    n = min(len(p.losses) for v in (sweep.baseline, variant) for p in sweep.points[v])
+    convention = result["conventions"][0]
+    mean = result["savings"][convention][variant]["mean"]
     runs = [(f"{p.cell}/seed{seed}", p.summaries.get(seed) or {}) for v in (sweep.baseline, variant)
             for p in sweep.points[v] for seed in p.losses]
     stuck = [name for name, summary in runs
              if not past_plateau(summary.get("final_val_loss"), summary.get("unigram_val_loss"))]
-    note = (f"{len(stuck)} of {len(runs)} runs not past the unigram plateau (final validation loss not "
-            f"{PLATEAU_MARGIN:g} nat below the unigram loss, or no unigram loss logged): {', '.join(stuck[:4])}"
-            + (", ..." if len(stuck) > 4 else "") if stuck else "")
+    early = [name for name, summary in runs if summary.get("bigram_val_loss") is not None
+             and (summary.get("final_val_loss") or math.inf) > summary["bigram_val_loss"]]
+    notes = []
+    if convention != PAPER_CONVENTION[sweep.axis]:
+        notes.append(f"judged over {CONVENTION_WORDS[convention]}: {CONVENTION_WORDS[PAPER_CONVENTION[sweep.axis]]} "
+                     "(the paper's count) could not be counted")
+    if stuck and not early:
+        notes.append(f"{len(stuck)} of {len(runs)} runs not past the unigram plateau (final validation loss not "
+                     f"{PLATEAU_MARGIN:g} nat below the unigram loss, or no unigram loss logged): {', '.join(stuck[:4])}"
+                     + (", ..." if len(stuck) > 4 else ""))
+    if early:
+        not_tested = "early-training regime (above the bigram reference): " + ", ".join(sorted(early)[:4]) + (
+            ", ..." if len(early) > 4 else "")
+    elif mean["no_interval"] and (mean["n"] >= 2 or mean["saving"] is None):
+        not_tested = mean["no_interval"]
+    else:
+        not_tested = ""
+    if not_tested:
+        decided = "not tested"
+        notes.insert(0, f"not tested: {not_tested}")
+    else:
+        decided = verdict(mean["ci_low"], mean["ci_high"], mean["n"], "higher", evidence=not stuck)
+    inside = len(mean["points"])
     return [{
-        "claim": text, "grid": sweep.grid, "verdict": verdict(low, high, n, "higher", evidence=not stuck), "note": note,
-        "delta": _finite(estimate), "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high), "n": n,
-        "metric": f"{SAVING_WORDS[sweep.axis]} of {variant} against {sweep.baseline}, mean over the "
-                  f"{len(sweep.points[sweep.baseline])} ladder points ({sweep.metric} loss; fraction, > 0 = saving, "
-                  f"null = never reaches)",
+        "claim": text, "grid": sweep.grid, "verdict": decided, "note": "; ".join(notes),
+        "delta": mean["saving"], "ci_low": mean["ci_low"], "ci_high": mean["ci_high"], "n": mean["n"],
+        "design": "per-seed", "seed_design": result["design"][variant], "p_raw": mean["p_raw"],
+        "p_two_sided": mean["p_two_sided"], "convention": convention, "paper": PAPER_SAVING[sweep.axis],
+        "metric": f"{SAVING_WORDS[sweep.axis]} of {variant} against {sweep.baseline} over {CONVENTION_WORDS[convention]}, "
+                  f"mean over the {inside} ladder point(s) inside the measured range of the per-seed fits' savings "
+                  f"({sweep.metric} loss; fraction, > 0 = saving)",
     }]
 
 
@@ -498,79 +631,89 @@ def _claims(sweep: Sweep, mean_saving: dict[str, tuple[float, float | None, floa
 
 
 def analyse_grid(grid: str | Path | GridResults, metric: str = "val", axis: str | None = None,
-                 variants: Sequence[str] | None = None, replicates: int = 1000, level: float = 0.95,
-                 param_count: str = "non-embedding") -> dict:
-    return analyse(load_sweep(grid, metric, axis, variants, param_count), replicates=replicates, level=level)
+                 variants: Sequence[str] | None = None, level: float = 0.95) -> dict:
+    return analyse(load_sweep(grid, metric, axis, variants), level=level)
 
 
-def scaling_claims(grid_dir: str | Path, metric: str = "val", replicates: int = 1000) -> list[dict]:
+def scaling_claims(grid_dir: str | Path, metric: str = "val") -> list[dict]:
     """The paper's scaling claims for one sweep grid as plain dicts {claim, grid, verdict, delta, ci_low,
-    ci_high, n, metric}, for the claims scoreboard. A sweep that cannot be fitted raises ScalingError."""
-    return analyse_grid(grid_dir, metric=metric, replicates=replicates)["claims"]
+    ci_high, n, p_raw, p_two_sided, design, metric, ...}, for the claims scoreboard. A sweep that cannot be fitted
+    raises ScalingError."""
+    return analyse_grid(grid_dir, metric=metric)["claims"]
+
+
+def _x_label(result: dict, convention: str) -> str:
+    return f"{result['x']} ({CONVENTION_WORDS[convention].split(' (')[0]})"
 
 
 def plot_sweep(result: dict, directory: Path) -> dict[str, Path]:
-    """Points (each seed, and the mean per ladder point) with the fitted laws; savings per ladder point with
-    their intervals and the paper's value."""
-    variants = list(result["fits"])
+    """Per count of x: the points (each seed, and the mean per ladder point) with the fitted laws; the savings per
+    ladder point inside the measured range, with their intervals, and the paper's value."""
+    variants = list(result["points"])
     plotter = Plotter(directory, variants)
     plt, grid, symbol = plotter.plt, result["grid"], result["x"]
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for v, fit in result["fits"].items():
-        xs = np.array([p["x"] for p in fit["points"]])
-        color = plotter.colors[v]
-        for p in fit["points"]:
-            ax.scatter([p["x"]] * len(p["losses"]), list(p["losses"].values()), color=color, alpha=0.35, s=14)
-        ax.scatter(xs, [np.mean(list(p["losses"].values())) for p in fit["points"]], color=color, s=36, label=f"{v} (mean)")
-        grid_x = np.geomspace(xs.min() / 1.3, xs.max() * 1.3, 200)
-        law = PowerLaw(fit["E"], fit["A"], fit["alpha"], 1.0)
-        ax.plot(grid_x, law(grid_x), color=color, lw=1.4,
-                label=f"{v}: {fit['E']:.3f} + {fit['A']:.3g}·{symbol}^-{fit['alpha']:.3f}")
-    ax.set_xscale("log")
-    ax.set_xlabel(f"{symbol} ({'all parameters' if result['param_count'] == 'total' else AXIS_WORDS[result['axis']]})")
-    ax.set_ylabel(f"final {result['metric']} loss")
-    ax.set_title(f"{grid}: L({symbol}) = E + A·{symbol}^-α per variant")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    paths = {"fit": plotter.save(fig, f"scaling_{grid}_fit")}
-    if result["savings"]:
+    paths = {}
+    for convention in result["conventions"]:
+        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+        for v, fit in result["fits"][convention].items():
+            points = result["points"][v]
+            xs = np.array([p["x"][convention] for p in points])
+            color = plotter.colors[v]
+            for x, p in zip(xs, points, strict=True):
+                ax.scatter([x] * len(p["losses"]), list(p["losses"].values()), color=color, alpha=0.35, s=14)
+            ax.scatter(xs, [np.mean(list(p["losses"].values())) for p in points], color=color, s=36, label=f"{v} (mean)")
+            grid_x = np.geomspace(xs.min(), xs.max(), 200)  # the law is drawn only where it was measured
+            ax.plot(grid_x, PowerLaw(fit["E"], fit["A"], fit["alpha"], 1.0)(grid_x), color=color, lw=1.4,
+                    label=f"{v}: {fit['E']:.3f} + {fit['A']:.3g}·{symbol}^-{fit['alpha']:.3f}")
+        ax.set_xscale("log")
+        ax.set_xlabel(_x_label(result, convention))
+        ax.set_ylabel(f"final {result['metric']} loss")
+        ax.set_title(f"{grid}: L({symbol}) = E + A·{symbol}^-α per variant")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+        paths[f"fit_{convention}"] = plotter.save(fig, f"scaling_{grid}_fit_{convention}")
+        if not result["savings"][convention]:
+            continue
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
         ax.axhline(0.0, color="black", lw=0.8)
         ax.axhline(100 * PAPER_SAVING[result["axis"]], color="grey", ls="--", lw=1, label="paper (review version)")
-        for v, saving in result["savings"].items():
+        for v, saving in result["savings"][convention].items():
             rows = [r for r in saving["per_point"] if r["saving"] is not None]
+            if not rows:
+                continue
             xs = np.array([r["x"] for r in rows])
             ys = np.array([100 * r["saving"] for r in rows])
-            if result["replicates"]:
-                low = np.array([ys[i] - 100 * r["ci_low"] if r["ci_low"] is not None else ys[i] for i, r in enumerate(rows)])
-                high = np.array([100 * r["ci_high"] - ys[i] if r["ci_high"] is not None else 0.0 for i, r in enumerate(rows)])
-                ax.errorbar(xs, ys, yerr=[low, high], color=plotter.colors[v], marker="o", capsize=3, label=v)
-            else:
-                ax.plot(xs, ys, color=plotter.colors[v], marker="o", label=v)
+            low = [y - 100 * r["ci_low"] if r["ci_low"] is not None else 0.0 for y, r in zip(ys, rows, strict=True)]
+            high = [100 * r["ci_high"] - y if r["ci_high"] is not None else 0.0 for y, r in zip(ys, rows, strict=True)]
+            ax.errorbar(xs, ys, yerr=[low, high], color=plotter.colors[v], marker="o", capsize=3, label=v)
         ax.set_xscale("log")
-        ax.set_xlabel(f"{symbol} of {result['baseline']}")
+        ax.set_xlabel(f"{_x_label(result, convention)} of {result['baseline']}")
         ax.set_ylabel("saving (%)")
         ax.set_title(f"{grid}: {SAVING_WORDS[result['axis']]} against {result['baseline']}")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
-        paths["saving"] = plotter.save(fig, f"scaling_{grid}_saving")
+        paths[f"saving_{convention}"] = plotter.save(fig, f"scaling_{grid}_saving_{convention}")
     return paths
 
 
-def _saving_text(estimate: float | None, low: float | None, high: float | None, with_interval: bool) -> str:
-    """A saving in percent with its interval; None is -inf (the variant's law never reaches the loss)."""
-    if estimate is None:
-        return "never reaches"
-    end = lambda v: "−∞" if v is None else f"{100 * v:+.1f}%"  # noqa: E731
-    return f"{100 * estimate:+.1f}%" + (f" [{end(low)}, {end(high)}]" if with_interval else "")
+def _percent(value: float) -> str:
+    return f"{100 * value:+.1f}%"
+
+
+def _saving_text(entry: dict) -> str:
+    """A saving (a row of _savings or its mean) in percent with its interval, or why there is none."""
+    if entry.get("outside"):
+        return entry["outside"]
+    if entry["saving"] is None:
+        return "–"
+    interval = f" [{_percent(entry['ci_low'])}, {_percent(entry['ci_high'])}]" if entry["ci_low"] is not None else ""
+    return _percent(entry["saving"]) + interval
 
 
 def claim_line(claim: dict) -> str:
     """One claim dict as a line of text, e.g. for the command line."""
-    interval = claim["ci_high"] is not None or claim["verdict"] == "contradicted"  # both ends None: no interval
-    return (f"{claim['grid']}: {claim['claim']}: {claim['verdict']} (saving "
-            f"{_saving_text(claim['delta'], claim['ci_low'], claim['ci_high'], interval)}, n={claim['n']})"
-            + (f"; {claim['note']}" if claim["note"] else ""))
+    return (f"{claim['grid']}: {claim['claim']}: {claim['verdict']} (saving {_saving_text(claim | {'saving': claim['delta']})}"
+            f", n={claim['n']}; paper {claim['paper']:.1%})" + (f"; {claim['note']}" if claim["note"] else ""))
 
 
 def _curve_text(entry: dict) -> str:
@@ -578,106 +721,125 @@ def _curve_text(entry: dict) -> str:
         return "–"
     if entry["not_reached"]:
         return f"not reached in {entry['not_reached']} of {entry['n']} seeds"
-    with_interval = entry["ci_low"] is not None
-    return _saving_text(entry["mean"], entry["ci_low"], entry["ci_high"], with_interval) + f" (n={entry['n']})"
+    return _saving_text({"saving": entry["mean"], "ci_low": entry["ci_low"], "ci_high": entry["ci_high"]}) + f" (n={entry['n']})"
+
+
+def _epochs_text(epochs: float | None) -> str:
+    return "≤ 1" if epochs is None else f"{epochs:.2f}"
+
+
+def _matching_text(designs: dict[str, str], baseline: str) -> str:
+    """How matching the ladders by seed number reads under each variant's seed design."""
+    paired = [v for v, design in designs.items() if design == "paired"]
+    text = "Seeds are matched by number"
+    if paired:
+        text += f", a pairing for {', '.join(paired)} (a seed's runs share that seed's data order with {baseline}'s)"
+    if len(paired) < len(designs):
+        text += (("; for the others" if paired else "; it") + " pairs nothing (no data order both share and the "
+                 "other seeds do not), an arbitrary match under which the interval holds all the same, since each "
+                 "seed's saving rests on runs of its own")
+    return text + "."
 
 
 def render(result: dict, doc: Any, images: dict[str, Path], level: int = 2) -> None:
     """One sweep's section into a report Document (headings at `level` and below)."""
-    axis, symbol, baseline = result["axis"], result["x"], result["baseline"]
-    have_ci = bool(result["replicates"])
+    axis, symbol, baseline, paper = result["axis"], result["x"], result["baseline"], result["paper_convention"]
     what = "model size" if axis == "params" else "token budget"
     doc.heading(level, f"Scaling: {result['grid']} (L({symbol}) over {what})")
     metric = ("final validation loss (last evaluation)" if result["metric"] == "val"
               else f"final training loss (moving average over the last {TRAIN_LOSS_WINDOW} logged steps)")
-    x_words = ("training tokens seen" if axis == "tokens" else "all parameters" if result["param_count"] == "total"
-               else "non-embedding parameters (without the token embedding and the LM head, both vocabulary-sized)")
     doc.text(
-        f"Per variant, L({symbol}) = E + A·{symbol}^−α fitted by least squares to the {metric}, mean over seeds at "
-        f"each ladder point; {symbol} = {x_words}. "
-        + (f"Intervals: {result['level']:.0%} percentile bootstrap over seeds ({result['replicates']} replicates; "
-           "each ladder point's seeds resampled with replacement, the same draw for every variant that has the "
-           "same seeds there)." if have_ci else "")
+        f"Per variant, L({symbol}) = E + A·{symbol}^−α is fitted by least squares to the {metric}: to the mean over "
+        f"seeds at each ladder point (the law tabulated and drawn), and to each seed's own ladder. The saving at "
+        f"{baseline}'s ladder point {symbol} is 1 − {symbol}′/{symbol}, where {symbol}′ is where the variant's law "
+        f"reaches {baseline}'s loss at {symbol}; positive: the variant needs that much less "
+        f"{'model' if axis == 'params' else 'data'} for the same loss. Each seed's fits give one saving; the table "
+        f"shows their mean with a {result['level']:.0%} t interval over the seeds (n − 1 degrees of freedom). A "
+        f"saving whose {symbol}′ falls outside the variant's measured ladder would extrapolate the law and is refused. "
+        + _matching_text(result["design"], baseline)
+        + f" The paper (review version) reports {PAPER_SAVING[axis]:.1%} "
+        + ("fewer parameters (later versions 13.3% and 16.11%), counting all parameters." if axis == "params"
+           else "less data (later versions 15.4% and 20.3%), read inside one run; here each budget is a separate "
+                "run with its own full schedule.")
     )
     for note in result["notes"]:
         doc.text(f"*{note}*")
+    conventions = result["conventions"]
     rows = []
-    for v, fit in result["fits"].items():
-        ci = fit["ci"]
-        cell = lambda name, spec, v=fit, ci=ci: (  # noqa: E731
-            f"{v[name]:{spec}}" + (f" [{ci[name][0]:{spec}}, {ci[name][1]:{spec}}]" if ci else ""))
-        seeds = sorted({len(p["losses"]) for p in fit["points"]})
-        rows.append([v + (" (baseline)" if v == baseline else ""), str(len(fit["points"])),
-                     "–".join(map(str, (seeds[0], seeds[-1]))) if len(seeds) > 1 else str(seeds[0]),
-                     cell("E", ".3f"), cell("A", ".4g"), cell("alpha", ".3f"), f"{fit['rms_residual']:.4f}",
-                     ", ".join(fit["at_bound"]) or "–"])
-    doc.table(["variant", "points", "seeds", "E", "A", "α", "rms residual", "on a bound"], rows)
-    rows = []
-    for v, fit in result["fits"].items():
-        law = PowerLaw(fit["E"], fit["A"], fit["alpha"], 1.0)
-        for p in fit["points"]:
+    for v, points in result["points"].items():
+        for p in points:
             mean, std = mean_std(list(p["losses"].values()))
-            rows.append([v, p["label"], f"{p['x']:,.0f}", f"{mean:.4f}" + (f" ± {std:.4f}" if std is not None else ""),
-                         str(len(p["losses"])), f"{law(p['x']):.4f}"])
-    doc.table(["variant", "ladder point", symbol, "loss (mean ± std over seeds)", "seeds", "fitted"], rows)
-    doc.image(images["fit"], f"Final loss against {symbol} with the fitted laws.")
-    if not result["savings"]:
-        return
-    paper = PAPER_SAVING[axis]
-    doc.heading(level + 1, SAVING_WORDS[axis].capitalize())
-    doc.text(
-        f"At each of {baseline}'s ladder points {symbol}: 1 − {symbol}′/{symbol}, where {symbol}′ is where the "
-        f"variant's fitted law reaches {baseline}'s fitted loss at {symbol}. Positive: the variant needs that much "
-        f"less {'model' if axis == 'params' else 'data'} for the same loss. The paper (review version) reports "
-        f"{paper:.1%} {'fewer parameters' if axis == 'params' else 'less data'} for ResFormer"
-        + (" (later versions 13.3% and 16.11%)." if axis == "params" else " (later versions 15.4% and 20.3%).")
-        + (" Here each budget is a separate run with its own full schedule." if axis == "tokens" else "")
-    )
-    header = ["variant", *(f"{p['label']} ({symbol}={p['x']:,.0f})" for p in next(iter(result["savings"].values()))["per_point"]),
-              "mean over the ladder"]
-    rows = [[v, *(_saving_text(r["saving"], r["ci_low"], r["ci_high"], have_ci) for r in s["per_point"]),
-             _saving_text(s["mean"]["saving"], s["mean"]["ci_low"], s["mean"]["ci_high"], have_ci)]
-            for v, s in result["savings"].items()]
-    doc.table(header, rows)
-    if "saving" in images:
-        doc.image(images["saving"], f"{SAVING_WORDS[axis].capitalize()} per ladder point.")
+            rows.append([v, p["label"], *(f"{p['x'][c]:,.0f}" for c in conventions), _epochs_text(p["epochs"]),
+                         f"{mean:.4f}" + (f" ± {std:.4f}" if std is not None else ""), str(len(p["losses"]))])
+    doc.table(["variant", "ladder point", *(_x_label(result, c) for c in conventions), "epochs",
+               "loss (mean ± std over seeds)", "seeds"], rows)
+    for convention in conventions:
+        doc.heading(level + 1, f"Over {CONVENTION_WORDS[convention]}"
+                    + (" (the paper's convention)" if convention == paper and axis == "params" else ""))
+        rows = []
+        for v, fit in result["fits"][convention].items():
+            alphas = [s["alpha"] for s in fit["per_seed"].values()]
+            rows.append([v + (" (baseline)" if v == baseline else ""), str(len(result["points"][v])),
+                         str(fit["residual_dof"]), f"{fit['E']:.3f}", f"{fit['A']:.4g}", f"{fit['alpha']:.3f}",
+                         f"{min(alphas):.3f}–{max(alphas):.3f}" if alphas else "–", f"{fit['rms_residual']:.4f}",
+                         ", ".join(fit["at_bound"]) or "–"])
+        doc.table(["variant", "points", "residual dof", "E", "A", "α", "α of the seeds' fits", "rms residual",
+                   "on a bound"], rows)
+        doc.image(images[f"fit_{convention}"], f"Final loss against {symbol} with the fitted laws.")
+        savings = result["savings"][convention]
+        if not savings:
+            continue
+        first = next(iter(savings.values()))
+        header = ["variant", *(f"{r['label']} ({symbol}={count_text(r['x'])})" for r in first["per_point"]),
+                  "mean over the ladder"]
+        rows = []
+        for v, s in savings.items():
+            points = len(s["per_point"])
+            inside = f" ({len(s['mean']['points'])} of {points} points)" if len(s["mean"]["points"]) < points else ""
+            rows.append([v, *(_saving_text(r) for r in s["per_point"]), _saving_text(s["mean"]) + inside])
+        doc.table(header, rows)
+        reasons = sorted({s["mean"]["no_interval"] for s in savings.values() if s["mean"]["no_interval"]})
+        for reason in reasons:
+            doc.text(f"*{reason[0].upper() + reason[1:]}.*")
+        doc.image(images[f"saving_{convention}"], f"{SAVING_WORDS[axis].capitalize()} per ladder point.")
     doc.heading(level + 1, "Data saving read from the curves (the paper's reading, within one run)")
     doc.text(
         f"Not a separate budget: inside one run, 1 − s/S where s is the first step at which the variant's loss "
         f"reaches {baseline}'s final loss (same ladder point and seed) and S is the run's last step. At step s the "
         f"variant's learning rate has not decayed yet, so this is not what a run trained on s steps would reach. "
         f"Training loss smoothed over {TRAIN_LOSS_WINDOW} logged steps; validation loss at its evaluations only. "
-        "Mean over seeds with a 95% t interval."
+        f"Mean over seeds with a {result['level']:.0%} t interval."
     )
     rows = [[v, c["label"], _curve_text(c["train"]), _curve_text(c["val"])]
             for v, curves in result["curve_savings"].items() for c in curves]
     doc.table(["variant", "ladder point", "training loss", "validation loss"], rows)
     if result["claims"]:
         doc.heading(level + 1, "Claim")
-        doc.table(["claim", "verdict", "saving [CI]", "n", "note"],
-                  [[c["claim"], f"**{c['verdict']}**", _saving_text(c["delta"], c["ci_low"], c["ci_high"], have_ci),
-                    str(c["n"]), c["note"]] for c in result["claims"]])
+        doc.table(["claim", "verdict", "saving [CI]", "paper", "p (one-sided)", "n", "note"],
+                  [[c["claim"], f"**{c['verdict']}**", _saving_text(c | {"saving": c["delta"]}), f"{c['paper']:.1%}",
+                    "–" if c["p_raw"] is None else f"{c['p_raw']:.3g}", str(c["n"]), c["note"]]
+                   for c in result["claims"]])
         doc.text("Reproduced when the interval of the mean saving excludes zero on the saving side, contradicted "
                  "when it excludes zero on the other side, else inconclusive (also with fewer than 2 seeds, or "
-                 f"when a run is not {PLATEAU_MARGIN:g} nat below its validation split's unigram loss).")
+                 f"when a run is not {PLATEAU_MARGIN:g} nat below its validation split's unigram loss); not tested "
+                 "when a run ends above its bigram reference, or the saving can have no interval.")
 
 
 def report_analysis(results: GridResults) -> dict | ScalingError | None:
-    """The analysis of a grid marked as a sweep (`report: {scaling: ...}`) with REPORT_REPLICATES, made once for
-    both its report section and its claim (the bootstrap is the report's slowest part); its ScalingError when it
-    cannot be fitted yet; None for a grid that is no sweep."""
+    """The analysis of a grid marked as a sweep (`report: {scaling: ...}`), made once for both its report section
+    and its claim; its ScalingError when it cannot be fitted yet; None for a grid that is no sweep."""
     if not results.report_settings.get("scaling"):
         return None
     try:
-        return analyse_grid(results, replicates=REPORT_REPLICATES)
+        return analyse_grid(results)
     except ScalingError as err:
         return err
 
 
 def scaling_section(analysis: dict | ScalingError, plots_dir: Path, link_base: Path) -> str:
-    """The report's scaling section for a grid marked `report: {scaling: ...}` from its analysis (`analyse_grid`
-    with REPORT_REPLICATES), markdown with plots into plots_dir, linked relative to link_base; a sweep that
-    cannot be fitted yet (its ScalingError) says why instead."""
+    """The report's scaling section for a grid marked `report: {scaling: ...}` from its analysis (`analyse_grid`),
+    markdown with plots into plots_dir, linked relative to link_base; a sweep that cannot be fitted yet (its
+    ScalingError) says why instead."""
     doc = Document(link_base)
     if isinstance(analysis, ScalingError):
         doc.heading(2, "Scaling")
@@ -701,13 +863,11 @@ def sweep_grids(runs_dirs: Sequence[str | Path]) -> list[Path]:
 
 
 def write_scaling(runs_dirs: Sequence[str | Path], out_dir: str | Path | None = None, metric: str = "val",
-                  variants: Sequence[str] | None = None, replicates: int = 1000, level: float = 0.95,
-                  param_count: str = "non-embedding") -> Path:
+                  variants: Sequence[str] | None = None, level: float = 0.95) -> Path:
     """`lit-resformer scaling`: scaling.md, scaling.json and PNG plots for every sweep grid given.
     Default out_dir: <grid>/scaling for one grid, else scaling/ beside the grids."""
     grids = sweep_grids(runs_dirs)
-    results = [analyse_grid(g, metric=metric, variants=variants, replicates=replicates, level=level,
-                            param_count=param_count) for g in grids]
+    results = [analyse_grid(g, metric=metric, variants=variants, level=level) for g in grids]
     if out_dir is None:
         out_dir = grids[0] / "scaling" if len(grids) == 1 else Path(*_common_parts(grids)) / "scaling"
     out_dir = Path(out_dir)

@@ -252,23 +252,20 @@ def claims_command(argv: list[str]) -> None:
 def scaling_command(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="lit-resformer scaling",
-        description="Fit L(N) = E + A*N^-alpha (or L(D)) per variant of size / token-budget sweeps, with bootstrap "
-                    "intervals over seeds and the parameter- / data-equivalence savings against the baseline.")
+        description="Fit L(N) = E + A*N^-alpha (or L(D)) per variant of size / token-budget sweeps, and the parameter- "
+                    "/ data-equivalence savings against the baseline (N counted with and without the embedding and "
+                    "LM head), with t intervals over per-seed fits.")
     parser.add_argument("runs_dirs", nargs="+", metavar="RUNS_DIR",
                         help="a sweep grid's run directory, or a directory of grids marked report.scaling")
     parser.add_argument("--out", help="output folder (default <grid>/scaling, or scaling/ beside several grids)")
     parser.add_argument("--metric", default="val", choices=["val", "train"], help="final validation or training loss")
-    parser.add_argument("--params", default="non-embedding", choices=["non-embedding", "total"],
-                        help="what N counts: without the embedding and LM head (default), or every parameter")
     parser.add_argument("--variants", help="comma-separated cells entries to fit (default all; baseline always)")
-    parser.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates")
     parser.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
     args = parser.parse_args(argv)
     from ablations.scaling import claim_line, write_scaling
 
-    markdown = write_scaling(args.runs_dirs, args.out, metric=args.metric, replicates=args.replicates,
-                             variants=args.variants.split(",") if args.variants else None, level=args.level,
-                             param_count=args.params)
+    markdown = write_scaling(args.runs_dirs, args.out, metric=args.metric,
+                             variants=args.variants.split(",") if args.variants else None, level=args.level)
     for claim in json.loads(markdown.with_suffix(".json").read_text())["claims"]:
         print(claim_line(claim))
     print(f"{markdown}, {markdown.with_suffix('.json').name} and plots written")

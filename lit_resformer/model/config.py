@@ -15,6 +15,9 @@ PRESETS: dict[str, dict[str, int]] = {
     "2M": dict(n_layer=4, n_head=2, d_model=16, ffn_dim=56),
     "82M": dict(n_layer=8, n_head=8, d_model=512, ffn_dim=1792),
     "180M": dict(n_layer=12, n_head=12, d_model=768, ffn_dim=2688),
+    # Fig. 6 shows a 320M model that Table 4 does not describe: assumed here to be the 468M shape at 14 layers
+    # (315.9M parameters with the paper's vocabulary; 15 layers would give 331M).
+    "320M": dict(n_layer=14, n_head=16, d_model=1024, ffn_dim=3584),
     "468M": dict(n_layer=24, n_head=16, d_model=1024, ffn_dim=3584),
     "tiny": dict(n_layer=6, n_head=4, d_model=128, ffn_dim=352),
     "mini": dict(n_layer=8, n_head=4, d_model=256, ffn_dim=704),
