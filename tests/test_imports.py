@@ -39,11 +39,23 @@ def module_files() -> dict[str, Path]:
     return modules
 
 
-def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules of `modules` that the file imports: `from X import n` names X.n when that is a module, else X."""
+def nodes_run_on_import(tree: ast.Module):
+    """The statements and expressions that importing the module runs: all but the bodies of functions."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path], on_import_only: bool = False) -> set[str]:
+    """The modules of `modules` that the file imports: `from X import n` names X.n when that is a module, else X.
+    With `on_import_only`, only the imports that importing the file runs, none inside a function."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in nodes_run_on_import(tree) if on_import_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -86,6 +98,14 @@ def test_no_import_circle(graph):
 def test_the_core_imports_the_periphery_only_from_its_command_line(graph):
     crossing = sorted((a, b) for a, imported in graph.items() for b in imported if is_core(a) and within(b, PERIPHERY))
     assert crossing == [], f"core modules that import the periphery: {crossing}"
+
+
+def test_the_command_line_imports_the_periphery_only_when_a_command_runs(graph):
+    modules = module_files()
+    on_import = imported_modules(COMMAND_LINE, modules[COMMAND_LINE], modules, on_import_only=True)
+    assert {"lit_resformer.run_dir", "lit_resformer.runtime"} <= on_import  # what it does import up front
+    assert {m for m in graph[COMMAND_LINE] if within(m, PERIPHERY)} >= {"lit_resformer.eval.run", "lit_resformer.export"}
+    assert sorted(m for m in on_import if within(m, PERIPHERY)) == []
 
 
 def test_export_does_not_need_lm_eval(graph):
