@@ -33,7 +33,7 @@ TRAIN_COMMAND_ENV = "LIT_RESFORMER_TRAIN_CMD"
 
 
 def _evaluate():
-    from eval.run import evaluate_run_dir
+    from lit_resformer.eval.run import evaluate_run_dir
 
     return evaluate_run_dir
 

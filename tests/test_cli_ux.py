@@ -45,11 +45,12 @@ def test_readme_shows_the_help_as_it_is(capsys):
 
 
 def test_lit_resformer_is_the_only_command_line():
-    """`lit-resformer` imports the grid runner, eval and benchmarks only inside the command that runs them, and the
-    runner's own package has no second entry point."""
+    """`lit-resformer` imports the grid runner, eval, export and benchmarks only inside the command that runs them,
+    and the runner's own package has no second entry point."""
     loaded = subprocess.run([sys.executable, "-c", "import sys, lit_resformer.cli; print(' '.join(sys.modules))"],
                             capture_output=True, text=True, timeout=120, check=True).stdout.split()
-    assert not {name.split(".")[0] for name in loaded} & {"ablations", "eval", "benchmarks"}
+    suites = ("ablations", "benchmarks", "lit_resformer.eval", "lit_resformer.export")
+    assert [name for name in loaded if name in suites or name.startswith(tuple(s + "." for s in suites))] == []
     assert not (Path(__file__).resolve().parents[1] / "ablations" / "__main__.py").exists()
 
 

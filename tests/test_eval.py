@@ -16,11 +16,11 @@ import torch
 from lm_eval.api.instance import Instance
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from eval.lm_eval_model import LitResFormerLM
-from eval.prepare_data import OLMO_DATASETS, prepare_data
-from eval.report import csv_table, markdown_table, zero_shot_table
-from eval.run import run_eval
-from eval.tasks import PAPER_TASKS, TASK_SETS, build_task_manager, resolve_tasks
+from lit_resformer.eval.lm_eval_model import LitResFormerLM
+from lit_resformer.eval.prepare_data import OLMO_DATASETS, prepare_data
+from lit_resformer.eval.report import csv_table, markdown_table, zero_shot_table
+from lit_resformer.eval.run import run_eval
+from lit_resformer.eval.tasks import PAPER_TASKS, TASK_SETS, build_task_manager, resolve_tasks
 from lit_resformer.model import ModelConfig, Transformer
 
 EOS = "<|endoftext|>"
@@ -377,7 +377,7 @@ def test_report_is_table_1_with_average_and_split_notes(tmp_path):
 def test_export_writes_a_llama_folder_that_computes_the_same_logits(tmp_path, tiny_model, bpe):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval.export import export_model
+    from lit_resformer.export import export_model
 
     export_model(tiny_model, bpe, tmp_path / "hf")
     assert (tmp_path / "hf" / "model.safetensors").is_file()
@@ -396,7 +396,7 @@ def test_export_writes_a_llama_folder_that_computes_the_same_logits(tmp_path, ti
 def test_registered_model_matches_lm_evals_hf_model_on_the_tiny_task(tmp_path, tiny_model, bpe):
     from lm_eval.models.huggingface import HFLM
 
-    from eval.export import export_model
+    from lit_resformer.export import export_model
 
     export_model(tiny_model, bpe, tmp_path / "hf")
     ours = run_eval(LitResFormerLM(model=tiny_model, tokenizer=bpe, batch_size=5), tasks="lrf_tiny_mc")
@@ -434,8 +434,8 @@ def trained_run(tmp_path_factory, tiny_corpus, data_cache):
 def test_checkpoint_through_simple_evaluate_run_eval_and_export(trained_run, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from eval.export import export_hf
     from lit_resformer import load_checkpoint
+    from lit_resformer.export import export_hf
 
     ckpt = trained_run / "checkpoints" / "last.ckpt"
     direct = lm_eval.simple_evaluate(
@@ -460,8 +460,8 @@ def test_grid_eval_hook_scores_a_run_dir(trained_run, tmp_path, monkeypatch):
     """The `--eval` plug-in of the grid runner writes <run>/eval/results.json that the grid report reads."""
     import shutil
 
-    from eval.report import zero_shot_table
-    from eval.run import evaluate_run_dir
+    from lit_resformer.eval.report import zero_shot_table
+    from lit_resformer.eval.run import evaluate_run_dir
 
     run = tmp_path / "grid" / "resformer" / "seed0"
     shutil.copytree(trained_run, run)

@@ -7,8 +7,8 @@ import shutil
 import pytest
 from test_eval import go_offline, trained_run  # noqa: F401  (trained_run: a fixture)
 
-from eval.run import evaluate_run_dir
 from lit_resformer.cli import main
+from lit_resformer.eval.run import evaluate_run_dir
 from lit_resformer.run_dir import RunDir
 
 

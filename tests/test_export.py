@@ -21,11 +21,11 @@ import transformers
 from helpers.experiments import tiny_experiment
 from test_eval import CORPUS, arc_data_dir, byte_bpe_tokenizer
 
-from eval.export import export_model, export_resformer, hf_config_fields
-from eval.hf_remote.configuration_resformer import ResFormerConfig
-from eval.lm_eval_cli import lm_eval_argv, task_folder
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
+from lit_resformer.eval.lm_eval_cli import lm_eval_argv, task_folder
+from lit_resformer.export import export_model, export_resformer, hf_config_fields
+from lit_resformer.export.hf_remote.configuration_resformer import ResFormerConfig
 from lit_resformer.model import ModelConfig, Transformer, kv_cache_bytes
 
 HELPERS = Path(__file__).parent / "helpers"
@@ -219,7 +219,7 @@ def test_exported_tokenizer_is_the_runs_tokenizer(checked, bpe, svformer_run):
 def test_export_refuses_config_fields_the_modeling_code_does_not_know():
     fields = ModelConfig.preset("tiny").to_dict()
     assert "size" not in hf_config_fields(fields) and "attn_impl" not in hf_config_fields(fields)
-    with pytest.raises(ValueError, match=r"\['window'\].*eval/hf_remote"):
+    with pytest.raises(ValueError, match=r"\['window'\].*lit_resformer/export/hf_remote"):
         hf_config_fields({**fields, "window": 128})
     with pytest.raises(ValueError, match=r"\['residual\.gate_temperature'\]"):
         hf_config_fields({**fields, "residual": {**fields["residual"], "gate_temperature": 1.0}})
@@ -228,7 +228,7 @@ def test_export_refuses_config_fields_the_modeling_code_does_not_know():
 
 
 def test_a_model_built_from_its_config_starts_where_the_training_code_starts(bpe):
-    from eval.hf_remote.modeling_resformer import ResFormerForCausalLM
+    from lit_resformer.export.hf_remote.modeling_resformer import ResFormerForCausalLM
 
     for overrides in ({"residual": {"target": "v", "learnable": "head", "source": "all", "self_weight": "uniform",
                                     "lam": "uniform"}, "dwa": {"enabled": True}},
@@ -264,7 +264,7 @@ def test_lm_eval_command_adds_only_the_missing_defaults(tmp_path):
 def test_offline_task_folder_holds_the_project_tasks_and_the_prepared_data(tmp_path):
     from lm_eval.tasks import TaskManager
 
-    from eval.tasks import PROJECT_TASKS_DIR
+    from lit_resformer.eval.tasks import PROJECT_TASKS_DIR
 
     assert task_folder(None, tmp_path / "unused") == PROJECT_TASKS_DIR
     data_dir, _ = arc_data_dir(tmp_path / "data")
@@ -304,8 +304,8 @@ OFFLINE_TASKS = ("lrf_tiny_mc", "arc_easy")
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["resformer-token", "svformer-anchors-gqa"])
 def test_lm_evals_hf_model_on_an_exported_folder_matches_the_registered_model(tmp_path, bpe, name):
-    from eval.lm_eval_model import LitResFormerLM
-    from eval.run import run_eval
+    from lit_resformer.eval.lm_eval_model import LitResFormerLM
+    from lit_resformer.eval.run import run_eval
 
     model = make_model(bpe, seed=7, **VARIANTS[name])
     export_model(model, bpe, tmp_path / "hf")
@@ -332,7 +332,7 @@ def test_lm_evals_hf_model_on_an_exported_folder_matches_the_registered_model(tm
 
 @pytest.mark.slow
 def test_lit_resformer_lm_eval_runs_lm_evals_cli_on_a_checkpoint(tmp_path, svformer_run):
-    from eval.run import run_eval
+    from lit_resformer.eval.run import run_eval
 
     data_dir, _ = arc_data_dir(tmp_path / "data")
     command = [sys.executable, "-m", "lit_resformer.cli", "lm-eval", "--model_args", f"ckpt={svformer_run}",

@@ -15,10 +15,10 @@ import transformers
 from test_eval import byte_bpe_tokenizer
 from transformers import DynamicCache
 
-from eval.export import export_model
-from eval.hf_remote import configuration_resformer
-from eval.hf_remote.configuration_resformer import TESTED_TRANSFORMERS_MAJORS, ResFormerConfig
-from eval.hf_remote.modeling_resformer import CACHE_NAME, ResFormerCache, ResFormerForCausalLM
+from lit_resformer.export import export_model
+from lit_resformer.export.hf_remote import configuration_resformer
+from lit_resformer.export.hf_remote.configuration_resformer import TESTED_TRANSFORMERS_MAJORS, ResFormerConfig
+from lit_resformer.export.hf_remote.modeling_resformer import CACHE_NAME, ResFormerCache, ResFormerForCausalLM
 from lit_resformer.model import ModelConfig, Transformer
 
 VERSION = transformers.__version__  # before any test fakes another

@@ -567,8 +567,8 @@ def test_two_runners_on_one_grid(tmp_path):
 def tiny_lm():
     import torch
 
-    from eval.lm_eval_model import LitResFormerLM
     from lit_resformer.data.tokenizer import train_bpe
+    from lit_resformer.eval.lm_eval_model import LitResFormerLM
     from lit_resformer.model import ModelConfig, Transformer
 
     tokenizer = train_bpe(["Which object is attracted by a magnet? an iron nail"] * 20, 300)
@@ -591,7 +591,7 @@ def plant_task(folder: Path, marker: Path) -> None:
 def test_eval_loads_only_the_task_files_it_wrote_in_that_call(tmp_path, tiny_lm):
     from test_eval import ARC_ROWS, arc_data_dir
 
-    from eval.run import run_eval
+    from lit_resformer.eval.run import run_eval
 
     data_dir, _ = arc_data_dir(tmp_path / "data")
     out, marker = tmp_path / "out", tmp_path / "planted-code-ran"
@@ -617,7 +617,7 @@ def test_offline_eval_opens_no_connection_even_without_offline_settings(tmp_path
     import huggingface_hub
     from test_eval import arc_data_dir
 
-    from eval.run import run_eval
+    from lit_resformer.eval.run import run_eval
 
     data_dir, _ = arc_data_dir(tmp_path / "data")
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # as a user's shell has them: unset

@@ -1,5 +1,6 @@
-"""The package's own imports, read from the source: no import circle anywhere, and the core (lit_resformer) never
-imports the periphery (ablations, eval, benchmarks) but from its command-line entry point.
+"""The package's own imports, read from the source: no import circle anywhere, and the core library never imports
+the periphery (lit_resformer.eval, lit_resformer.export, ablations, benchmarks) but from its command-line entry
+point. Also what the package installs: lit_resformer and ablations, no other top-level name.
 
 Every import counts, also one inside a function: an import put off until a call hides a circle, it does not
 remove it."""
@@ -13,9 +14,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("lit_resformer", "ablations", "eval", "benchmarks")
-PERIPHERY = ("ablations", "eval", "benchmarks")
+PACKAGES = ("lit_resformer", "ablations", "benchmarks")
+# Suites over the core library: each may import the core, the core none of them.
+PERIPHERY = ("lit_resformer.eval", "lit_resformer.export", "ablations", "benchmarks")
 COMMAND_LINE = "lit_resformer.cli"
+INSTALLED_TOP_LEVEL = {"lit_resformer", "ablations"}
+
+
+def within(module: str, packages) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def is_core(module: str) -> bool:
+    return within(module, ("lit_resformer",)) and not within(module, PERIPHERY) and module != COMMAND_LINE
 
 
 def module_files() -> dict[str, Path]:
@@ -28,11 +39,23 @@ def module_files() -> dict[str, Path]:
     return modules
 
 
-def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The modules of `modules` that the file imports: `from X import n` names X.n when that is a module, else X."""
+def nodes_run_on_import(tree: ast.Module):
+    """The statements and expressions that importing the module runs: all but the bodies of functions."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(child for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path], on_import_only: bool = False) -> set[str]:
+    """The modules of `modules` that the file imports: `from X import n` names X.n when that is a module, else X.
+    With `on_import_only`, only the imports that importing the file runs, none inside a function."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in nodes_run_on_import(tree) if on_import_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -57,6 +80,10 @@ def test_the_graph_is_read(graph):
     assert "lit_resformer.reporting" in graph["lit_resformer.run_dir"]  # from .reporting import ...
     assert "lit_resformer.config_files" in graph["ablations.spec"]  # from lit_resformer.config_files import ...
     assert "ablations.report_analysis" in graph["ablations.report"]  # inside a function
+    assert "lit_resformer.export.hf_remote.configuration_resformer" in graph["lit_resformer.export"]  # relative
+    assert "lit_resformer.eval.run" in graph[COMMAND_LINE]  # inside the eval subcommand
+    assert is_core("lit_resformer.model.transformer") and is_core("lit_resformer.run_dir")
+    assert not any(map(is_core, ("lit_resformer.eval.run", "lit_resformer.export", COMMAND_LINE, "ablations.job")))
     with pytest.raises(graphlib.CycleError):
         tuple(graphlib.TopologicalSorter({**graph, "lit_resformer.reporting": {"ablations.report"}}).static_order())
 
@@ -69,6 +96,33 @@ def test_no_import_circle(graph):
 
 
 def test_the_core_imports_the_periphery_only_from_its_command_line(graph):
-    crossing = sorted((a, b) for a, imported in graph.items() for b in imported
-                      if a.split(".")[0] == "lit_resformer" and b.split(".")[0] in PERIPHERY and a != COMMAND_LINE)
+    crossing = sorted((a, b) for a, imported in graph.items() for b in imported if is_core(a) and within(b, PERIPHERY))
     assert crossing == [], f"core modules that import the periphery: {crossing}"
+
+
+def test_the_command_line_imports_the_periphery_only_when_a_command_runs(graph):
+    modules = module_files()
+    on_import = imported_modules(COMMAND_LINE, modules[COMMAND_LINE], modules, on_import_only=True)
+    assert {"lit_resformer.run_dir", "lit_resformer.runtime"} <= on_import  # what it does import up front
+    assert {m for m in graph[COMMAND_LINE] if within(m, PERIPHERY)} >= {"lit_resformer.eval.run", "lit_resformer.export"}
+    assert sorted(m for m in on_import if within(m, PERIPHERY)) == []
+
+
+def test_export_does_not_need_lm_eval(graph):
+    """Writing a Hugging Face folder imports nothing of the evaluation suite (nor lm-eval through it)."""
+    crossing = sorted((a, b) for a, imported in graph.items() for b in imported
+                      if within(a, ("lit_resformer.export",)) and within(b, ("lit_resformer.eval",)))
+    assert crossing == [], f"export modules that import eval: {crossing}"
+
+
+def test_only_the_project_s_own_names_are_installed():
+    """The packages setuptools installs from pyproject, by top-level name: generic ones (eval, benchmarks) would
+    collide in site-packages with other projects' packages of that name."""
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    setuptools_config = read_configuration(REPO / "pyproject.toml")["tool"]["setuptools"]
+    installed = set(setuptools_config["packages"])  # the package list find resolves to
+    assert {name.split(".")[0] for name in installed} == INSTALLED_TOP_LEVEL
+    assert {"lit_resformer.eval", "lit_resformer.export.hf_remote"} <= installed
+    assert setuptools_config["package-data"] == {"lit_resformer.eval": ["tasks_data/**/*"]}
+    assert (REPO / "lit_resformer/eval/tasks_data").is_dir()

@@ -1,6 +1,6 @@
 """The lit-resformer model as an lm-eval model, registered under the name ``lit-resformer``.
 
-    import eval.lm_eval_model  # registers "lit-resformer"
+    import lit_resformer.eval.lm_eval_model  # registers "lit-resformer"
     lm_eval.simple_evaluate(model="lit-resformer", model_args="ckpt=runs/x/checkpoints/last.ckpt", tasks=[...])
 
 Tokenisation and request encoding follow lm-eval's ``TemplateLM`` (the same rules its own ``hf`` model
@@ -30,7 +30,8 @@ from lm_eval.models.utils import (
 )
 from tqdm import tqdm
 
-EOS_TOKEN = "<|endoftext|>"
+from lit_resformer.data.tokenizer import EOS_TOKEN
+
 DEFAULT_BATCH_SIZE = 16
 DEFAULT_MAX_GEN_TOKS = 256
 # Generation keys this model understands; anything else (top_p, num_beams, ...) is refused by name.

