@@ -36,7 +36,7 @@ Many comparisons are tested at once, so by chance alone some would pass: the p-v
 A grid's report adjusts within the grid (Holm, `p_holm`: no false verdict in the figure with 95% probability);
 the scoreboard adjusts across its distinct claims (Benjamini-Hochberg, `p_bh`: at most 5% of its decisive
 verdicts false on average), and per-domain sub-rows keep their grid's Holm p-value. A sweep's scaling claim is
-judged on the interval of its fitted saving, which has no p-value and so stays out of both adjustments.
+judged on the t test over its per-seed fitted savings (ablations.scaling) and adjusted like the others.
 Each verdict carries the paper's own effect (`paper:`) where the claim gives it, and its grid's regime
 (`grid_regime`: parameters, tokens, tokens per parameter, final losses against the unigram and bigram references).
 Claims from outside the paper (`beyond_paper: true`) stand in their own section of the scoreboard.
@@ -415,8 +415,11 @@ def _scaling_verdicts(results: GridResults, sweep: dict | ScalingError | None) -
         claim = Claim(text, variant, baseline, EQUIVALENCE_SAVING, "higher")
         return [Verdict(results.name, claim, "inconclusive", None, None, None, 0, f"no fit: {sweep}",
                         unadjusted="inconclusive")]
+    # the fit's claims carry the per-seed t test's p-values, so they enter the grid's and the scoreboard's
+    # adjustment for multiple comparisons like every other claim
     return [Verdict(r["grid"], Claim(r["claim"], variant, baseline, EQUIVALENCE_SAVING, "higher"),
-                    r["verdict"], r["delta"], r["ci_low"], r["ci_high"], r["n"], r["note"], unadjusted=r["verdict"])
+                    r["verdict"], r["delta"], r["ci_low"], r["ci_high"], r["n"], r["note"], unadjusted=r["verdict"],
+                    design=r.get("design", ""), p_raw=r.get("p_raw"), p_two_sided=r.get("p_two_sided"))
             for r in sweep["claims"]]
 
 

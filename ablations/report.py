@@ -398,7 +398,7 @@ def _cost_section(doc, cells, cells_info, done) -> None:
 
 def _zero_shot_section(doc, cells, done) -> None:
     """Table 1 form from the runs' eval/results.json (lm-eval's results dict), mean over each cell's seeds;
-    task order, labels, averages and split notes follow eval.report."""
+    task order, labels, averages and split notes follow lit_resformer.eval.report."""
     per_cell = {}
     for cell in cells:
         results = [json.loads(p.read_text()) for r in done[cell] if (p := r.run.eval_results).is_file()]

@@ -233,7 +233,8 @@ def claims_command(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="lit-resformer claims",
         description="One scoreboard of the paper's claims (the grid files' `claims:`) across grid run directories: "
-                    "reproduced / contradicted / inconclusive, with the paired difference, its 95%% CI and n.")
+                    "reproduced / contradicted / inconclusive / not tested, with the difference, its 95%% CI, n, the design "
+                    "(paired or unpaired by seed), raw and adjusted p-values and the paper's own effect.")
     parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
                         help="a grid's run directory (RUNS/<grid>) or a folder of them")
     parser.add_argument("--json", action="store_true", help="print the verdicts as a JSON list instead of markdown")

@@ -117,7 +117,7 @@ def test_diverged_run_is_reported_without_a_doubled_prefix(tmp_path, fake, capsy
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and the parent-death signal")
 def test_ctrl_c_on_a_grid_marks_the_run_interrupted_and_a_rerun_resumes_it(tmp_path, fake):
-    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer": {}}})
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})
     runs = tmp_path / "runs"
     run_dir = runs / "g/vanilla/seed0"
     env = {**os.environ, "LIT_RESFORMER_TRAIN_CMD": shlex.join(fake), "FAKE_STEP_SLEEP": "0.2"}  # 20 steps: ~4 s

@@ -79,6 +79,31 @@ def test_each_figures_cells_and_claims_are_written_once():
                 written_claims[key] = file
 
 
+EMBEDDED_TRAIN_TOKENS = 2_805_000  # the embedded corpus's training split at seq_len 256 (4.1M tokens were 1.46 epochs)
+
+
+def test_the_evidence_tier_trains_past_two_million_tokens_within_one_epoch_on_five_seeds(configs_resolved_unchecked):
+    evidence = {path.stem: path for path in sorted((GRIDS / "evidence").glob("*.yaml"))}
+    assert set(evidence) >= {"fig5", "fig7", "fig7-lengths", "fig8", "fig9", "fig10", "fig11", "fig13", "fig14", "fig16",
+                             "fig17", "learnable"}
+    from ablations.spec import load_grid
+
+    for figure, path in evidence.items():
+        grid = load_grid(path)
+        assert grid.name == f"{figure}-evidence"
+        long_run = figure == "fig14"  # the critical point: 20M tokens on the larger code corpus, three seeds
+        assert len(grid.seeds) >= (3 if long_run else 5), path
+        for cell, config in grid.configs.items():
+            data, trainer = config["data"], config["trainer"]
+            tokens = trainer["max_steps"] * data["micro_batch_size"] * data["seq_len"]
+            assert tokens >= (20_000_000 if long_run else 2_000_000), (path, cell)
+            if data["source"] == "embedded":
+                assert tokens <= EMBEDDED_TRAIN_TOKENS, (path, cell)  # within one epoch
+                assert data["val_sequences_per_domain"] is None, (path, cell)  # the whole validation split
+            else:
+                assert data["source"] == "local" and long_run, (path, cell)
+
+
 def test_no_grid_cites_a_document_the_repository_lacks():
     for path in [*_grid_files(), *sorted(FIGURES.glob("*.yaml"))]:
         assert "PAPER_FACTS" not in path.read_text(), path
