@@ -123,7 +123,7 @@ bench-gpu:
 	$(RUN_PY) -m benchmarks --device cuda mfu variant_overhead hf_throughput loop_overhead loss_path decode $(BENCH_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check lit_resformer ablations benchmarks tests
+	$(VENV)/bin/ruff check lit_resformer benchmarks tests
 
 clean:
 	rm -rf $(VENV) $(LATEST_VENV) .pytest_cache

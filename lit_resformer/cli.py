@@ -153,8 +153,8 @@ def grid_command(argv: list[str]) -> None:
 def run_grid_from_args(args: argparse.Namespace) -> int:
     """Run the grid as `lit-resformer grid` was asked to; the exit code: 0 done, 1 runs failed, 2 the grid could not
     run, 75 runs left by the time limit, 130 interrupted."""
-    from ablations.runner import GridOptions, PoolOptions, run_grid
-    from ablations.spec import GridError
+    from lit_resformer.ablations.runner import GridOptions, PoolOptions, run_grid
+    from lit_resformer.ablations.spec import GridError
 
     from .run_dir import RunConflict
 
@@ -189,7 +189,7 @@ def export_results_command(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the <grid>.tar.gz archives")
     parser.add_argument("--note", default="", help="where the runs trained (kept in the results' provenance.json)")
     args = parser.parse_args(argv)
-    from ablations.slices import SliceError, export_grid
+    from lit_resformer.ablations.slices import SliceError, export_grid
 
     try:  # one process for every grid: a bare machine imports torch slowly
         for grid_dir in args.grid_dirs:
@@ -209,7 +209,7 @@ def merge_results_command(argv: list[str]) -> None:
     parser.add_argument("archive", type=Path, help="an OUT/<grid>.tar.gz of `lit-resformer export-results`")
     parser.add_argument("results_dir", type=Path, help="the runs folder that keeps results: <results_dir>/<grid>/")
     args = parser.parse_args(argv)
-    from ablations.slices import SliceError, merge_export
+    from lit_resformer.ablations.slices import SliceError, merge_export
 
     try:
         merged = merge_export(args.archive, args.results_dir)
@@ -224,7 +224,7 @@ def report_command(argv: list[str]) -> None:
                                      description="report.md + index.html with plots for RUNS_DIR/<grid>.")
     parser.add_argument("grid_dir", type=Path)
     args = parser.parse_args(argv)
-    from ablations.report import write_report
+    from lit_resformer.ablations.report import write_report
 
     print(write_report(args.grid_dir))
 
@@ -241,7 +241,7 @@ def claims_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     import json
 
-    from ablations.claims import markdown, scoreboard
+    from lit_resformer.ablations.claims import markdown, scoreboard
 
     verdicts = scoreboard(args.runs_dirs)
     if args.json:
@@ -263,7 +263,7 @@ def scaling_command(argv: list[str]) -> None:
     parser.add_argument("--variants", help="comma-separated cells entries to fit (default all; baseline always)")
     parser.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
     args = parser.parse_args(argv)
-    from ablations.scaling import claim_line, write_scaling
+    from lit_resformer.ablations.scaling import claim_line, write_scaling
 
     markdown = write_scaling(args.runs_dirs, args.out, metric=args.metric,
                              variants=args.variants.split(",") if args.variants else None, level=args.level)

@@ -23,6 +23,13 @@ START=$SECONDS
 
 log() { echo "[$(date -u +%FT%TZ)] $*"; }
 
+# A fresh machine starts from the committed results: every finished run of the tier is skipped, and shared by the
+# grids that ask for the same run (the runner links runs with the same config across the runs folder).
+mkdir -p "$RUNS"
+for done in "$RESULTS"/*-evidence; do
+    [[ -d $done && ! -e $RUNS/$(basename "$done") ]] && cp -r "$done" "$RUNS/" && log "seeded $RUNS/$(basename "$done") from $done"
+done
+
 for figure in $GRIDS; do
     file=configs/grids/evidence/$figure.yaml
     name=$figure-evidence

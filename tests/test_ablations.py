@@ -21,7 +21,7 @@ import pytest
 import torch
 import yaml
 
-from ablations import (
+from lit_resformer.ablations import (
     GridError,
     GridOptions,
     LocalExecutor,
@@ -31,7 +31,7 @@ from ablations import (
     read_metrics,
     run_grid,
 )
-from ablations.grid_dir import MANIFEST_VERSION
+from lit_resformer.ablations.grid_dir import MANIFEST_VERSION
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
 
 FAKE_TRAINER = textwrap.dedent(
@@ -380,7 +380,7 @@ def test_grid_options_refuse_unknown_steps_and_executors(tmp_path, fake):
 
 @pytest.mark.slow  # the step's process imports torch and Lightning afresh: ~10 s idle, 40 s on a busy machine
 def test_a_post_training_step_runs_in_its_own_process_and_its_failure_is_recorded(tmp_path):
-    from ablations.job import RunJob, execute
+    from lit_resformer.ablations.job import RunJob, execute
 
     run = RunDir(tmp_path / "g/vanilla/seed0")
     run.path.mkdir(parents=True)

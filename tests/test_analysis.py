@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from ablations.report_analysis import analysis_section
+from lit_resformer.ablations.report_analysis import analysis_section
 from lit_resformer.analysis import (
     AnalysisTrace,
     analyze,

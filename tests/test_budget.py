@@ -1,4 +1,4 @@
-"""The budget table (ablations.budget): parameters, FLOPs, KV bytes and step time per cell, against hand counts, from a
+"""The budget table (lit_resformer.ablations.budget): parameters, FLOPs, KV bytes and step time per cell, against hand counts, from a
 synthetic grid run directory (manifest, run configs, metrics and summaries written here)."""
 
 import csv
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ablations import load_grid, write_report
-from ablations.budget import budget_rows, budget_section
-from ablations.results import load_results
+from lit_resformer.ablations import load_grid, write_report
+from lit_resformer.ablations.budget import budget_rows, budget_section
+from lit_resformer.ablations.results import load_results
 from lit_resformer.run_dir import RunDir
 
 # tiny (lit_resformer/model/config.py PRESETS) with the CPU presets' vocabulary, trained at 64 tokens

@@ -12,9 +12,9 @@ import pytest
 import scipy.stats
 import yaml
 
-from ablations import GridError, load_grid, write_report
-from ablations.claims import evaluate_grid, scoreboard
-from ablations.stats import benjamini_hochberg, holm
+from lit_resformer.ablations import GridError, load_grid, write_report
+from lit_resformer.ablations.claims import evaluate_grid, scoreboard
+from lit_resformer.ablations.stats import benjamini_hochberg, holm
 from lit_resformer.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     runs.mkdir()
     for grid_dir in (first, second):
         grid_dir.rename(runs / grid_dir.name)
-    # `second` holds runs merged from two exports (ablations.slices): the scoreboard says where they trained
+    # `second` holds runs merged from two exports (lit_resformer.ablations.slices): the scoreboard says where they trained
     provenance = [{"grid": "second", "runs": ["vanilla/seed0"], "note": "GPU box"},
                   {"grid": "second", "runs": ["better/seed0"], "note": "GPU box"},
                   {"grid": "second", "runs": ["worse/seed0"], "note": ""}]
@@ -191,7 +191,7 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert "| second | ↳ better trains below vanilla on code |" in board  # a per-domain sub-row
     assert "4 reproduced, 2 contradicted, 2 inconclusive, 0 not tested of 8 claims" in board
     # each grid's regime: 12 runs of one size (the summaries record no parameters or tokens), final losses 4.55-5.40
-    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; epochs not recorded), final "
+    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; within one epoch), final "
             "validation loss 4.550–5.400 against the references unigram 7.000, no bigram reference logged\n") in board
     assert board.endswith("Where the runs trained:\n- second: GPU box; not recorded\n")
 
@@ -299,7 +299,7 @@ def test_report_has_claims_and_flags_runs_at_the_plateau(tmp_path, monkeypatch):
     summary = json.loads(summary_path.read_text())
     summary_path.write_text(json.dumps({**summary, "unigram_val_loss": summary["final_val_loss"] + 0.25}))
     references = {}
-    from ablations.report import Plotter
+    from lit_resformer.ablations.report import Plotter
 
     original = Plotter.curves
 
@@ -381,7 +381,7 @@ def test_reproduction_tier_trains_a_million_tokens_and_validates_on_the_whole_sp
 
 
 def test_a_claim_naming_two_families_of_a_matrix_grid_is_judged_at_every_point():
-    from ablations.claim_spec import parse_claims
+    from lit_resformer.ablations.claim_spec import parse_claims
 
     cells = [{"name": f"{family},max_steps={steps}", "family": family, "coords": {"trainer.max_steps": steps}}
              for family in ("vanilla", "resformer") for steps in (50, 100)]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_ablations import THREE_CELLS, alive, calls, fake, summary, write_grid  # noqa: F401  (fake: a fixture)
 
-from ablations import GridOptions, run_grid
+from lit_resformer.ablations import GridOptions, run_grid
 from lit_resformer.cli import SUITE_COMMANDS, main
 from lit_resformer.training_cli import ResFormerCLI
 
@@ -49,9 +49,9 @@ def test_lit_resformer_is_the_only_command_line():
     and the runner's own package has no second entry point."""
     loaded = subprocess.run([sys.executable, "-c", "import sys, lit_resformer.cli; print(' '.join(sys.modules))"],
                             capture_output=True, text=True, timeout=120, check=True).stdout.split()
-    suites = ("ablations", "benchmarks", "lit_resformer.eval", "lit_resformer.export")
+    suites = ("lit_resformer.ablations", "benchmarks", "lit_resformer.eval", "lit_resformer.export")
     assert [name for name in loaded if name in suites or name.startswith(tuple(s + "." for s in suites))] == []
-    assert not (Path(__file__).resolve().parents[1] / "ablations" / "__main__.py").exists()
+    assert not (Path(__file__).resolve().parents[1] / "lit_resformer" / "ablations" / "__main__.py").exists()
 
 
 HELP_CALLS = [[c, "--help"] for c in COMMANDS if c != "lm-eval"] + [["eval", "prepare-data", "--help"]]
@@ -154,7 +154,7 @@ def test_runner_stops_its_trainer_as_ctrl_c_would(tmp_path):
     shutdown); the runner records the attempt as interrupted, not failed."""
     import threading
 
-    from ablations.job import RunJob, execute
+    from lit_resformer.ablations.job import RunJob, execute
 
     script = tmp_path / "trainer.py"
     script.write_text("import sys, time\nprint('started', flush=True)\ntime.sleep(60)\n")

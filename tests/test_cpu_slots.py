@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers.experiments import tiny_experiment
 
-from ablations import GridOptions, LocalExecutor, PoolOptions, run_grid
+from lit_resformer.ablations import GridOptions, LocalExecutor, PoolOptions, run_grid
 from lit_resformer.run_dir import RunDir
 
 

@@ -9,7 +9,7 @@ import yaml
 from helpers.experiments import tiny_experiment
 from omegaconf import OmegaConf
 
-from ablations import GridError, load_grid
+from lit_resformer.ablations import GridError, load_grid
 from lit_resformer.cli import main
 from lit_resformer.config_files import config_layers, load_experiment
 from lit_resformer.config_messages import describe_type

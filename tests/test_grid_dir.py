@@ -1,4 +1,4 @@
-"""A grid's run directory (ablations.grid_dir) and the results loaded from it (ablations.results)."""
+"""A grid's run directory (lit_resformer.ablations.grid_dir) and the results loaded from it (lit_resformer.ablations.results)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from ablations.grid_dir import MANIFEST_VERSION, GridDir, ManifestError, migrate_manifest
-from ablations.results import load_results
+from lit_resformer.ablations.grid_dir import MANIFEST_VERSION, GridDir, ManifestError, migrate_manifest
+from lit_resformer.ablations.results import load_results
 
 OLD = {"name": "g", "baseline": "a", "seeds": [0], "overrides": {"trainer.max_steps": 50},
        "cells": [{"name": "a", "overrides": {}, "baseline": "a", "family": None, "coords": {}},
@@ -57,3 +57,21 @@ def test_a_summary_without_its_losses_has_them_computed_from_its_metrics(tmp_pat
     assert (b.final("val_loss"), b.final("train_loss")) == (2.0, 1.9)  # the summary's values stand
     assert results.finals("val_loss") == {"a": {0: 2.5}, "b": {0: 2.0}}
     assert json.loads(run.summary_file.read_text()) == {"status": "done"}  # reading changes nothing
+
+
+def test_epochs_are_the_passes_over_the_training_split_and_the_regime_names_the_most(tmp_path):
+    from lit_resformer.ablations.claims import grid_regime, regime_text
+
+    grid = GridDir.of(tmp_path, "g")
+    grid.write_manifest(migrate_manifest(OLD, ""), provenance={})
+    done = {"status": "done", "final_val_loss": 4.1, "final_train_loss": 4.0, "steps": 1999}
+    grid.run_dir("a", 0).write_summary({**done, "tokens_seen": 4_096_000.0, "epoch_tokens": 2_800_000.0})
+    grid.run_dir("b", 0).write_summary({**done, "tokens_seen": 2_048_000.0, "epoch_tokens": None})  # one pass
+    results = load_results(grid.path)
+    assert results.done["a"][0].epochs == pytest.approx(4_096_000 / 2_800_000)
+    assert results.done["b"][0].epochs is None
+    regime = grid_regime(results)
+    assert regime["epochs"] == pytest.approx(1.4629, abs=1e-4)
+    assert "up to 1.46 epochs" in regime_text(regime)
+    grid.run_dir("a", 0).write_summary({**done, "tokens_seen": 4_096_000.0, "epoch_tokens": None})
+    assert "within one epoch" in regime_text(grid_regime(load_results(grid.path)))

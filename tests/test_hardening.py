@@ -12,7 +12,7 @@ import yaml
 from helpers import chromium
 from helpers.experiments import tiny_experiment
 
-from ablations import GridError, load_grid
+from lit_resformer.ablations import GridError, load_grid
 from lit_resformer.cli import main
 from lit_resformer.config_checker import ConfigChecker
 
@@ -472,7 +472,7 @@ def test_a_grid_run_with_a_damaged_last_ckpt_resumes_from_a_step_checkpoint_and_
 
     import torch
 
-    from ablations.job import RunJob, execute
+    from lit_resformer.ablations.job import RunJob, execute
 
     run = tmp_path / "g/cell/seed0"
     (run / "checkpoints").mkdir(parents=True)
@@ -508,7 +508,7 @@ def fake_grid(tmp_path: Path) -> tuple[Path, list[str]]:
 def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(tmp_path):
     import io
 
-    from ablations import GridOptions, run_grid
+    from lit_resformer.ablations import GridOptions, run_grid
     from lit_resformer.run_dir import RunDir
 
     grid, command = fake_grid(tmp_path)
@@ -529,7 +529,7 @@ def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(t
 
 
 def test_a_run_taken_between_planning_and_starting_is_reported_busy_not_failed(tmp_path):
-    from ablations.job import RunJob, execute
+    from lit_resformer.ablations.job import RunJob, execute
     from lit_resformer.run_dir import RunDir
 
     run = RunDir(tmp_path / "g/cell/seed0")
@@ -666,7 +666,7 @@ def test_report_escapes_everything_it_quotes(tmp_path):
     """Without a browser: the page has no script element, no event handler and no javascript: address."""
     from html.parser import HTMLParser
 
-    from ablations import write_report
+    from lit_resformer.ablations import write_report
 
     index = write_report(hostile_grid(tmp_path))
     found = []
@@ -685,7 +685,7 @@ def test_report_escapes_everything_it_quotes(tmp_path):
 
 
 def test_report_payloads_stay_text_in_headless_chromium(tmp_path):
-    from ablations import write_report
+    from lit_resformer.ablations import write_report
 
     chromium.browser()
     index = write_report(hostile_grid(tmp_path))

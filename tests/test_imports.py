@@ -1,6 +1,6 @@
 """The package's own imports, read from the source: no import circle anywhere, and the core library never imports
-the periphery (lit_resformer.eval, lit_resformer.export, ablations, benchmarks) but from its command-line entry
-point. Also what the package installs: lit_resformer and ablations, no other top-level name.
+the suites over it (lit_resformer.ablations, lit_resformer.eval, lit_resformer.export, benchmarks) but from its
+command-line entry point. Also what the package installs: lit_resformer, no other top-level name.
 
 Every import counts, also one inside a function: an import put off until a call hides a circle, it does not
 remove it."""
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("lit_resformer", "ablations", "benchmarks")
+PACKAGES = ("lit_resformer", "benchmarks")
 # Suites over the core library: each may import the core, the core none of them.
-PERIPHERY = ("lit_resformer.eval", "lit_resformer.export", "ablations", "benchmarks")
+PERIPHERY = ("lit_resformer.ablations", "lit_resformer.eval", "lit_resformer.export", "benchmarks")
 COMMAND_LINE = "lit_resformer.cli"
-INSTALLED_TOP_LEVEL = {"lit_resformer", "ablations"}
+INSTALLED_TOP_LEVEL = {"lit_resformer"}
 
 
 def within(module: str, packages) -> bool:
@@ -76,16 +76,16 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_graph_is_read(graph):
     """The reading itself: known imports are found, relative ones resolved, a circle is seen."""
-    assert "ablations.results" in graph["ablations.report"]  # from .results import ...
+    assert "lit_resformer.ablations.results" in graph["lit_resformer.ablations.report"]  # from .results import ...
     assert "lit_resformer.reporting" in graph["lit_resformer.run_dir"]  # from .reporting import ...
-    assert "lit_resformer.config_files" in graph["ablations.spec"]  # from lit_resformer.config_files import ...
-    assert "ablations.report_analysis" in graph["ablations.report"]  # inside a function
+    assert "lit_resformer.config_files" in graph["lit_resformer.ablations.spec"]  # from lit_resformer.config_files import ...
+    assert "lit_resformer.ablations.report_analysis" in graph["lit_resformer.ablations.report"]  # inside a function
     assert "lit_resformer.export.hf_remote.configuration_resformer" in graph["lit_resformer.export"]  # relative
     assert "lit_resformer.eval.run" in graph[COMMAND_LINE]  # inside the eval subcommand
     assert is_core("lit_resformer.model.transformer") and is_core("lit_resformer.run_dir")
-    assert not any(map(is_core, ("lit_resformer.eval.run", "lit_resformer.export", COMMAND_LINE, "ablations.job")))
+    assert not any(map(is_core, ("lit_resformer.eval.run", "lit_resformer.export", COMMAND_LINE, "lit_resformer.ablations.job")))
     with pytest.raises(graphlib.CycleError):
-        tuple(graphlib.TopologicalSorter({**graph, "lit_resformer.reporting": {"ablations.report"}}).static_order())
+        tuple(graphlib.TopologicalSorter({**graph, "lit_resformer.reporting": {"lit_resformer.ablations.report"}}).static_order())
 
 
 def test_no_import_circle(graph):

@@ -14,8 +14,8 @@ import scipy.stats
 import yaml
 from helpers import chromium
 
-from ablations import load_grid, write_report
-from ablations.stats import critical_point
+from lit_resformer.ablations import load_grid, write_report
+from lit_resformer.ablations.stats import critical_point
 
 BASE = {
     "seed_everything": 0,

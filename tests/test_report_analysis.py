@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablations.report_analysis import analysis_section, mixing_series, plot_mixing_weights
+from lit_resformer.ablations.report_analysis import analysis_section, mixing_series, plot_mixing_weights
 from lit_resformer.analysis import analyze_model
 from lit_resformer.model import ModelConfig, Transformer
 

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from test_report import make_grid_dir, synthetic_grid, write_run
 
-import ablations.document as document_module
-from ablations import write_report
+import lit_resformer.ablations.document as document_module
+from lit_resformer.ablations import write_report
 from lit_resformer.reporting import atomic_write, atomic_write_json
 
 

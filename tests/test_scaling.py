@@ -1,4 +1,4 @@
-"""Scaling-law fits, per-seed intervals and equivalence savings (ablations.scaling), from synthetic laws and
+"""Scaling-law fits, per-seed intervals and equivalence savings (lit_resformer.ablations.scaling), from synthetic laws and
 synthetic run directories whose answers are known in closed form."""
 
 import csv
@@ -12,9 +12,9 @@ import pytest
 import yaml
 from scipy.optimize import brentq
 
-from ablations import load_grid, write_report
-from ablations.run_summary import epoch_tokens
-from ablations.scaling import (
+from lit_resformer.ablations import load_grid, write_report
+from lit_resformer.ablations.run_summary import epoch_tokens
+from lit_resformer.ablations.scaling import (
     LadderPoint,
     OutsideRange,
     PowerLaw,
@@ -29,8 +29,8 @@ from ablations.scaling import (
     non_embedding_params,
     scaling_claims,
 )
-from ablations.spec import GridError
-from ablations.stats import verdict
+from lit_resformer.ablations.spec import GridError
+from lit_resformer.ablations.stats import verdict
 from lit_resformer.cli import main
 from lit_resformer.model import ModelConfig
 from lit_resformer.run_dir import RunDir
@@ -436,7 +436,7 @@ def test_report_has_a_scaling_section_for_a_sweep_grid(tmp_path, monkeypatch):
         analyses.append(args[0].grid)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("ablations.scaling.analyse", counted)
+    monkeypatch.setattr("lit_resformer.ablations.scaling.analyse", counted)
     grid_dir = make_sweep_dir(tmp_path, variants={k: VARIANTS[k] for k in ("vanilla", "resformer")})
     write_report(grid_dir)
     report = (grid_dir / "report.md").read_text()
@@ -542,7 +542,7 @@ def test_scaling_claims_for_the_scoreboard(tmp_path):
 
 
 def test_the_claims_scoreboard_judges_a_sweep_on_its_fitted_saving(tmp_path):
-    from ablations.claims import scoreboard
+    from lit_resformer.ablations.claims import scoreboard
 
     (verdict,) = scoreboard([make_sweep_dir(tmp_path)])
     assert verdict.claim.claim == "ResFormer needs fewer parameters for the same loss"

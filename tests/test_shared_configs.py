@@ -36,7 +36,7 @@ def _resolved_by_seed(grid, cell: str) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def grids():
-    from ablations.spec import load_grid
+    from lit_resformer.ablations.spec import load_grid
 
     files = {file for pair in SHARED.items() for file, _ in pair}
     return {file: load_grid(GRIDS / file) for file in files}

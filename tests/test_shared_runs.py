@@ -11,11 +11,11 @@ import tarfile
 import yaml
 from test_ablations import calls, fake, summary, write_grid  # noqa: F401  (fake: a fixture)
 
-from ablations.claims import scoreboard
-from ablations.grid_dir import GridDir
-from ablations.results import load_results
-from ablations.runner import GridOptions, run_grid
-from ablations.slices import export_grid, merge_export
+from lit_resformer.ablations.claims import scoreboard
+from lit_resformer.ablations.grid_dir import GridDir
+from lit_resformer.ablations.results import load_results
+from lit_resformer.ablations.runner import GridOptions, run_grid
+from lit_resformer.ablations.slices import export_grid, merge_export
 
 CLAIM = {"claim": "ResFormer beats vanilla", "a": "resformer", "b": "vanilla", "metric": "val_loss",
          "direction": "lower"}

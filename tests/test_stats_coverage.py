@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ablations.scaling import PowerLaw, equivalence_saving, fit_power_law
-from ablations.stats import (
+from lit_resformer.ablations.scaling import PowerLaw, equivalence_saving, fit_power_law
+from lit_resformer.ablations.stats import (
     benjamini_hochberg,
     compare_seeds,
     holm,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers.experiments import tiny_experiment
 
-from ablations.run_summary import results
+from lit_resformer.ablations.run_summary import results
 from lit_resformer.cli import main
 from lit_resformer.data import token_counts, unigram_loss
 from lit_resformer.data.packing import stream_name

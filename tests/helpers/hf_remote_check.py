@@ -18,7 +18,7 @@ below proves the folders load with torch and transformers alone.
 import importlib.abc
 import sys
 
-PROJECT_PACKAGES = ("lit_resformer", "ablations", "benchmarks")
+PROJECT_PACKAGES = ("lit_resformer", "benchmarks")
 
 
 class RefuseProject(importlib.abc.MetaPathFinder):

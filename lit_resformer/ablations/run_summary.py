@@ -13,7 +13,7 @@ first pass), wall_time_sec (all attempts), started_at, finished_at, host, pid, s
 provenance (lit_resformer.provenance: code version, library versions, device and precision).
 
 The final and best losses are computed here and nowhere else: the report, the claims and the scaling fits read them
-from the summary (ablations.results).
+from the summary (lit_resformer.ablations.results).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def epoch_tokens(run: RunDir) -> float | None:
     first epoch, when the logs show a second one (None when they do not: the run never repeated its data). Exact
     when every step is logged; with log_every_n_steps k, up to k - 1 steps short, so that the epochs derived from
     it err towards more repetition, not less. Lightning's epoch column is read from the log files themselves:
-    the metrics table (ablations.metrics) leaves it out."""
+    the metrics table (lit_resformer.ablations.metrics) leaves it out."""
     first_epoch, repeated = None, False
     for path in run.metric_files():
         with open(path, newline="") as f:
@@ -70,7 +70,7 @@ def epoch_tokens(run: RunDir) -> float | None:
 
 
 # The fields of `metric_results`: a summary written without them (results that could not be read when the run
-# ended) has them computed from its logged metrics when it is loaded (ablations.results). The bigram reference is
+# ended) has them computed from its logged metrics when it is loaded (lit_resformer.ablations.results). The bigram reference is
 # not among them: runs summarised before it was logged have no bigram in their metrics either.
 METRIC_FIELDS = ("steps", "final_train_loss", "best_train_loss", "train_loss_window", "final_val_loss", "best_val_loss",
                  "final_val_loss_by_domain", "best_val_loss_by_domain", "unigram_val_loss", "unigram_val_loss_by_domain",
@@ -78,7 +78,7 @@ METRIC_FIELDS = ("steps", "final_train_loss", "best_train_loss", "train_loss_win
 
 
 def metric_results(metrics) -> dict:
-    """The summary's loss and throughput fields (METRIC_FIELDS) from a run's metrics table (ablations.metrics)."""
+    """The summary's loss and throughput fields (METRIC_FIELDS) from a run's metrics table (lit_resformer.ablations.metrics)."""
     train = M.series(metrics, M.TRAIN_LOSS)
     out: dict[str, Any] = {"steps": int(train.index[-1]) if len(train) else None}
     smoothed = M.train_curve(metrics, TRAIN_LOSS_WINDOW)

@@ -18,8 +18,8 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
       data.seq_len: [64, 256]                    # or value -> overrides that go with it:
       # data.seq_len: {64: {data.micro_batch_size: 32}, 256: {data.micro_batch_size: 8}}
     report: {critical_point_window: 10}          # optional report settings; scaling: params | tokens
-                                                 # marks a size or token-budget sweep (ablations.scaling)
-    claims: [...]                                # optional: the paper's claims to judge (ablations/claim_spec.py)
+                                                 # marks a size or token-budget sweep (lit_resformer.ablations.scaling)
+    claims: [...]                                # optional: the paper's claims to judge (lit_resformer/ablations/claim_spec.py)
 
 Everything is checked before any run starts; a problem raises `GridError` naming it.
 """
@@ -54,7 +54,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
                "claims"}
 REPORT_FIELDS = {"critical_point_window", "scaling"}
-SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (ablations.scaling)
+SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (lit_resformer.ablations.scaling)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
 
 
@@ -95,7 +95,7 @@ class Grid:
     description: str = ""
     report: dict[str, Any] = field(default_factory=dict)
     configs: dict[str, dict] = field(default_factory=dict)  # cell name -> resolved config (no seed)
-    claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (ablations.claim_spec.Claim)
+    claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (lit_resformer.ablations.claim_spec.Claim)
     checker: ConfigChecker | None = field(default=None, repr=False)  # the parser and checks of `fit`
     base: dict = field(default_factory=dict, repr=False)  # the base experiment, its configs merged
 

@@ -1,5 +1,5 @@
 """The claims a grid file declares: the paper's claims for its figure, checked against the grid's cells when the
-grid is loaded (ablations.spec) and judged on its runs by ablations.claims.
+grid is loaded (lit_resformer.ablations.spec) and judged on its runs by lit_resformer.ablations.claims.
 
     claims:
       - claim: ResFormer ends with a lower validation loss than vanilla     # the paper's claim, in words
@@ -31,13 +31,13 @@ grid is loaded (ablations.spec) and judged on its runs by ablations.claims.
         ...
         beyond_paper: true      # optional: a claim from outside the paper (its own section of the scoreboard)
 
-METRICS (each judged per seed; ablations.claims says how):
+METRICS (each judged per seed; lit_resformer.ablations.claims says how):
   val_loss, train_loss, val_loss/<domain>   the run's final values (its summary)
   critical_point_growth    slope of log2 critical step against log2 of `over` (direction higher)
   val_loss_gap_slope       slope of the final validation-loss gap a - b against log2 of `over`
   analysis/<name>          a per-layer attention metric of the run's analysis results (`lit-resformer analyze`),
                            averaged over the middle layers; names in ANALYSIS_METRICS
-  equivalence_saving       a size sweep's fitted parameter saving of a over b (judged by ablations.scaling)
+  equivalence_saving       a size sweep's fitted parameter saving of a over b (judged by lit_resformer.ablations.scaling)
 """
 
 from __future__ import annotations

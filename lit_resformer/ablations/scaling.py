@@ -30,7 +30,7 @@ reaches the baseline's final loss; that *curve reading* is reported beside the s
 such, because a run stopped early has not finished its learning-rate decay and so is not a run trained on that
 budget. A sweep whose runs pass over their training split more than once says how many times.
 
-    from ablations.scaling import analyse_grid, scaling_claims
+    from lit_resformer.ablations.scaling import analyse_grid, scaling_claims
     result = analyse_grid("runs/scaling-size")          # JSON-able dict: fits, savings, claims
     scaling_claims("runs/scaling-size")                  # [{claim, grid, verdict, delta, ci_low, ...}]
 
@@ -54,7 +54,7 @@ from lit_resformer.reporting import atomic_write, atomic_write_json
 from .document import Document, Plotter
 from .grid_dir import grid_dirs
 from .results import GridResults, RunResult, load_results
-from .run_summary import TRAIN_LOSS_WINDOW, epoch_tokens
+from .run_summary import TRAIN_LOSS_WINDOW
 from .spec import SCALING_AXES as AXES
 from .stats import PLATEAU_MARGIN, mean_std, past_plateau, per_seed_t, run_data_seed, seed_design, verdict
 
@@ -219,7 +219,7 @@ class LadderPoint:
     x: dict[str, float]  # what x counts (CONVENTIONS) -> its value at this point
     losses: dict[int, float]  # seed -> final loss
     curves: dict[str, dict[int, Any]] = field(default_factory=dict)  # "train" / "val" -> seed -> loss by step
-    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary (ablations.results)
+    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary (lit_resformer.ablations.results)
     data_seeds: dict[int, int | None] = field(default_factory=dict)  # seed -> the seed of its training order
     epochs: float | None = None  # passes over the training split; None: the runs stayed within their first
 
@@ -318,7 +318,7 @@ def load_sweep(grid: str | Path | GridResults, metric: str = "val", axis: str | 
         d = tokens.pop()
         point = LadderPoint(_variant(info), label, cell, {}, losses, curves, {r.seed: r.summary for r in records},
                             {r.seed: run_data_seed(r.config) if r.config else None for r in records},
-                            _epochs(records, d))
+                            _epochs(records))
         measured.setdefault(point.variant, []).append((point, counts, d))
 
     axis = axis or (manifest.get("report") or {}).get("scaling") or _varying_axis(grid, measured)
@@ -368,15 +368,9 @@ def _param_counts(grid: str, records: list[RunResult]) -> dict[str, float]:
     return counts
 
 
-def _epochs(records: list[RunResult], tokens: float) -> float | None:
-    """Passes over the training split of a cell's runs (the most of any seed); None when none repeated its data. A
-    summary written before epoch_tokens was recorded has it read from the run's logs."""
-    passes = []
-    for r in records:
-        one_pass = r.summary["epoch_tokens"] if "epoch_tokens" in r.summary else epoch_tokens(r.run)
-        if one_pass:
-            passes.append(tokens / one_pass)
-    return max(passes, default=None)
+def _epochs(records: list[RunResult]) -> float | None:
+    """Passes over the training split of a cell's runs (the most of any seed); None when none repeated its data."""
+    return max((r.epochs for r in records if r.epochs is not None), default=None)
 
 
 def _varying_axis(grid: str, measured: dict[str, list[tuple[LadderPoint, dict[str, float], float]]]) -> str:

@@ -1,7 +1,7 @@
 """The paper's claims judged on a grid's runs, and the scoreboard across grids. The claims are declared in the grid
-file (ablations.claim_spec); a size or token sweep adds its scaling claim (ablations.scaling).
+file (lit_resformer.ablations.claim_spec); a size or token sweep adds its scaling claim (lit_resformer.ablations.scaling).
 
-Metrics (ablations.claim_spec), per seed: `val_loss` is the final validation loss (the mean over domains),
+Metrics (lit_resformer.ablations.claim_spec), per seed: `val_loss` is the final validation loss (the mean over domains),
 `val_loss/<domain>` one domain's, `train_loss` the final training loss (moving average, `train_loss_window`).
 `at: warmup` takes the value at the first step after warm-up (model.warmup_steps) that every run of the comparison
 logged: an evaluation for val_loss, the smoothed training loss for train_loss ("early in training", as the paper's
@@ -36,7 +36,7 @@ Many comparisons are tested at once, so by chance alone some would pass: the p-v
 A grid's report adjusts within the grid (Holm, `p_holm`: no false verdict in the figure with 95% probability);
 the scoreboard adjusts across its distinct claims (Benjamini-Hochberg, `p_bh`: at most 5% of its decisive
 verdicts false on average), and per-domain sub-rows keep their grid's Holm p-value. A sweep's scaling claim is
-judged on the t test over its per-seed fitted savings (ablations.scaling) and adjusted like the others.
+judged on the t test over its per-seed fitted savings (lit_resformer.ablations.scaling) and adjusted like the others.
 Each verdict carries the paper's own effect (`paper:`) where the claim gives it, and its grid's regime
 (`grid_regime`: parameters, tokens, tokens per parameter, final losses against the unigram and bigram references).
 Claims from outside the paper (`beyond_paper: true`) stand in their own section of the scoreboard.
@@ -185,7 +185,7 @@ def provenance_note(runs: Iterable[RunResult]) -> list[str]:
 
 def evaluate_grid(grid: str | Path | GridResults, sweep: dict | ScalingError | None = None) -> list[Verdict]:
     """Verdicts on every claim of a grid's runs (its manifest lists them), decided on p-values adjusted within the
-    grid (Holm). `sweep` is the scaling analysis of a sweep grid (ablations.scaling.analyse_grid) when the caller
+    grid (Holm). `sweep` is the scaling analysis of a sweep grid (lit_resformer.ablations.scaling.analyse_grid) when the caller
     has it already, else it is made here."""
     results = grid if isinstance(grid, GridResults) else load_results(grid)
     verdicts = []
@@ -322,13 +322,13 @@ def analysis_value(result: dict | None, name: str) -> float | None:
 
 def _declared_saving(claim: Claim, results: GridResults) -> Verdict:
     """A grid's own equivalence-saving claim (e.g. SVFormer's parameter increase): the scaling fit
-    (ablations.scaling) judges only the paper's claim for the sweep (PAPER_CLAIMS), so any other is not tested."""
+    (lit_resformer.ablations.scaling) judges only the paper's claim for the sweep (PAPER_CLAIMS), so any other is not tested."""
     kind = results.report_settings.get("scaling")
     judged_variant = PAPER_CLAIMS[kind][0] if kind in PAPER_CLAIMS else None
     if judged_variant is None:
         reason = "this grid is not a size or token sweep (report.scaling)"
     else:
-        reason = (f"needs an {claim.a} size-ladder fit: the scaling fit (ablations.scaling) judges only "
+        reason = (f"needs an {claim.a} size-ladder fit: the scaling fit (lit_resformer.ablations.scaling) judges only "
                   f"{judged_variant}'s saving")
     return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {reason}",
                    unadjusted="not tested")
@@ -585,8 +585,8 @@ def counts(verdicts: Sequence[Verdict]) -> str:
 def grid_regime(results: GridResults) -> dict:
     """Where a grid's finished runs stand, so a verdict is read in its regime: the ranges over runs of parameters,
     training tokens, tokens per parameter and final validation loss, and the mean unigram and bigram references
-    of their validation tokens with how many runs end below the bigram one. Epochs need the training split's size,
-    which runs do not record, so they are None. {} for a grid with no finished runs."""
+    of their validation tokens with how many runs end below the bigram one, and the most passes over the training
+    split any run made (None: every run stayed within one epoch). {} for a grid with no finished runs."""
     runs = [r for by_seed in results.done.values() for r in by_seed.values()]
     if not runs:
         return {}
@@ -607,7 +607,7 @@ def grid_regime(results: GridResults) -> dict:
         "params": span(params.values()),
         "tokens": span(tokens.values()),
         "tokens_per_param": span(tokens[n] / params[n] for n in params if tokens[n] and params[n]),
-        "epochs": None,
+        "epochs": max((r.epochs for r in runs if r.epochs is not None), default=None),
         "final_val_loss": span(r.final("val_loss") for r in runs),
         "unigram_loss": mean(r.unigram_loss for r in runs),
         "bigram_loss": mean(r.bigram_loss for r in runs),
@@ -628,6 +628,7 @@ def regime_text(regime: dict) -> str:
     def millions(x: float) -> str:
         return f"{x / 1e6:.2f}M"
 
+    epochs = "within one epoch" if regime.get("epochs") is None else f"up to {regime['epochs']:.2f} epochs"
     references = f"unigram {regime['unigram_loss']:.3f}" if regime.get("unigram_loss") is not None else "no unigram"
     if regime.get("bigram_loss") is not None:
         references += (f", bigram {regime['bigram_loss']:.3f} ({regime['below_bigram']} of {regime['with_bigram']} "
@@ -635,5 +636,5 @@ def regime_text(regime: dict) -> str:
     else:
         references += ", no bigram reference logged"
     return (f"{regime['runs']} runs, {span('params', millions)} parameters, {span('tokens', millions)} training tokens "
-            f"({span('tokens_per_param', lambda x: f'{x:.2f}')} tokens per parameter; epochs not recorded), final "
+            f"({span('tokens_per_param', lambda x: f'{x:.2f}')} tokens per parameter; {epochs}), final "
             f"validation loss {span('final_val_loss', lambda x: f'{x:.3f}')} against the references {references}")

@@ -2,16 +2,16 @@
 and also saved under plots/) for one grid's runs.
 
 Sections: final losses (mean ± std over seeds, difference to the baseline with a 95% t interval in the seed
-design of ablations.stats.seed_design), the verdicts on the grid's claims (ablations.claims) with the grid's regime,
+design of lit_resformer.ablations.stats.seed_design), the verdicts on the grid's claims (lit_resformer.ablations.claims) with the grid's regime,
 relative training loss against the baseline
 smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domain (Table 5 form), critical
 points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), the final gap against
-training length (Fig. 7, left), scaling laws and equivalence savings for sweep grids (ablations.scaling), cost
+training length (Fig. 7, left), scaling laws and equivalence savings for sweep grids (lit_resformer.ablations.scaling), cost
 (parameters, KV cache per token, tokens/s), zero-shot accuracy (Table 1 form) when runs hold eval/results.json,
 attention entropy by layer when runs hold analysis/analysis.json, the status of every run, and what the runs
 ran on (their provenance). The loss plots draw the unigram loss of the validation tokens as a reference line, and
 runs not at least 1 nat below it are flagged as "not past the unigram plateau". Everything is read from the grid's
-results (ablations.results), loaded once.
+results (lit_resformer.ablations.results), loaded once.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def write_report(grid_dir: str | Path) -> Path:
 
 def _cells_section(doc, manifest) -> None:
     """What each cell changes relative to the base experiment: one column per changed field, the changes every cell
-    makes alike in a line above. A grid run before the manifest recorded the base values (ablations.grid_dir's
+    makes alike in a line above. A grid run before the manifest recorded the base values (lit_resformer.ablations.grid_dir's
     migration) shows its grid file's overrides without them."""
     cells = manifest["cells"]
     doc.heading(2, "Cells")

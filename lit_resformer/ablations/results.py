@@ -5,7 +5,7 @@
     results.done["resformer"][0].train_curve(10)        # its training loss, smoothed over 10 logged steps
 
 A final or best loss has one definition: the run's summary.json, computed when the run ended
-(ablations.run_summary). A summary that lacks those fields (a run still training, one whose results could not be
+(lit_resformer.ablations.run_summary). A summary that lacks those fields (a run still training, one whose results could not be
 read when it ended, or one written before a field existed) has them computed from its logged metrics, by the same
 code, when it is read. Metrics are read only when a curve or such a field is asked for.
 """
@@ -26,7 +26,7 @@ from lit_resformer.run_dir import RunDir
 from . import metrics as M
 from .claim_spec import Claim
 from .grid_dir import GridDir
-from .run_summary import METRIC_FIELDS, metric_results
+from .run_summary import METRIC_FIELDS, epoch_tokens, metric_results
 
 VAL_DOMAIN = "val_loss/"  # a claim's or a table's metric of one validation domain: val_loss/<domain>
 SUMMARY_FIELD = {"val_loss": "final_val_loss", "train_loss": "final_train_loss"}
@@ -63,11 +63,19 @@ class RunResult:
     @property
     def trained_as(self) -> str | None:
         """`<grid>/<cell>/seed<k>` of the run as it trained, when that was another grid's run or another cell's (a
-        run shared between grids with the same config, see ablations.runner.Twins); None for the grid's own."""
+        run shared between grids with the same config, see lit_resformer.ablations.runner.Twins); None for the grid's own."""
         trained = tuple(self.recorded.get(key) for key in ("grid", "cell", "seed"))
         if None in trained or trained == (self.grid, self.cell, self.seed):
             return None
         return "{}/{}/seed{}".format(*trained)
+
+    @property
+    def epochs(self) -> float | None:
+        """How many passes over its training split the run made (tokens seen / one pass's tokens); None when it
+        never went past the first (run_summary.epoch_tokens; an older summary has it read from the logs)."""
+        one_pass = self.summary["epoch_tokens"] if "epoch_tokens" in self.summary else epoch_tokens(self.run)
+        seen = self.summary.get("tokens_seen")
+        return seen / one_pass if one_pass and seen else None
 
     @cached_property
     def metrics(self) -> pd.DataFrame:

@@ -3,7 +3,7 @@
 - runs whose summary says done (or diverged: a deterministic outcome) are skipped;
 - runs with a checkpoint resume from it (`--ckpt_path last`); failed and interrupted runs are retried;
 - a failing or diverging run is recorded in its summary.json and the grid goes on;
-- at the end the report is written (ablations.report.write_report).
+- at the end the report is written (lit_resformer.ablations.report.write_report).
 """
 
 from __future__ import annotations

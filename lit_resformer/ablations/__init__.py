@@ -1,6 +1,6 @@
 """Ablation grids: a grid YAML -> runs (one directory per grid/cell/seed) -> report.
 
-    from ablations import GridOptions, run_grid, write_report
+    from lit_resformer.ablations import GridOptions, run_grid, write_report
     outcome = run_grid("configs/grids/fig7.yaml", GridOptions(runs_dir="runs"))   # train, resume, skip, report
     write_report("runs/fig7")                                                    # -> runs/fig7/index.html
 
