@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The CPU evidence tier (configs/grids/evidence/README.md), grid after grid, unattended:
 #
-#   nohup bash scripts/evidence.sh > evidence.log 2>&1 &       # or GRIDS="fig7 fig9" bash scripts/evidence.sh
+#   nohup bash scripts/evidence.sh > runs/evidence.log 2>&1 &  # or GRIDS="fig7 fig9" bash scripts/evidence.sh
+#
+# A name in GRIDS is a figure of configs/grids/evidence/ (trained as <figure>-evidence) or a grid file of its own
+# at the same budget (configs/grids/value-path.yaml, whose vanilla and ResFormer are fig7-evidence's runs).
+# The grids in ANALYZE also get the attention analysis of every finished run (`grid --analyze`): their claims on
+# the mechanism (Figs. 1, 2, 12) are judged on it.
 #
 # Each grid trains into $RUNS (two one-thread runs side by side by default; runs another grid already finished with
 # the same config are shared, not trained again), then its finished runs are exported (configs, summaries, metrics;
@@ -15,7 +20,8 @@ RUNS=${RUNS:-runs}
 RESULTS=${RESULTS:-docs/results}
 SLOTS=${SLOTS:-2}
 THREADS=${THREADS:-1}
-GRIDS=${GRIDS:-"fig7 fig9 fig11 fig8 fig10 fig13 fig16 fig5 fig17 learnable fig7-lengths fig14"}
+GRIDS=${GRIDS:-"fig7 fig9 fig11 fig8 fig10 fig13 fig16 fig5 fig17 learnable fig7-lengths configs/grids/value-path.yaml fig14"}
+ANALYZE=${ANALYZE:-fig7}
 CODE_CORPUS=/tmp/lit-resformer-code-corpus  # fig14's corpus (configs/data/code-corpus.yaml's path)
 BIN=${BIN:-$(dirname "$(command -v python)")}
 CLI=${CLI:-$BIN/lit-resformer}
@@ -26,13 +32,20 @@ log() { echo "[$(date -u +%FT%TZ)] $*"; }
 # A fresh machine starts from the committed results: every finished run of the tier is skipped, and shared by the
 # grids that ask for the same run (the runner links runs with the same config across the runs folder).
 mkdir -p "$RUNS"
-for done in "$RESULTS"/*-evidence; do
+for done in "$RESULTS"/*-evidence "$RESULTS"/value-path; do
     [[ -d $done && ! -e $RUNS/$(basename "$done") ]] && cp -r "$done" "$RUNS/" && log "seeded $RUNS/$(basename "$done") from $done"
 done
 
 for figure in $GRIDS; do
-    file=configs/grids/evidence/$figure.yaml
-    name=$figure-evidence
+    if [[ $figure == *.yaml ]]; then
+        file=$figure
+        name=$("$BIN/python" -c "import sys, yaml, pathlib; p = pathlib.Path(sys.argv[1]); print(yaml.safe_load(p.read_text()).get('name', p.stem))" "$file")
+    else
+        file=configs/grids/evidence/$figure.yaml
+        name=$figure-evidence
+    fi
+    extra=()
+    [[ " $ANALYZE " == *" $figure "* ]] && extra=(--analyze)
     limit=()
     if [[ -n ${TIME_LIMIT:-} ]]; then
         left=$((TIME_LIMIT - (SECONDS - START)))
@@ -43,7 +56,7 @@ for figure in $GRIDS; do
         "$CLI" prepare-corpus "$CODE_CORPUS" --max-chars 150000000 || exit 1
     fi
     log "$name: start"
-    "$CLI" grid "$file" --runs-dir "$RUNS" --cpu-slots "$SLOTS" --threads-per-run "$THREADS" "${limit[@]}"
+    "$CLI" grid "$file" --runs-dir "$RUNS" --cpu-slots "$SLOTS" --threads-per-run "$THREADS" "${extra[@]}" "${limit[@]}"
     status=$?
     log "$name: runner exit $status"
     "$CLI" export-results "$RUNS/$name" --out "$RUNS/.exports" --note "CPU evidence tier, $(nproc) cores" \

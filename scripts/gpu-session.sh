@@ -7,6 +7,7 @@
 #   bash scripts/gpu-session.sh                           # all stages within BUDGET=540 s, wheels from .whl
 #   STAGES="install tests" bash scripts/gpu-session.sh    # a subset of: install tests bench
 #   BENCH="decode mfu" STAGES="install bench" bash scripts/gpu-session.sh
+#   BENCH="decode mfu" SHARES="decode=120 mfu=200" bash scripts/gpu-session.sh   # more seconds for fewer benchmarks
 #   DRY=1 bash scripts/gpu-session.sh                     # rehearsal on a CPU machine (GPU parts skip or run quick)
 #
 # Install: the wheels go into /tmp/site with --no-deps --target (nothing of the machine is touched, PyTorch
@@ -30,6 +31,8 @@ TESTS_S=${TESTS_S:-170}
 # at its limit it gets SIGTERM, stops building, times what it has and writes it, and SIGKILL follows 25 s later.
 declare -A SHARE=([mfu]=95 [variant_overhead]=85 [hf_throughput]=55 [loop_overhead]=80 [decode]=50
                   [data_loader]=40 [profile]=60)
+# SHARES="mfu=150 decode=90" gives benchmarks other seconds than these, e.g. when BENCH names only a few of them
+for kv in ${SHARES:-}; do SHARE[${kv%%=*}]=${kv#*=}; done
 
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/gpu-session.XXXX)
