@@ -250,6 +250,24 @@ def claims_command(argv: list[str]) -> None:
         print(markdown(verdicts), end="")
 
 
+def add_references_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer add-references",
+        description="Add the bigram reference (the claims' evidence gate) to finished runs trained before it was "
+                    "logged, where their data can be rebuilt here: the run's logged unigram reference must come out "
+                    "again, else the run is refused and its claims stay 'not tested'.")
+    parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
+                        help="a grid's run directory (RUNS/<grid>) or a folder of them, e.g. docs/results")
+    args = parser.parse_args(argv)
+    from lit_resformer.ablations.grid_dir import grid_dirs
+    from lit_resformer.ablations.run_summary import add_references
+
+    for grid in grid_dirs(args.runs_dirs):
+        for _, _, run in grid.finished_runs():
+            if not run.path.is_symlink():  # a run shared from another grid is done where it trained
+                print(f"{grid.relative(run)}: {add_references(run)}", flush=True)
+
+
 def scaling_command(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="lit-resformer scaling",
@@ -282,7 +300,8 @@ def prepare_corpus_command(argv: list[str]) -> None:
 SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
                   "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
-                  "merge-results": merge_results_command, "prepare-corpus": prepare_corpus_command}
+                  "merge-results": merge_results_command, "add-references": add_references_command,
+                  "prepare-corpus": prepare_corpus_command}
 
 
 # What `lit-resformer --help` says of every command, in its order. fit/validate/test are Lightning's (LightningCLI).
@@ -296,6 +315,7 @@ COMMAND_SUMMARIES = {
     "scaling": "fit scaling laws L(N) / L(D) over size or token sweeps, with equivalence savings",
     "export-results": "pack grids' finished runs (no checkpoints) into archives, e.g. from a lent GPU machine",
     "merge-results": "add an exported archive's finished runs to a results folder (e.g. docs/results)",
+    "add-references": "add the bigram reference (the claims' evidence gate) to runs trained before it was logged",
     "eval": "zero-shot lm-eval scores of a checkpoint (Table 1); `eval prepare-data DIR` for offline data",
     "lm-eval": "lm-eval's own command line with the model `lit-resformer` registered",
     "export": "write a checkpoint as a Hugging Face folder (any variant; trust_remote_code)",

@@ -20,6 +20,7 @@ from lit_resformer.cli import main
 REPO = Path(__file__).resolve().parent.parent
 BASE = {"seed_everything": 0, "trainer": {"max_steps": 100}, "model": {"config": {"size": "tiny"}}, "data": {"seq_len": 64}}
 UNIGRAM = 7.0  # every synthetic run's unigram reference; losses below 6.0 are past the plateau
+BIGRAM = 5.9  # and its bigram reference: every synthetic loss ends below it unless a test says otherwise
 
 
 def grid_dir_from(tmp_path: Path, name: str, grid: dict) -> Path:
@@ -35,11 +36,11 @@ def grid_dir_from(tmp_path: Path, name: str, grid: dict) -> Path:
 
 
 def write_summary(grid_dir: Path, cell: str, seed: int, val: float, status: str = "done", unigram: float | None = UNIGRAM,
-                  corpus: str = "embedded", **extra) -> Path:
+                  corpus: str = "embedded", bigram: float | None = BIGRAM, **extra) -> Path:
     run = grid_dir / cell / f"seed{seed}"
     run.mkdir(parents=True)
     summary = {"cell": cell, "seed": seed, "status": status, "final_val_loss": val, "final_train_loss": val - 0.1,
-               "final_val_loss_by_domain": {"code": val - 0.2, "wiki": val + 0.2}, "unigram_val_loss": unigram, **extra}
+               "final_val_loss_by_domain": {"code": val - 0.2, "wiki": val + 0.2}, "unigram_val_loss": unigram, "bigram_val_loss": bigram, **extra}
     (run / "summary.json").write_text(json.dumps(summary))
     # the resolved config: each seed trains on its own data order (data.seed null follows the seed), shared by a
     # seed's runs, so comparisons are paired; the cell's override and the corpus make runs distinct
@@ -192,7 +193,7 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert "4 reproduced, 2 contradicted, 2 inconclusive, 0 not tested of 8 claims" in board
     # each grid's regime: 12 runs of one size (the summaries record no parameters or tokens), final losses 4.55-5.40
     assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; within one epoch), final "
-            "validation loss 4.550–5.400 against the references unigram 7.000, no bigram reference logged\n") in board
+            "validation loss 4.550–5.400 against the references unigram 7.000, bigram 5.900 (12 of 12 runs end below it)\n") in board
     assert board.endswith("Where the runs trained:\n- second: GPU box; not recorded\n")
 
     main(["claims", str(runs), "--json"])
@@ -268,6 +269,19 @@ def test_a_run_above_its_bigram_reference_is_not_tested(tmp_path):
     better = next(v for v in evaluate_grid(grid_dir) if (v.claim.a, v.claim.metric) == ("better", "val_loss"))
     assert better.verdict == "not tested" and better.p_holm is None
     assert better.note.startswith("not tested: early-training regime (above the bigram reference): vanilla/seed1")
+
+
+def test_a_run_without_a_bigram_reference_is_not_tested(tmp_path):
+    """A run trained before the bigram reference was logged cannot show it is past it: its comparisons wait."""
+    grid_dir = claims_grid(tmp_path)
+    unknown = grid_dir / "better/seed2/summary.json"
+    unknown.write_text(json.dumps({**json.loads(unknown.read_text()), "bigram_val_loss": None}))
+    verdicts = {(v.claim.a, v.claim.b, v.claim.metric): v for v in evaluate_grid(grid_dir)}
+    better = verdicts["better", "vanilla", "val_loss"]
+    assert better.verdict == "not tested" and better.p_holm is None
+    assert better.note.startswith("not tested: no bigram reference for better/seed2 (trained before the evidence gate "
+                                  "existed; `lit-resformer add-references` computes it")
+    assert verdicts["worse", "vanilla", "val_loss"].verdict == "contradicted"  # its runs all carry one
 
 
 def test_a_claim_after_the_crossing_is_not_tested_without_one(tmp_path):

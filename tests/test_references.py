@@ -118,3 +118,49 @@ def test_datamodule_bigram_reference_matches_an_independent_count(tiny_datamodul
     with caplog.at_level("WARNING"):
         assert tiny_datamodule(val_sequences_per_domain=val_sequences_per_domain).bigram_val_losses() == reference
     assert "train_bigrams.npz has" in caplog.text and "counting again" in caplog.text
+
+
+def test_add_references_fills_in_a_run_trained_before_the_bigram_only_on_its_own_data(tmp_path, tiny_datamodule,
+                                                                                       capsys):
+    """`lit-resformer add-references`: the bigram reference of a finished run that predates it, computed from its
+    rebuilt data once the run's logged unigram reference comes out again; another corpus is refused, a run with a
+    reference or unfinished is left alone, and a run shared from another grid is done where it trained."""
+    from lit_resformer.ablations.run_summary import add_references
+    from lit_resformer.cli import main
+    from lit_resformer.run_dir import RunDir
+
+    module = tiny_datamodule()
+    data = dict(module.hparams)
+    module.prepare_data()
+    module.setup("fit")
+    unigram, bigram = module.unigram_val_losses(), module.bigram_val_losses()
+    grid = tmp_path / "old-grid"
+    (tmp_path / "old-grid").mkdir()
+    (grid / "grid.yaml").write_text("name: old-grid\n")
+
+    def old_run(cell: str, logged: dict, status: str = "done") -> RunDir:
+        run = RunDir(grid / cell / "seed0")
+        run.path.mkdir(parents=True)
+        run.write_experiment({"data": data})
+        run.write_summary({"status": status, "final_val_loss": 3.0, "unigram_val_loss_by_domain": logged,
+                           "unigram_val_loss": sum(logged.values()) / len(logged)})
+        return run
+
+    own = old_run("own-data", unigram)
+    other = old_run("other-data", {d: v + 0.01 for d, v in unigram.items()})
+    running = old_run("unfinished", unigram, status="running")
+    (grid / "shared").mkdir()
+    (grid / "shared" / "seed0").symlink_to(own.path)
+
+    main(["add-references", str(grid)])
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == ["other-data/seed0", "own-data/seed0"]  # no link, nothing unfinished
+    added = own.read_summary()
+    assert added["bigram_val_loss_by_domain"] == pytest.approx(bigram)
+    assert added["bigram_val_loss"] == pytest.approx(np.mean(list(bigram.values())))
+    assert added["references_added"]["unigram_match"] <= 1e-6
+    assert "bigram_val_loss" not in other.read_summary()
+    assert out[0].startswith("other-data/seed0: refused: the rebuilt validation tokens are not the run's "
+                             "(unigram reference off by 0.01 nats")
+    assert add_references(own) == "skipped: has a bigram reference"
+    assert add_references(running) == "skipped: not finished"

@@ -52,8 +52,10 @@ def direct(E, A, alpha, x):
 
 
 def ladder_point(variant, label, x, losses, unigram_gap=3.0):
-    """A ladder point whose runs' summaries put them `unigram_gap` nats below their unigram loss."""
-    summaries = {s: {"final_val_loss": v, "unigram_val_loss": v + unigram_gap} for s, v in losses.items()}
+    """A ladder point whose runs' summaries put them `unigram_gap` nats below their unigram loss (and half as far
+    below their bigram reference)."""
+    summaries = {s: {"final_val_loss": v, "unigram_val_loss": v + unigram_gap, "bigram_val_loss": v + unigram_gap / 2}
+                 for s, v in losses.items()}
     return LadderPoint(variant, label, f"{variant},{label}", {"total": float(x)}, losses, summaries=summaries)
 
 
@@ -341,7 +343,7 @@ def write_run(path, config, final, epoch_steps=None):
     d = config["model"]["config"].get("d_model", 128)
     total = analytic_n(d, svformer=config["model"]["config"].get("share", {}).get("svformer", False)) + 2 * VOCAB * d
     (path / "summary.json").write_text(json.dumps({"status": "done", "params": total, "final_val_loss": final,
-                                                  "unigram_val_loss": final + 3.0}))
+                                                  "unigram_val_loss": final + 3.0, "bigram_val_loss": final + 1.5}))
 
 
 def test_sweep_reads_n_from_each_run_and_d_from_its_metrics(tmp_path):

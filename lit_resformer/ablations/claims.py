@@ -75,13 +75,14 @@ from .run_summary import TRAIN_LOSS_WINDOW
 from .scaling import PAPER_CLAIMS, ScalingError, analyse_grid
 from .stats import (
     VERDICTS,
+    RunLosses,
     adjusted_verdict,
     benjamini_hochberg,
     compare_seeds,
     critical_point,
     critical_point_growth,
+    evidence_gate,
     holm,
-    past_plateau,
     per_seed_t,
     run_data_seed,
     seed_design,
@@ -140,12 +141,12 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
     (b None, per-seed). `not_tested` is the reason a precondition failed ("" when none did)."""
     claimed = "less" if claim.direction == "lower" else "greater"
     notes = [note] if note else []
-    stuck = [r.name for r in runs if not past_plateau(r.final("val_loss"), r.unigram_loss)]
-    early = [r.name for r in runs if r.bigram_loss is not None and (r.final("val_loss") or float("inf")) > r.bigram_loss]
-    if early:
-        not_tested = "early-training regime (above the bigram reference): " + ", ".join(sorted(early))
-    if stuck and not early:
-        notes.append(f"not past the unigram plateau: {', '.join(sorted(stuck))}")
+    gate = evidence_gate([RunLosses(r.name, r.final("val_loss"), r.unigram_loss, r.bigram_loss) for r in runs])
+    stuck = gate.stuck
+    if gate.not_tested:
+        not_tested = gate.not_tested
+    elif stuck:
+        notes.append(f"not past the unigram plateau: {', '.join(stuck)}")
     notes += provenance_note(runs)
     if not per_seed_a or (per_seed_b is not None and not per_seed_b):
         decided = "not tested" if not_tested else "inconclusive"

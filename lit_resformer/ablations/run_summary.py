@@ -10,7 +10,8 @@ under the training split's Kneser-Ney bigram), params, kv_cache_bytes_per_token,
 tokens_seen, epoch_tokens (the training tokens of one pass over the training split, read where the run went on
 into a second: tokens_seen / epoch_tokens is how many times it saw its data; None for a run that stayed within its
 first pass), wall_time_sec (all attempts), started_at, finished_at, host, pid, slurm_job_id, command,
-provenance (lit_resformer.provenance: code version, library versions, device and precision).
+provenance (lit_resformer.provenance: code version, library versions, device and precision), references_added (when
+the bigram reference was computed after the run by `add_references`, and how closely its unigram check matched).
 
 The final and best losses are computed here and nowhere else: the report, the claims and the scaling fits read them
 from the summary (lit_resformer.ablations.results).
@@ -137,6 +138,47 @@ def model_stats(config: dict, checkpoint: Path | None = None) -> dict:
     dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16 if precision.startswith("16") else torch.float32
     kv = kv_cache_bytes(cfg, batch=1, seq=1, dtype=dtype)
     return {"params": params, "kv_cache_bytes_per_token": kv, "model_stats_source": source}
+
+
+# nats: a rebuilt data module's unigram reference must equal the one a run logged this closely per domain, which shows
+# that it validates on the same tokens under the same tokenizer
+REFERENCE_MATCH = 1e-6
+
+
+def add_references(run: RunDir) -> str:
+    """Add the bigram reference (the evidence gate) to the summary of a finished run trained before it was logged.
+    The run's data module is rebuilt from its experiment config (tokenizer and token caches found or rebuilt by
+    content hash) and the reference is written only when the rebuilt validation tokens are the run's own: the
+    unigram reference the run logged must come out again within REFERENCE_MATCH per domain. The embedded corpus
+    takes its code half from the installed Python's standard library, so a run trained under another Python is
+    refused, not guessed. Returns what happened, in words."""
+    summary = run.read_summary() or {}
+    if summary.get("status") not in FINISHED:
+        return "skipped: not finished"
+    if summary.get("bigram_val_loss") is not None:
+        return "skipped: has a bigram reference"
+    logged = summary.get("unigram_val_loss_by_domain") or {}
+    data = (run.read_experiment() or {}).get("data")
+    if not logged or data is None:
+        return "skipped: no unigram reference or data config to check the rebuilt data against"
+    from lit_resformer.data import LMDataModule
+
+    module = LMDataModule(**data)
+    module.prepare_data()
+    module.setup("fit")
+    unigram = module.unigram_val_losses()
+    if set(unigram) != set(logged):
+        return f"refused: the rebuilt data has domains {sorted(unigram)}, the run validated on {sorted(logged)}"
+    off = max(abs(unigram[d] - logged[d]) for d in logged)
+    if off > REFERENCE_MATCH:
+        return (f"refused: the rebuilt validation tokens are not the run's (unigram reference off by {off:.2g} nats; "
+                "another Python's standard library, or another corpus)")
+    bigram = module.bigram_val_losses()
+    summary["bigram_val_loss_by_domain"] = bigram
+    summary["bigram_val_loss"] = sum(bigram.values()) / len(bigram)  # averaged over domains, as val/loss is
+    summary["references_added"] = {"at": now(), "unigram_match": off}
+    run.write_summary(summary)
+    return f"bigram reference {summary['bigram_val_loss']:.4f} added (unigram reference matched within {off:.1g})"
 
 
 def error_lines(log_text: str, tail: int = 40) -> tuple[str | None, str | None]:

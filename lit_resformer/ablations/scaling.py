@@ -56,7 +56,16 @@ from .grid_dir import grid_dirs
 from .results import GridResults, RunResult, load_results
 from .run_summary import TRAIN_LOSS_WINDOW
 from .spec import SCALING_AXES as AXES
-from .stats import PLATEAU_MARGIN, mean_std, past_plateau, per_seed_t, run_data_seed, seed_design, verdict
+from .stats import (
+    PLATEAU_MARGIN,
+    RunLosses,
+    evidence_gate,
+    mean_std,
+    per_seed_t,
+    run_data_seed,
+    seed_design,
+    verdict,
+)
 
 METRICS = ("val", "train")
 # What x counts, per axis; the paper's convention first. N: every parameter (the convention of the paper's size
@@ -584,21 +593,19 @@ def _claims(sweep: Sweep, result: dict) -> list[dict]:
     mean = result["savings"][convention][variant]["mean"]
     runs = [(f"{p.cell}/seed{seed}", p.summaries.get(seed) or {}) for v in (sweep.baseline, variant)
             for p in sweep.points[v] for seed in p.losses]
-    stuck = [name for name, summary in runs
-             if not past_plateau(summary.get("final_val_loss"), summary.get("unigram_val_loss"))]
-    early = [name for name, summary in runs if summary.get("bigram_val_loss") is not None
-             and (summary.get("final_val_loss") or math.inf) > summary["bigram_val_loss"]]
+    gate = evidence_gate([RunLosses(name, summary.get("final_val_loss"), summary.get("unigram_val_loss"),
+                                    summary.get("bigram_val_loss")) for name, summary in runs])
+    stuck = gate.stuck
     notes = []
     if convention != PAPER_CONVENTION[sweep.axis]:
         notes.append(f"judged over {CONVENTION_WORDS[convention]}: {CONVENTION_WORDS[PAPER_CONVENTION[sweep.axis]]} "
                      "(the paper's count) could not be counted")
-    if stuck and not early:
+    if stuck and not gate.not_tested:
         notes.append(f"{len(stuck)} of {len(runs)} runs not past the unigram plateau (final validation loss not "
                      f"{PLATEAU_MARGIN:g} nat below the unigram loss, or no unigram loss logged): {', '.join(stuck[:4])}"
                      + (", ..." if len(stuck) > 4 else ""))
-    if early:
-        not_tested = "early-training regime (above the bigram reference): " + ", ".join(sorted(early)[:4]) + (
-            ", ..." if len(early) > 4 else "")
+    if gate.not_tested:
+        not_tested = gate.not_tested
     elif mean["no_interval"] and (mean["n"] >= 2 or mean["saving"] is None):
         not_tested = mean["no_interval"]
     else:

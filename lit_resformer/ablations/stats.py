@@ -1,5 +1,5 @@
 """Every statistic of the grid's results: seed aggregates, paired differences with a t confidence interval, percentile
-intervals, the plateau gate, the verdict rule of the paper's claims, and the critical point of a relative loss curve
+intervals, the plateau and bigram gates, the verdict rule of the paper's claims, and the critical point of a relative loss curve
 (paper Fig. 14) with its growth across a matrix key."""
 
 from __future__ import annotations
@@ -60,6 +60,48 @@ def plateau_gap(final_val_loss: float | None, unigram_loss: float | None) -> flo
 def past_plateau(final_val_loss: float | None, unigram_loss: float | None) -> bool:
     gap = plateau_gap(final_val_loss, unigram_loss)
     return gap is not None and gap >= PLATEAU_MARGIN
+
+
+@dataclass(frozen=True)
+class RunLosses:
+    """What the evidence gate reads of one run: its final validation loss and the two count-model references of
+    the same validation tokens (None where not logged)."""
+
+    name: str
+    final_val_loss: float | None
+    unigram_loss: float | None
+    bigram_loss: float | None
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Whether a comparison's runs can decide a claim. `not_tested` names the failed precondition ("" when none
+    failed); `stuck` are the runs not past the unigram plateau: their comparison is judged but never decisive."""
+
+    not_tested: str
+    stuck: tuple[str, ...]
+
+
+def evidence_gate(runs: Sequence[RunLosses]) -> Gate:
+    """A claim is judged only on runs that end below their bigram reference: above it, an architecture comparison
+    measures how fast each model climbs toward pair statistics, not the effect claimed. A run without a bigram
+    reference (trained before it was logged, and not added since) cannot show that it is past it, so its
+    comparisons are not tested either."""
+    early = [r.name for r in runs if r.bigram_loss is not None
+             and (r.final_val_loss if r.final_val_loss is not None else math.inf) > r.bigram_loss]
+    unknown = [r.name for r in runs if r.bigram_loss is None]
+    stuck = tuple(sorted(r.name for r in runs if not past_plateau(r.final_val_loss, r.unigram_loss)))
+    if early:
+        return Gate("early-training regime (above the bigram reference): " + _listed(early), stuck)
+    if unknown:
+        return Gate("no bigram reference for " + _listed(unknown) + " (trained before the evidence gate existed; "
+                    "`lit-resformer add-references` computes it where the run's data can be rebuilt)", stuck)
+    return Gate("", stuck)
+
+
+def _listed(names: Sequence[str], shown: int = 6) -> str:
+    names = sorted(names)
+    return ", ".join(names[:shown]) + (f", ... ({len(names)} runs)" if len(names) > shown else "")
 
 
 def verdict(low: float | None, high: float | None, n: int, direction: str, evidence: bool = True) -> str:
