@@ -3,6 +3,7 @@ end to end on the CPU (stopped by its time limit, resumed by a second call, noth
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -43,9 +44,34 @@ def test_export_holds_finished_runs_without_checkpoints(tmp_path):
     assert held["runs"] == ["a/seed0", "c/seed0"] and held["note"] == "cpu test"
     with tarfile.open(tmp_path / "g.tar.gz") as tar:
         names = sorted(tar.getnames())
-    assert names == ["g/a/seed0/csv/version_0/metrics.csv", "g/a/seed0/experiment.yaml", "g/a/seed0/summary.json",
-                     "g/c/seed0/csv/version_0/metrics.csv", "g/c/seed0/experiment.yaml", "g/c/seed0/summary.json",
+    assert names == ["g/a/seed0/csv/version_0/metrics.csv.gz", "g/a/seed0/experiment.yaml", "g/a/seed0/summary.json",
+                     "g/c/seed0/csv/version_0/metrics.csv.gz", "g/c/seed0/experiment.yaml", "g/c/seed0/summary.json",
                      "g/grid.yaml", "g/provenance.json"]
+
+
+def test_exported_metrics_are_compressed_read_back_the_same_and_merge_beside_plain_ones(tmp_path):
+    """Results keep metrics gzip-compressed: read back as the logged CSV was, the same bytes at every export, and
+    a results folder merged before exports compressed them (plain metrics.csv) still counts as holding the run."""
+    grid = fake_grid(tmp_path / "runs", {"a": "done"})
+    logged = RunDir(grid / "a/seed0")
+    logged.csv_dir.joinpath("version_1").mkdir()  # a resumed run: two CSV versions, the later one wins from step 2
+    (logged.csv_dir / "version_1/metrics.csv").write_text("step,train/loss\n2,2.5\n")
+    export_grid(grid, tmp_path / "first.tar.gz")
+    results = tmp_path / "results"
+    merge_export(tmp_path / "first.tar.gz", results)
+    merged = RunDir(results / "g/a/seed0")
+    assert [f.name for f in merged.metric_files()] == ["metrics.csv.gz", "metrics.csv.gz"]
+    assert merged.read_metrics() == logged.read_metrics() == {"train/loss": [(1, 3.0), (2, 2.5)]}
+    export_grid(results / "g", tmp_path / "again.tar.gz")  # exporting merged results again changes no byte
+    with tarfile.open(tmp_path / "first.tar.gz") as first, tarfile.open(tmp_path / "again.tar.gz") as again:
+        name = "g/a/seed0/csv/version_0/metrics.csv.gz"
+        assert first.extractfile(name).read() == again.extractfile(name).read()
+    plain = tmp_path / "plain"  # merged by an older version: plain CSVs
+    merge_export(tmp_path / "first.tar.gz", plain)
+    for compressed in RunDir(plain / "g/a/seed0").metric_files():
+        compressed.with_name("metrics.csv").write_bytes(gzip.decompress(compressed.read_bytes()))
+        compressed.unlink()
+    assert merge_export(tmp_path / "again.tar.gz", plain)["already_there"] == ["a/seed0"]
 
 
 def test_export_results_and_merge_results_commands(tmp_path, capsys):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_resformer.provenance import collect
-from lit_resformer.run_dir import RunDir
+from lit_resformer.run_dir import RunDir, open_metrics
 
 from . import metrics as M
 
@@ -58,7 +58,7 @@ def epoch_tokens(run: RunDir) -> float | None:
     the metrics table (lit_resformer.ablations.metrics) leaves it out."""
     first_epoch, repeated = None, False
     for path in run.metric_files():
-        with open(path, newline="") as f:
+        with open_metrics(path) as f:
             for row in csv.DictReader(f):
                 seen, epoch = row.get(M.TOKENS_SEEN), row.get("epoch")
                 if not seen or not epoch:

@@ -8,7 +8,7 @@ lent GPU for ten minutes at a time, a Slurm job with a wall-time limit). Each sl
     lit-resformer merge-results OUT/<grid>.tar.gz docs/results/            # on the machine that keeps them
 
 The archive holds the grid manifest and, for every finished run (done or diverged), the files of
-`RunDir.result_files` (configs, summary, metrics; no checkpoints). Runs that did not finish are left out: the
+`RunDir.result_files` (configs, summary, metrics gzip-compressed; no checkpoints). Runs that did not finish are left out: the
 next slice starts them again. Merging never replaces a finished run by a different one, and a folder of merged
 results is itself a runs folder: copying it under the next slice's `--runs-dir` makes the runner skip every run
 it holds, so nothing is trained twice, and `lit-resformer report` / `claims` / `scaling` read it as they read
@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lit_resformer.reporting import atomic_write, atomic_write_json
+from lit_resformer.run_dir import RunDir, compressed_metrics, open_metrics
 
 from .grid_dir import EXPORT_HISTORY, MANIFEST, GridDir, run_state
 from .run_summary import FINISHED
@@ -51,14 +52,37 @@ def export_grid(grid_dir: str | Path, archive: str | Path, note: str = "") -> di
         with tarfile.open(fileobj=tmp, mode="w:gz") as tar:
             tar.add(grid.manifest_file, arcname=f"{grid_dir.name}/{MANIFEST}")
             for _, _, run in runs:
+                metrics = set(run.metric_files())
                 for file in run.result_files():
-                    tar.add(file, arcname=f"{grid_dir.name}/{file.relative_to(grid_dir)}")
-            data = json.dumps(provenance, indent=2).encode()
-            info = tarfile.TarInfo(f"{grid_dir.name}/{EXPORT_HISTORY}")
-            info.size, info.mtime = len(data), int(datetime.now().timestamp())
-            tar.addfile(info, io.BytesIO(data))
+                    if file in metrics:
+                        name, data = compressed_metrics(file)
+                        _add_bytes(tar, f"{grid_dir.name}/{file.parent.relative_to(grid_dir)}/{name}", data)
+                    else:
+                        tar.add(file, arcname=f"{grid_dir.name}/{file.relative_to(grid_dir)}")
+            _add_bytes(tar, f"{grid_dir.name}/{EXPORT_HISTORY}", json.dumps(provenance, indent=2).encode())
     Path(tmp.name).replace(archive)
     return provenance
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime = len(data), int(datetime.now().timestamp())
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _same_results(run: RunDir, existing: RunDir) -> bool:
+    """Whether `existing` holds the results of `run`: every result file with the same content, metrics compared
+    as the rows they hold (results merged before exports compressed them keep a plain metrics.csv)."""
+    if [f.parent.name for f in run.metric_files()] != [f.parent.name for f in existing.metric_files()]:
+        return False
+    for file, other in zip(run.metric_files(), existing.metric_files(), strict=True):
+        with open_metrics(file) as a, open_metrics(other) as b:
+            if a.read() != b.read():
+                return False
+    metrics = set(run.metric_files())
+    return all((existing.path / f.relative_to(run.path)).is_file()
+               and filecmp.cmp(f, existing.path / f.relative_to(run.path), shallow=False)
+               for f in run.result_files() if f not in metrics)
 
 
 def merge_export(archive: str | Path, results_dir: str | Path) -> dict:
@@ -85,10 +109,7 @@ def merge_export(archive: str | Path, results_dir: str | Path) -> dict:
             relative = source_grid.relative(run)
             existing = target_grid.run_dir(cell, seed)
             if run_state(existing) in FINISHED:
-                same = all((existing.path / f.relative_to(run.path)).is_file()
-                           and filecmp.cmp(f, existing.path / f.relative_to(run.path), shallow=False)
-                           for f in run.result_files())
-                (kept_same if same else conflicts).append(relative)
+                (kept_same if _same_results(run, existing) else conflicts).append(relative)
             else:
                 added.append((run, existing))
         if conflicts:
