@@ -20,7 +20,9 @@ RUNS=${RUNS:-runs}
 RESULTS=${RESULTS:-docs/results}
 SLOTS=${SLOTS:-2}
 THREADS=${THREADS:-1}
-GRIDS=${GRIDS:-"fig7 fig9 fig11 fig8 fig10 fig13 fig16 fig5 fig17 learnable fig7-lengths configs/grids/value-path.yaml fig14"}
+# value-path (the value-path variants beyond the paper, 30 runs of its own) before fig11: one more grid that can be
+# finished and committed in a working session, where the figures after it run on into the next ones
+GRIDS=${GRIDS:-"fig7 fig9 configs/grids/value-path.yaml fig11 fig8 fig10 fig13 fig16 fig5 fig17 learnable fig7-lengths fig14"}
 ANALYZE=${ANALYZE:-fig7}
 CODE_CORPUS=/tmp/lit-resformer-code-corpus  # fig14's corpus (configs/data/code-corpus.yaml's path)
 BIN=${BIN:-$(dirname "$(command -v python)")}
