@@ -150,6 +150,47 @@ def test_critical_point_of_fig14_grid(tmp_path):
     assert (grid_dir / "plots/critical_point.png").read_bytes().startswith(PNG_MAGIC)
 
 
+def test_crossing_searched_seed_by_seed_with_interval_gap_and_trend(tmp_path):
+    """Fig. 14's evidence form: at 64 tokens every seed crosses (mean critical step with its t interval over
+    seeds, in steps and tokens); at 256 none does, so the table gives the lead at the last step, its trend and the
+    extrapolated close, each per seed with a one-sided t over seeds."""
+    grid_dir = make_grid_dir(tmp_path, {
+        "baseline": "vanilla", "seeds": [0, 1, 2],
+        "cells": {"vanilla": {}, "svformer": {"model.config.share.svformer": True}},
+        "matrix": {"data.seq_len": [64, 256]},
+        "report": {"critical_point_window": 1},
+    })
+    crossings = {0: 100, 1: 120, 2: 170}
+    leads = {0: -0.10, 1: -0.12, 2: -0.08}  # relative loss at step 0 at 256 tokens, shrinking linearly
+    shrink = {0: 0.0003, 1: 0.0004, 2: 0.0002}  # nats a step
+    for seed in (0, 1, 2):
+        vanilla = {s: 3 + 2 * math.exp(-s / 50) + 0.01 * seed for s in range(200)}
+        summary = {"tokens_seen": 200 * 2048, "steps": 199}
+        write_run(grid_dir, "vanilla,seq_len=64", seed, vanilla, **summary)
+        write_run(grid_dir, "svformer,seq_len=64", seed,
+                  {s: v + (0.02 + 0.01 * seed if s >= crossings[seed] else -0.05) for s, v in vanilla.items()},
+                  **summary)
+        write_run(grid_dir, "vanilla,seq_len=256", seed, vanilla, **summary)
+        write_run(grid_dir, "svformer,seq_len=256", seed,
+                  {s: v + leads[seed] + shrink[seed] * s for s, v in vanilla.items()}, **summary)
+    write_report(grid_dir)
+    report = (grid_dir / "report.md").read_text()
+    critical = report[report.index("## Critical points"):].splitlines()
+    steps = np.array(list(crossings.values()), dtype=float)
+    low, high = scipy.stats.t.interval(0.95, 2, loc=steps.mean(), scale=scipy.stats.sem(steps))
+    row64 = next(line for line in critical if line.startswith("| svformer,seq_len=64 |"))
+    assert f"| 100, 120, 170 | {steps.mean():,.0f} [{low:,.0f}, {high:,.0f}] ({steps.mean() * 2048 / 1e6:.2f}M tokens) |" in row64
+    row256 = next(line for line in critical if line.startswith("| svformer,seq_len=256 |"))
+    assert "| –, –, – | none within 199 steps (0.4M tokens) in 3 of 3 seeds |" in row256
+    gaps = np.array([leads[s] + shrink[s] * 199 for s in (0, 1, 2)])
+    gap_p = scipy.stats.ttest_1samp(gaps, 0, alternative="less").pvalue
+    assert f"| {gaps.mean():+.4f} (< " in row256 and f"p {gap_p:.3g}, n=3) |" in row256
+    slopes = np.array([shrink[s] for s in (0, 1, 2)]) * 1000  # nats per 1,000 steps, exactly linear here
+    assert f"| {slopes.mean():+.4f} (> " in row256 and "from step 150 |" in row256
+    closes = -gaps.mean() / slopes.mean() * 1000
+    assert f"| ~{closes:,.0f} more steps (~{closes * 2048 / 1e6:.0f}M tokens) |" in row256
+
+
 def test_critical_point_definition():
     steps = [0, 10, 20, 30, 40]
     assert critical_point(pd.Series([-1, 1, -1, 1, 1], index=steps)) == 30

@@ -5,6 +5,7 @@ scaling savings); p-values agree with the intervals; Holm and Benjamini-Hochberg
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -16,6 +17,7 @@ from lit_resformer.ablations.stats import (
     paired_t,
     per_seed_t,
     run_data_seed,
+    search_crossing,
     seed_design,
     welch_t,
 )
@@ -155,3 +157,27 @@ def test_holm_and_benjamini_hochberg_match_hand_computed_values():
     assert holm([]).size == 0 and benjamini_hochberg([]).size == 0
     with pytest.raises(ValueError, match="p-values: must be a 1-d list of numbers in"):
         holm([0.1, 1.2])
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_crossing_search_trend_covers_the_mean_slope_and_the_crossing_interval_its_mean(n):
+    """search_crossing's trend (the gap's slope over the last quarter, per seed, one-sided t over seeds) covers the
+    seeds' mean slope at its nominal rate, with logging noise on every step; and where every seed crosses, the
+    t interval of the critical step covers the mean crossing step."""
+    rng = np.random.default_rng(100 + n)
+    replicates, steps = 1000, np.arange(0, 1000, 10)
+    true_slope, true_crossing = 0.2, 600.0  # nats per 1,000 steps; the step where a seed's mean line crosses zero
+    covered_trend, covered_crossing = [], []
+    for _ in range(replicates):
+        slopes = rng.normal(true_slope, 0.05, n)  # each seed's own rate of closing the gap
+        crossings = rng.normal(true_crossing, 60, n)
+        curves = {seed: pd.Series(slopes[seed] / 1000 * (steps - crossings[seed]) + rng.normal(0, 0.002, steps.size),
+                                  index=steps) for seed in range(n)}
+        search = search_crossing(curves)
+        covered_trend.append(search.trend.low <= true_slope)
+        if search.crossed == n:
+            _, low, high = search.crossing
+            covered_crossing.append(low <= true_crossing <= high)
+    _assert_nominal(np.array(covered_trend), f"trend, n={n}")
+    # the measured crossing is the last zero of a noisy line: near the true one to within the noise's reach
+    _assert_nominal(np.array(covered_crossing), f"critical step, n={n}")

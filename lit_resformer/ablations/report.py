@@ -36,7 +36,18 @@ from .document import Document, Plotter
 from .results import GridResults, RunResult, load_results, relative_curves
 from .run_summary import TRAIN_LOSS_WINDOW
 from .scaling import report_analysis, scaling_section
-from .stats import PLATEAU_MARGIN, SeedTest, compare_seeds, critical_point, mean_std, plateau_gap, seed_design
+from .stats import (
+    PLATEAU_MARGIN,
+    TREND_TAIL,
+    TREND_UNIT,
+    CrossingSearch,
+    SeedTest,
+    compare_seeds,
+    mean_std,
+    plateau_gap,
+    search_crossing,
+    seed_design,
+)
 
 RELATIVE_WINDOWS = (10, 100)
 
@@ -305,39 +316,81 @@ def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
         doc.image(path, "Validation loss over training, mean over seeds.")
 
 
+def _tokens_per_step(records: list[RunResult]) -> float | None:
+    """Training tokens a step, from the runs' summaries (tokens seen over steps taken); None when none says."""
+    rates = {r.summary["tokens_seen"] / (r.summary["steps"] + 1) for r in records
+             if r.summary.get("tokens_seen") and r.summary.get("steps") is not None}
+    return rates.pop() if len(rates) == 1 else None
+
+
 def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
     window = manifest.get("report", {}).get("critical_point_window", 10)
-    points = {
-        c: critical_point(curve)
-        for c in cells
-        if c != cells_info[c]["baseline"] and done[c] and done[cells_info[c]["baseline"]]
-        and len(curve := _relative_curve(done[c], done[cells_info[c]["baseline"]], window))
-    }
-    if not points:
+    searches: dict[str, CrossingSearch] = {}
+    for cell in cells:
+        base = cells_info[cell]["baseline"]
+        if cell == base or not done[cell] or not done[base]:
+            continue
+        curves = relative_curves({r.seed: r for r in done[cell]}, {r.seed: r for r in done[base]}, window)
+        if any(len(curve) for curve in curves.values()):
+            searches[cell] = search_crossing({s: c for s, c in curves.items() if len(c)})
+    if not searches:
         return
     doc.heading(2, "Critical points")
     doc.text(
-        f"The critical point of a cell is the first step after which its training loss (moving average "
-        f"{window}) stays above its baseline's until the end: where the baseline overtakes it for good "
-        "(paper Fig. 14). `not overtaken` means the cell is still ahead at its last step."
+        f"The critical point of a seed is the first step after which the cell's training loss (moving average "
+        f"{window}) stays above its baseline's until the end: where the baseline overtakes it for good (paper "
+        "Fig. 14). It is looked for in each seed's own curve; the mean critical step gets a 95% t interval over "
+        "seeds only when every seed crossed. Where the cell is still ahead, the table gives the lead at the last "
+        f"step every seed logged (relative loss, one-sided t: still ahead?) and its trend, the least-squares slope "
+        f"of the relative loss over the last {TREND_TAIL:.0%} of those steps in nats per {TREND_UNIT:,} steps "
+        "(one-sided t: is the lead shrinking?). `closes after` draws that trend on as a straight line past the "
+        "last step: an extrapolation, not a measurement."
     )
-    doc.table(
-        ["cell", "baseline", "critical step"],
-        [[c, cells_info[c]["baseline"], "not overtaken" if s is None else str(s)] for c, s in points.items()],
-    )
+    rows = []
+    for cell, search in searches.items():
+        tokens = _tokens_per_step(done[cell])
+        mean_step, low, high = search.crossing
+        if search.crossed == len(search.steps):
+            crossing = f"{mean_step:,.0f}" + (f" [{low:,.0f}, {high:,.0f}]" if low is not None else "")
+            if tokens:
+                crossing += f" ({mean_step * tokens / 1e6:.2f}M tokens)"
+        else:
+            crossing = (f"none within {search.last_step:,} steps" + (f" ({search.last_step * tokens / 1e6:.1f}M tokens)"
+                        if tokens else "") + f" in {len(search.steps) - search.crossed} of {len(search.steps)} seeds")
+        closes = search.steps_to_close
+        rows.append([
+            cell, cells_info[cell]["baseline"],
+            ", ".join("–" if step is None else f"{step:,}" for _, step in sorted(search.steps.items())),
+            crossing,
+            _fmt_test(search.last_gap, "+.4f"),
+            f"{_fmt_test(search.trend, '+.4f')} from step {search.tail_start:,}",
+            "–" if closes is None else f"~{closes:,.0f} more steps" + (f" (~{closes * tokens / 1e6:.0f}M tokens)"
+                                                                       if tokens else ""),
+        ])
+    doc.table(["cell", "baseline", "critical step per seed", "critical step (mean, 95% CI)",
+               "gap at the last step", "trend of the gap", "closes after (extrapolated)"], rows)
     matrix_keys = manifest.get("matrix_keys") or []
     if len(matrix_keys) == 1:
         key = matrix_keys[0]
         lines: dict[str, dict[float, float]] = {}
-        for cell, step in points.items():
+        for cell, search in searches.items():
             value = cells_info[cell]["coords"].get(key)
-            if step is not None and isinstance(value, (int, float)):
-                lines.setdefault(cells_info[cell]["family"] or "cells", {})[value] = step
+            if search.crossed == len(search.steps) and isinstance(value, (int, float)):
+                lines.setdefault(cells_info[cell]["family"] or "cells", {})[value] = search.crossing[0]
         if lines:
             path = plotter.lines_by_x(
                 "critical_point", lines, f"critical point against {key}", key, "critical step", logy=True
             )
-            doc.image(path, f"Critical step (baseline overtakes the cell) for each value of {key}.")
+            doc.image(path, f"Mean critical step over seeds (baseline overtakes the cell) for each value of {key}, "
+                            "where every seed crossed.")
+
+
+def _fmt_test(test: SeedTest, spec: str) -> str:
+    """A per-seed estimate with its one-sided interval's finite end and p, e.g. `-0.0400 (< -0.0210, p 0.003, n=3)`."""
+    if test.low is None:
+        return f"{float(test.estimate):{spec}} (n={test.n}, no CI)"
+    bound = f"< {float(test.high):{spec}}" if test.alternative == "less" else f"> {float(test.low):{spec}}"
+    return f"{float(test.estimate):{spec}} ({bound}, p {float(test.p):.3g}, n={test.n})"
 
 
 def _unigram_reference(results: GridResults) -> tuple[str, float] | None:

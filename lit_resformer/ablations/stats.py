@@ -294,6 +294,81 @@ def compare_seeds(cell: Mapping[int, float], baseline: Mapping[int, float], desi
     raise ValueError(f"design: must be 'paired' or 'unpaired' for a comparison of two sides, got {design!r}")
 
 
+# ----------------------------------------------------------------------------------------------
+# Looking for a critical point seed by seed (paper Fig. 14: vanilla overtakes SVFormer in the end). A seed either
+# crossed within its budget (critical_point) or did not; when every seed crossed, the mean critical step gets a t
+# interval over seeds. When some did not, what is known is the lead at the last step and where it is heading: the
+# gap's least-squares slope over the last quarter of training, per seed, with the t interval over seeds.
+
+TREND_TAIL = 0.25  # the gap's trend is fitted on this last fraction of the steps every seed logged
+TREND_UNIT = 1000  # steps per unit of the trend: nats per 1,000 steps
+
+
+@dataclass(frozen=True)
+class CrossingSearch:
+    """Where a baseline overtakes a cell for good, looked for in each seed's relative training-loss curve (cell
+    minus baseline, smoothed; below zero the cell is ahead) up to the last step every seed logged."""
+
+    steps: dict[int, int | None]  # seed -> critical step; None: the cell is still ahead at last_step
+    last_step: int
+    tail_start: int  # first step of the trend's fit
+    crossing: tuple[float, float | None, float | None]  # mean critical step, its t interval (None unless all crossed)
+    last_gap: SeedTest  # relative loss at last_step, one-sided "less": is the cell still ahead?
+    trend: SeedTest  # slope in nats per TREND_UNIT steps, one-sided "greater": is the lead shrinking?
+
+    @property
+    def crossed(self) -> int:
+        return sum(step is not None for step in self.steps.values())
+
+    @property
+    def steps_to_close(self) -> float | None:
+        """Steps after last_step until the mean gap reaches zero if the mean trend held: a straight line drawn past
+        the measured range, an extrapolation and not a measurement. None unless the cell is ahead on average and
+        its lead shrinking."""
+        gap, slope = float(self.last_gap.estimate), float(self.trend.estimate)
+        if gap >= 0 or slope <= 0:
+            return None
+        return -gap / slope * TREND_UNIT
+
+
+def search_crossing(curves: Mapping[int, pd.Series], tail: float = TREND_TAIL, level: float = 0.95) -> CrossingSearch:
+    """CrossingSearch over seed -> relative curve, on the steps every curve logged."""
+    if not 0 < tail <= 1:
+        raise ValueError(f"tail: must be in (0, 1], got {tail!r}")
+    frame = pd.concat(dict(curves), axis=1).dropna() if curves else pd.DataFrame()
+    if frame.empty:
+        raise ValueError("search_crossing: needs at least one seed's curve with logged steps")
+    steps = {int(seed): critical_point(frame[seed]) for seed in frame.columns}
+    crossed = [s for s in steps.values() if s is not None]
+    mean_step = float(np.mean(crossed)) if crossed else math.nan
+    low = high = None
+    if len(crossed) == len(steps) >= 2:
+        if np.ptp(crossed) == 0:
+            low = high = mean_step
+        else:
+            low, high = (float(v) for v in stats.t.interval(level, len(crossed) - 1, loc=mean_step,
+                                                            scale=stats.sem(crossed)))
+    index = frame.index.to_numpy(dtype=float)
+    tail_rows = frame.loc[index >= index[0] + (1 - tail) * (index[-1] - index[0])]
+    if len(tail_rows) >= 2:
+        slopes = [float(np.polyfit(tail_rows.index.to_numpy(dtype=float), tail_rows[s].to_numpy(), 1)[0]) * TREND_UNIT
+                  for s in frame.columns]
+    else:
+        slopes = [math.nan] * len(frame.columns)
+    return CrossingSearch(steps=steps, last_step=int(frame.index[-1]), tail_start=int(tail_rows.index[0]),
+                          crossing=(mean_step, low, high),
+                          last_gap=_spread_t(frame.iloc[-1].to_numpy(), "less", level),
+                          trend=_spread_t(np.array(slopes), "greater", level))
+
+
+def _spread_t(estimates: np.ndarray, alternative: Alternative, level: float) -> SeedTest:
+    """per_seed_t, or no interval where the seeds agree exactly (a t interval needs a spread; only constructed
+    curves have none)."""
+    if len(estimates) >= 2 and (not np.all(np.isfinite(estimates)) or np.ptp(estimates) == 0):
+        return _no_interval("per-seed", len(estimates), float(np.mean(estimates)), alternative, level)
+    return per_seed_t(estimates, alternative, level)
+
+
 def _p_values(p_values: Any) -> np.ndarray:
     p = np.asarray(p_values, dtype=float)
     if p.ndim != 1 or not np.all((p >= 0) & (p <= 1)):
