@@ -378,6 +378,26 @@ def test_grid_options_refuse_unknown_steps_and_executors(tmp_path, fake):
         run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(executor="pbs")))
 
 
+def test_a_running_attempt_writes_its_wall_time_down_as_it_goes(tmp_path, monkeypatch):
+    """An attempt killed with its runner (SIGKILL, the machine going away) cannot record its time when it ends: the
+    summary carries the time so far while it trains, so the run's compute is known to within a heartbeat."""
+    from lit_resformer.ablations import job as job_module
+    from lit_resformer.ablations.job import RunJob, execute
+
+    monkeypatch.setattr(job_module, "HEARTBEAT_S", 0.2)
+    run = RunDir(tmp_path / "g/vanilla/seed0")
+    run.path.mkdir(parents=True)
+    run.write_summary({"status": "interrupted", "attempts": 1, "wall_time_sec": 100.0})  # the first attempt's time
+    # the stand-in trainer: `sh -c SCRIPT --config FILE --trainer.default_root_dir RUN` ($3 is the run directory)
+    trainer = ["sh", "-c", 'sleep 1.5; cp "$3/summary.json" "$3/while_training.json"']
+    execute(RunJob("g", "vanilla", 0, run.path, trainer), env={"OMP_NUM_THREADS": "1"})
+    seen = json.loads((run.path / "while_training.json").read_text())
+    assert seen["status"] == "running" and seen["attempts"] == 2
+    final = RunDir(run.path).read_summary()["wall_time_sec"]
+    assert 100.4 < seen["wall_time_sec"] < final  # the earlier attempt's time plus this one's so far (beats each 0.5 s)
+    assert final >= 101.5
+
+
 @pytest.mark.slow  # the step's process imports torch and Lightning afresh: ~10 s idle, 40 s on a busy machine
 def test_a_post_training_step_runs_in_its_own_process_and_its_failure_is_recorded(tmp_path):
     from lit_resformer.ablations.job import RunJob, execute

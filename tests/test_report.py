@@ -176,10 +176,11 @@ def test_crossing_searched_seed_by_seed_with_interval_gap_and_trend(tmp_path):
     write_report(grid_dir)
     report = (grid_dir / "report.md").read_text()
     critical = report[report.index("## Critical points"):].splitlines()
-    steps = np.array(list(crossings.values()), dtype=float)
-    low, high = scipy.stats.t.interval(0.95, 2, loc=steps.mean(), scale=scipy.stats.sem(steps))
+    logs = np.log1p(list(crossings.values()))  # the interval is the log scale's, back-transformed
+    low, high = np.expm1(scipy.stats.t.interval(0.95, 2, loc=logs.mean(), scale=scipy.stats.sem(logs)))
+    geometric = np.expm1(logs.mean())
     row64 = next(line for line in critical if line.startswith("| svformer,seq_len=64 |"))
-    assert f"| 100, 120, 170 | {steps.mean():,.0f} [{low:,.0f}, {high:,.0f}] ({steps.mean() * 2048 / 1e6:.2f}M tokens) |" in row64
+    assert f"| 100, 120, 170 | {geometric:,.0f} [{low:,.0f}, {high:,.0f}] ({geometric * 2048 / 1e6:.2f}M tokens) |" in row64
     row256 = next(line for line in critical if line.startswith("| svformer,seq_len=256 |"))
     assert "| –, –, – | none within 199 steps (0.4M tokens) in 3 of 3 seeds |" in row256
     gaps = np.array([leads[s] + shrink[s] * 199 for s in (0, 1, 2)])
@@ -189,6 +190,22 @@ def test_crossing_searched_seed_by_seed_with_interval_gap_and_trend(tmp_path):
     assert f"| {slopes.mean():+.4f} (> " in row256 and "from step 150 |" in row256
     closes = -gaps.mean() / slopes.mean() * 1000
     assert f"| ~{closes:,.0f} more steps (~{closes * 2048 / 1e6:.0f}M tokens) |" in row256
+
+
+def test_compute_counts_the_grids_own_runs_and_leaves_shared_ones_to_their_grid(tmp_path):
+    grid_dir = make_grid_dir(tmp_path, {"baseline": "vanilla", "seeds": [0, 1],
+                                        "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})
+    curve = {s: 5 - s / 100 for s in range(50)}
+    for seed, wall in ((0, 1800.0), (1, 900.0)):  # trained as another grid's runs: their summaries say so
+        run = write_run(grid_dir, "vanilla", seed, {s: v + 0.1 * seed for s, v in curve.items()}, wall_time_sec=wall)
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "grid": "other"}))
+    write_run(grid_dir, "resformer", 0, curve, wall_time_sec=3600.0)
+    write_run(grid_dir, "resformer", 1, {s: v - 0.05 for s, v in curve.items()}, wall_time_sec=5400.0)
+    write_report(grid_dir)
+    assert ("Compute: 2 runs trained in this grid, 2.50 run-hours (the sum of their wall times, every attempt; times "
+            "the threads each run used for CPU-hours); 2 runs shared from other grids, counted there.") in \
+        (grid_dir / "report.md").read_text()
 
 
 def test_critical_point_definition():

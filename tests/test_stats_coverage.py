@@ -163,14 +163,15 @@ def test_holm_and_benjamini_hochberg_match_hand_computed_values():
 def test_crossing_search_trend_covers_the_mean_slope_and_the_crossing_interval_its_mean(n):
     """search_crossing's trend (the gap's slope over the last quarter, per seed, one-sided t over seeds) covers the
     seeds' mean slope at its nominal rate, with logging noise on every step; and where every seed crosses, the
-    t interval of the critical step covers the mean crossing step."""
+    log-scale t interval of the critical step covers the seeds' geometric-mean crossing step."""
     rng = np.random.default_rng(100 + n)
     replicates, steps = 1000, np.arange(0, 1000, 10)
-    true_slope, true_crossing = 0.2, 600.0  # nats per 1,000 steps; the step where a seed's mean line crosses zero
+    # nats per 1,000 steps; the geometric mean (of 1 + step, minus one) of the steps where the seeds' lines cross zero
+    true_slope, true_crossing = 0.2, 600.0
     covered_trend, covered_crossing = [], []
     for _ in range(replicates):
         slopes = rng.normal(true_slope, 0.05, n)  # each seed's own rate of closing the gap
-        crossings = rng.normal(true_crossing, 60, n)
+        crossings = np.expm1(rng.normal(np.log1p(true_crossing), 0.1, n))
         curves = {seed: pd.Series(slopes[seed] / 1000 * (steps - crossings[seed]) + rng.normal(0, 0.002, steps.size),
                                   index=steps) for seed in range(n)}
         search = search_crossing(curves)

@@ -206,8 +206,11 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
             pass_fds=(lock_fd,),
             preexec_fn=_child_setup(under_submitit),
         )
+        def heartbeat() -> None:
+            run.write_summary({**summary, "wall_time_sec": summary["wall_time_sec"] + time.monotonic() - started})
+
         try:
-            returncode = _wait(process, stop)
+            returncode = _wait(process, stop, heartbeat)
         except BaseException:
             # The runner itself is stopping (Ctrl-C, SLURM requeue): stop the training process,
             # record the attempt as interrupted and let the next grid run resume it.
@@ -224,15 +227,25 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
     return summary
 
 
-def _wait(process: subprocess.Popen, stop: threading.Event | None, poll_s: float = 0.5) -> int:
-    """The training process's exit code; once `stop` is set, after stopping the process."""
+# How often a running attempt's wall time so far is written into its summary: an attempt killed with the runner (a
+# signal it cannot catch, the machine going away) then loses at most this much of the run's recorded compute.
+HEARTBEAT_S = 60.0
+
+
+def _wait(process: subprocess.Popen, stop: threading.Event | None, heartbeat, poll_s: float = 0.5) -> int:
+    """The training process's exit code; once `stop` is set, after stopping the process. `heartbeat()` is called
+    every HEARTBEAT_S while it runs."""
+    beat = time.monotonic()
     while True:
         try:
-            return process.wait(None if stop is None else poll_s)
+            return process.wait(poll_s)
         except subprocess.TimeoutExpired:
-            if stop.is_set():
+            if stop is not None and stop.is_set():
                 _stop(process)
                 return process.returncode
+            if time.monotonic() - beat >= HEARTBEAT_S:
+                heartbeat()
+                beat = time.monotonic()
 
 
 def _outcome(run: RunDir, returncode: int, stderr: str, interrupted: bool = False) -> dict:

@@ -339,12 +339,13 @@ def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
     doc.text(
         f"The critical point of a seed is the first step after which the cell's training loss (moving average "
         f"{window}) stays above its baseline's until the end: where the baseline overtakes it for good (paper "
-        "Fig. 14). It is looked for in each seed's own curve; the mean critical step gets a 95% t interval over "
-        "seeds only when every seed crossed. Where the cell is still ahead, the table gives the lead at the last "
-        f"step every seed logged (relative loss, one-sided t: still ahead?) and its trend, the least-squares slope "
-        f"of the relative loss over the last {TREND_TAIL:.0%} of those steps in nats per {TREND_UNIT:,} steps "
-        "(one-sided t: is the lead shrinking?). `closes after` draws that trend on as a straight line past the "
-        "last step: an extrapolation, not a measurement."
+        "Fig. 14). It is looked for in each seed's own curve; when every seed crossed, their geometric mean (of 1 + "
+        "step, minus one) gets a 95% t interval over seeds on the log scale. The table also gives the gap at the "
+        f"last step every seed logged (relative loss, one-sided t: is the cell still ahead?) and its trend, the "
+        f"least-squares slope of the relative loss over the last {TREND_TAIL:.0%} of those steps in nats per "
+        f"{TREND_UNIT:,} steps (one-sided t: is the lead shrinking?). Where the cell is ahead and its lead shown to "
+        "shrink, `closes after` draws that trend on as a straight line past the last step: an extrapolation, not a "
+        "measurement."
     )
     rows = []
     for cell, search in searches.items():
@@ -367,7 +368,7 @@ def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
             "–" if closes is None else f"~{closes:,.0f} more steps" + (f" (~{closes * tokens / 1e6:.0f}M tokens)"
                                                                        if tokens else ""),
         ])
-    doc.table(["cell", "baseline", "critical step per seed", "critical step (mean, 95% CI)",
+    doc.table(["cell", "baseline", "critical step per seed", "critical step (geometric mean, 95% CI)",
                "gap at the last step", "trend of the gap", "closes after (extrapolated)"], rows)
     matrix_keys = manifest.get("matrix_keys") or []
     if len(matrix_keys) == 1:
@@ -381,7 +382,7 @@ def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
             path = plotter.lines_by_x(
                 "critical_point", lines, f"critical point against {key}", key, "critical step", logy=True
             )
-            doc.image(path, f"Mean critical step over seeds (baseline overtakes the cell) for each value of {key}, "
+            doc.image(path, f"Critical step, geometric mean over seeds (baseline overtakes the cell), for each value of {key}, "
                             "where every seed crossed.")
 
 
@@ -520,6 +521,14 @@ def _runs_section(doc, runs) -> None:
                 "; ".join(filter(None, [_status_note(r), r.trained_as and f"shared: trained as {r.trained_as}"])),
             ])
     doc.table(["run", "status", "last step", "final train", "final val", "wall time", "note"], rows)
+    own = [r.summary["wall_time_sec"] for records in runs.values() for r in records
+           if not r.trained_as and r.summary.get("wall_time_sec") is not None]
+    shared = sum(bool(r.trained_as) for records in runs.values() for r in records)
+    if own:
+        # what a grid cost, for budgets and closing notes: a shared run's time is counted in the grid that trained it
+        doc.text(f"Compute: {len(own)} runs trained in this grid, {sum(own) / 3600:.2f} run-hours (the sum of their "
+                 "wall times, every attempt; times the threads each run used for CPU-hours)"
+                 + (f"; {shared} run{'s' * (shared != 1)} shared from other grids, counted there." if shared else "."))
 
 
 # ----------------------------------------------------------------------------------------------

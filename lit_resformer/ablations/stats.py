@@ -296,9 +296,11 @@ def compare_seeds(cell: Mapping[int, float], baseline: Mapping[int, float], desi
 
 # ----------------------------------------------------------------------------------------------
 # Looking for a critical point seed by seed (paper Fig. 14: vanilla overtakes SVFormer in the end). A seed either
-# crossed within its budget (critical_point) or did not; when every seed crossed, the mean critical step gets a t
-# interval over seeds. When some did not, what is known is the lead at the last step and where it is heading: the
-# gap's least-squares slope over the last quarter of training, per seed, with the t interval over seeds.
+# crossed within its budget (critical_point) or did not; when every seed crossed, the critical step gets a t
+# interval over seeds on the log scale (a step count is positive and skewed, and Fig. 14 reads it on log axes): the
+# geometric mean of 1 + step, minus one, with the back-transformed interval. When some did not, what is known is the
+# lead at the last step and where it is heading: the gap's least-squares slope over the last quarter of training,
+# per seed, with the t interval over seeds.
 
 TREND_TAIL = 0.25  # the gap's trend is fitted on this last fraction of the steps every seed logged
 TREND_UNIT = 1000  # steps per unit of the trend: nats per 1,000 steps
@@ -312,7 +314,7 @@ class CrossingSearch:
     steps: dict[int, int | None]  # seed -> critical step; None: the cell is still ahead at last_step
     last_step: int
     tail_start: int  # first step of the trend's fit
-    crossing: tuple[float, float | None, float | None]  # mean critical step, its t interval (None unless all crossed)
+    crossing: tuple[float, float | None, float | None]  # geometric-mean critical step, its interval (None unless all crossed)
     last_gap: SeedTest  # relative loss at last_step, one-sided "less": is the cell still ahead?
     trend: SeedTest  # slope in nats per TREND_UNIT steps, one-sided "greater": is the lead shrinking?
 
@@ -324,9 +326,9 @@ class CrossingSearch:
     def steps_to_close(self) -> float | None:
         """Steps after last_step until the mean gap reaches zero if the mean trend held: a straight line drawn past
         the measured range, an extrapolation and not a measurement. None unless the cell is ahead on average and
-        its lead shrinking."""
+        its lead shown to shrink (the trend's one-sided test rejects at ALPHA)."""
         gap, slope = float(self.last_gap.estimate), float(self.trend.estimate)
-        if gap >= 0 or slope <= 0:
+        if gap >= 0 or slope <= 0 or self.trend.p is None or float(self.trend.p) >= ALPHA:
             return None
         return -gap / slope * TREND_UNIT
 
@@ -339,15 +341,15 @@ def search_crossing(curves: Mapping[int, pd.Series], tail: float = TREND_TAIL, l
     if frame.empty:
         raise ValueError("search_crossing: needs at least one seed's curve with logged steps")
     steps = {int(seed): critical_point(frame[seed]) for seed in frame.columns}
-    crossed = [s for s in steps.values() if s is not None]
-    mean_step = float(np.mean(crossed)) if crossed else math.nan
+    logs = np.log1p([s for s in steps.values() if s is not None])
+    mean_step = float(np.expm1(logs.mean())) if len(logs) else math.nan
     low = high = None
-    if len(crossed) == len(steps) >= 2:
-        if np.ptp(crossed) == 0:
+    if len(logs) == len(steps) >= 2:
+        if np.ptp(logs) == 0:
             low = high = mean_step
         else:
-            low, high = (float(v) for v in stats.t.interval(level, len(crossed) - 1, loc=mean_step,
-                                                            scale=stats.sem(crossed)))
+            low, high = (float(np.expm1(v)) for v in stats.t.interval(level, len(logs) - 1, loc=logs.mean(),
+                                                                      scale=stats.sem(logs)))
     index = frame.index.to_numpy(dtype=float)
     tail_rows = frame.loc[index >= index[0] + (1 - tail) * (index[-1] - index[0])]
     if len(tail_rows) >= 2:
