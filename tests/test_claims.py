@@ -219,6 +219,32 @@ def test_a_run_held_by_two_grids_is_counted_once(tmp_path, capsys):
     assert [r["a"] for r in rows if r["p_bh"] is None] == ["better"]  # the per-domain sub-row is not in the BH family
 
 
+def test_a_shared_comparison_speaks_in_the_words_that_state_the_papers_effect(tmp_path):
+    """The grid that sorts first may word a shared comparison without the paper's effect (fig11's "a value residual
+    from the first layer helps"); the row takes the wording that states it (fig7's Table 5 claim), and the
+    per-domain sub-rows of the grid that has them stand right under it."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name in ("aaa", "zzz"):
+        claims_grid(tmp_path / name, name).rename(runs / name)
+    manifest = yaml.safe_load((runs / "aaa/grid.yaml").read_text())
+    manifest["claims"] = [c for c in manifest["claims"] if c["metric"] != "val_loss/code"]
+    (runs / "aaa/grid.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    manifest = yaml.safe_load((runs / "zzz/grid.yaml").read_text())
+    for claim in manifest["claims"]:
+        if (claim["a"], claim["metric"]) == ("better", "val_loss"):
+            claim.update(claim="better ends below vanilla (Table 5)", paper="-0.03 at 82M")
+    manifest["claims"].append(manifest["claims"].pop(next(
+        i for i, c in enumerate(manifest["claims"]) if c["metric"] == "val_loss/code")))  # the sub-row written last
+    (runs / "zzz/grid.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    verdicts = scoreboard([runs])
+    better = next(i for i, v in enumerate(verdicts) if (v.claim.a, v.claim.metric) == ("better", "val_loss"))
+    assert verdicts[better].claim.claim == "better ends below vanilla (Table 5)"
+    assert verdicts[better].claim.paper == "-0.03 at 82M" and verdicts[better].grids == ("aaa", "zzz")
+    assert (verdicts[better + 1].claim.metric, verdicts[better + 1].grid) == ("val_loss/code", "zzz")
+    assert len(verdicts) == 5
+
+
 def test_p_values_follow_the_design_and_adjustment_decides(tmp_path):
     """p_raw is the one-sided test in the claimed direction, p_holm Holm's adjustment of the grid's two-sided
     p-values, p_bh Benjamini-Hochberg's across the scoreboard; a raw reproduced verdict that does not survive the

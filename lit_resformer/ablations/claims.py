@@ -493,19 +493,40 @@ def scoreboard(paths: Iterable[str | Path]) -> list[Verdict]:
             if v.runs is not None and v.runs in seen:
                 first = rows[seen[v.runs]]
                 p_holm = max((p for p in (first.p_holm, v.p_holm) if p is not None), default=None)
+                # the row speaks in the words of a grid that states the paper's effect, wherever that grid sorts
+                claim = v.claim if first.claim.paper is None and v.claim.paper is not None else first.claim
                 # a sub-row keeps its grids' decision: the most conservative of their Holm p-values
-                rows[seen[v.runs]] = replace(first, grids=(*first.grids, v.grid), p_holm=p_holm,
+                rows[seen[v.runs]] = replace(first, claim=claim, grids=(*first.grids, v.grid), p_holm=p_holm,
                                              verdict=first.verdict if p_holm is None else
                                              adjusted_verdict(first.unadjusted, p_holm))
                 continue
             if v.runs is not None:
                 seen[v.runs] = len(rows)
             rows.append(replace(v, grids=(v.grid,)))
+    rows = _sub_rows_under_their_claims(rows)
     top = [i for i, v in enumerate(rows) if not is_sub_row(v)]
     adjusted = _adjust([rows[i] for i in top], benjamini_hochberg, "p_bh")
     for i, v in zip(top, adjusted, strict=True):
         rows[i] = v
     return rows
+
+
+def _sub_rows_under_their_claims(rows: list[Verdict]) -> list[Verdict]:
+    """Each per-domain sub-row right under the claim it splits (the same sides and grid, on the whole validation
+    loss), also when that claim's row was first seen in another grid; a sub-row without one stays where it is."""
+    def parent_of(sub: Verdict) -> int | None:
+        return next((i for i, v in enumerate(rows) if not is_sub_row(v) and v.claim.metric == "val_loss"
+                     and (v.claim.a, v.claim.b) == (sub.claim.a, sub.claim.b) and sub.grid in (v.grids or (v.grid,))),
+                    None)
+
+    parents = {id(v): parent_of(v) for v in rows if is_sub_row(v)}
+    ordered = []
+    for i, v in enumerate(rows):
+        if is_sub_row(v) and parents[id(v)] is not None:
+            continue
+        ordered.append(v)
+        ordered += [sub for sub in rows if is_sub_row(sub) and parents[id(sub)] == i]
+    return ordered
 
 
 def is_sub_row(v: Verdict) -> bool:
