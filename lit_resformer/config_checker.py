@@ -55,9 +55,12 @@ class ConfigChecker:
         check_classes(cfg)
         return cfg
 
-    def resolved(self, config: Mapping[str, Any]) -> dict:
-        """Every field of a valid config with its value, defaults included: equal for configs that run the same."""
-        return yaml.safe_load(self.parser.dump(self.check(config), skip_none=False))
+    def resolved(self, config: Mapping[str, Any], checked: bool = True) -> dict:
+        """Every field of a valid config with its value, defaults included: equal for configs that run the same.
+        `checked=False` parses (fields and types) without the checks across fields and of the constructors: for a
+        grid's base, which need not run by itself (its cells may fit a corpus's sequence length to the model)."""
+        cfg = self.check(config) if checked else self.parser.parse_object(dict(config))
+        return yaml.safe_load(self.parser.dump(cfg, skip_none=False))
 
     def unknown_field(self, key: str) -> str | None:
         """Why the dotted `key` is not a field, or None (see `unknown_field`)."""

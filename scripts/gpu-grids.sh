@@ -68,9 +68,26 @@ done
 #   PREPARE=embedded  the embedded corpus's 4k BPE and token caches (the CPU tier's data; default)
 #   PREPARE=code      the GPU tier's corpus: this machine's installed Python sources (lit-resformer prepare-corpus,
 #                     CODE_CHARS characters), its 32k BPE and the 2,048-token caches (configs/data/code-corpus.yaml)
+#   PREPARE=grids     the data of every cell of the grids named, each distinct data section once (tokenizer, token
+#                     and packed caches, the bigram counts of the evidence gate); with CODE_CHARS set, the code
+#                     corpus of that many characters first (a grid on it names the size in its header)
 #   PREPARE=none      nothing
 CODE_CORPUS=${CODE_CORPUS:-/tmp/lit-resformer-code-corpus}
 case ${PREPARE:-embedded} in
+    grids)
+        if [[ -n ${CODE_CHARS:-} ]]; then
+            "$PY" -m lit_resformer.data.code_corpus "$CODE_CORPUS" --max-chars "$CODE_CHARS" 2>&1 | tee -a "$OUT/.logs/slice.log"
+        fi
+        prepare="import json, sys
+from lit_resformer.ablations.spec import load_grid
+from lit_resformer.data import LMDataModule
+sections = {json.dumps(c['data'], sort_keys=True, default=str): c['data']
+            for grid in sys.argv[1:] for c in load_grid(grid).configs.values()}
+for data in sections.values():
+    module = LMDataModule(**data)
+    module.prepare_data()
+    module.train_bigram_counts()
+    print('prepared', data, flush=True)" ;;
     embedded) prepare="from lit_resformer.data import LMDataModule
 LMDataModule(source='embedded', tokenizer='bpe', bpe_vocab_size=4096, seq_len=256).prepare_data()" ;;
     code)
@@ -80,10 +97,12 @@ LMDataModule(source='embedded', tokenizer='bpe', bpe_vocab_size=4096, seq_len=25
 LMDataModule(source='local', path='$CODE_CORPUS/python.jsonl', tokenizer='bpe', bpe_vocab_size=32768, seq_len=2048,
              holdout_fraction=0.01).prepare_data()" ;;
     none) prepare= ;;
-    *) log "PREPARE=${PREPARE} is not one of: embedded code none"; exit 2 ;;
+    *) log "PREPARE=${PREPARE} is not one of: embedded code grids none"; exit 2 ;;
 esac
 if [[ -n $prepare ]]; then
-    "$PY" -c "$prepare" >"$OUT/.logs/prepare.log" 2>&1 || log "data preparation failed (see prepare.log)"
+    # the tokenizer on every core here (no runs are forked from this process; the runs keep it on one thread)
+    TOKENIZERS_PARALLELISM=true "$PY" -c "$prepare" $GRIDS >"$OUT/.logs/prepare.log" 2>&1 \
+        || log "data preparation failed (see prepare.log)"
     log "data prepared (${PREPARE:-embedded})"
 fi
 

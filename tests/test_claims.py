@@ -393,6 +393,9 @@ def test_every_shipped_grid_states_its_claims(gpu_tier_corpus):
         on_code_corpus = path.parent.name == "gpu" or path.relative_to(REPO).as_posix() == "configs/grids/evidence/fig14.yaml"
         grid = load_grid(path, forced={"data.path": str(gpu_tier_corpus)} if on_code_corpus else None)
         assert grid.claims, f"{path} has no claims"
+        # what every run of the grid starts by writing (and `grid --dry-run` prints): each cell's changes to the
+        # base, also where the base alone does not run (evidence/fig14: a 2,048-token corpus over a 512-token model)
+        assert any(cell["changes"] for cell in grid.manifest()["cells"]) or len(grid.cells) == 1, path
         growth = [c for c in grid.claims if c["metric"] == "critical_point_growth"]
         assert bool(growth) == path.stem.startswith("fig14"), path
 

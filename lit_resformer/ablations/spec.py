@@ -133,7 +133,10 @@ class Grid:
         """cell name -> {dotted key: (base value, cell value)} for every field the cell's config sets to another value
         than the base experiment, defaults filled in on both sides: what the cell effectively changes, the grid's
         own overrides and values derived from others (e.g. trainer.accumulate_grad_batches) included."""
-        base = self.checker.resolved(self.base)
+        try:
+            base = self.checker.resolved(self.base)
+        except ValueError:  # a base that does not run by itself: its cells fit the corpus's sequence length to the model
+            base = self.checker.resolved(self.base, checked=False)
         return {cell.name: changed_fields(base, self.checker.resolved(self.configs[cell.name])) for cell in self.cells}
 
     def runs(self, seeds: Sequence[int] | None = None) -> list[Run]:
