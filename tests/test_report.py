@@ -279,30 +279,39 @@ def test_index_html_shows_every_image_in_headless_chromium(tmp_path):
     assert shot.read_bytes().startswith(PNG_MAGIC)
 
 
-def test_gap_against_training_length_of_fig7_grid(tmp_path):
-    """Fig. 7 left: the final gap to vanilla at each training length with a t interval; these runs record no data
-    order, so nothing says a seed's two runs share one: Welch's unpaired interval."""
+@pytest.mark.parametrize("axis, coords, heading, plot", [
+    ("trainer.max_steps", {20: {"model.warmup_steps": 2}, 40: {"model.warmup_steps": 4}},
+     "## Gap against training length", "gap_by_training_length"),
+    ("data.seq_len", {16: {"data.micro_batch_size": 8}, 32: {"data.micro_batch_size": 4}},
+     "## Gap against training sequence length", "gap_by_sequence_length"),
+])
+def test_gap_against_training_length_of_fig7_grid(tmp_path, axis, coords, heading, plot):
+    """Fig. 7 left: the final gap to vanilla at each training length (steps, or tokens a sequence as the paper has
+    it) with a t interval; these runs record no data order, so nothing says a seed's two runs share one: Welch's
+    unpaired interval."""
     grid_dir = make_grid_dir(tmp_path, {
         "baseline": "vanilla", "seeds": [0, 1, 2],
         "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}},
-        "matrix": {"trainer.max_steps": {20: {"model.warmup_steps": 2}, 40: {"model.warmup_steps": 4}}},
+        "matrix": {axis: coords},
     })
-    gaps = {20: [-0.10, -0.20, -0.15], 40: [-0.05, -0.02, -0.08]}
-    for steps, by_seed in gaps.items():
+    short = axis.split(".")[1]
+    gaps = dict(zip(coords, [[-0.10, -0.20, -0.15], [-0.05, -0.02, -0.08]], strict=True))
+    for length, by_seed in gaps.items():
         for seed, gap in enumerate(by_seed):
-            vanilla = 3.0 + 0.1 * seed - steps / 100
-            write_run(grid_dir, f"vanilla,max_steps={steps}", seed, {s: 4.0 for s in range(steps)},
-                      {steps - 1: {"code": vanilla}})
-            write_run(grid_dir, f"resformer,max_steps={steps}", seed, {s: 4.0 for s in range(steps)},
-                      {steps - 1: {"code": vanilla + gap}})
+            vanilla = 3.0 + 0.1 * seed - length / 100
+            write_run(grid_dir, f"vanilla,{short}={length}", seed, {s: 4.0 for s in range(20)},
+                      {19: {"code": vanilla}})
+            write_run(grid_dir, f"resformer,{short}={length}", seed, {s: 4.0 for s in range(20)},
+                      {19: {"code": vanilla + gap}})
     write_report(grid_dir)
     report = (grid_dir / "report.md").read_text()
-    section = report[report.index("## Gap against training length"):]
-    for steps, by_seed in gaps.items():
-        vanilla = [3.0 + 0.1 * seed - steps / 100 for seed in range(3)]
+    section = report[report.index(heading):]
+    for length, by_seed in gaps.items():
+        vanilla = [3.0 + 0.1 * seed - length / 100 for seed in range(3)]
         resformer = [v + gap for v, gap in zip(vanilla, by_seed, strict=True)]
         low, high = scipy.stats.ttest_ind(resformer, vanilla, equal_var=False).confidence_interval(0.95)
-        assert (f"| resformer | {steps} | {np.mean(by_seed):+.4f} [{low:+.4f}, {high:+.4f}] (n=3, unpaired) | "
+        assert (f"| resformer | {length} | {np.mean(by_seed):+.4f} [{low:+.4f}, {high:+.4f}] (n=3, unpaired) | "
                 "+0.0000") in section
     assert "| vanilla |" not in section.split("![")[0]  # the baseline is not compared with itself
-    assert (grid_dir / "plots/gap_by_training_length.png").read_bytes().startswith(PNG_MAGIC)
+    assert (grid_dir / f"plots/{plot}.png").read_bytes().startswith(PNG_MAGIC)
+    assert report.count("## Gap against") == 1

@@ -534,19 +534,31 @@ def _runs_section(doc, runs) -> None:
 # ----------------------------------------------------------------------------------------------
 # the final gap against training length (paper Fig. 7, left panel)
 
-TRAINING_LENGTH = "trainer.max_steps"
+# Matrix keys that set a training length (paper Fig. 7, left): key -> (axis label, plot name, section heading, what a
+# point compares)
+LENGTH_AXES = {
+    "trainer.max_steps": ("training steps", "gap_by_training_length", "Gap against training length",
+                          "at the same number of training steps (the whole schedule rescaled to that length)"),
+    "data.seq_len": ("training sequence length (tokens)", "gap_by_sequence_length",
+                     "Gap against training sequence length", "trained on sequences of the same length"),
+}
 
 
 def _training_length_section(doc, plotter, results: GridResults, final_train, final_val) -> None:
-    """For cells x matrix grids over trainer.max_steps: each cell family's final loss minus its baseline's at
-    the same length (95% t interval in the seed design) against the training length."""
-    if TRAINING_LENGTH not in (results.manifest.get("matrix_keys") or []):
-        return
+    """For cells x matrix grids over a training length (LENGTH_AXES): each cell family's final loss minus its
+    baseline's at the same length (95% t interval in the seed design) against the length, one section per axis."""
+    for key in LENGTH_AXES:
+        if key in (results.manifest.get("matrix_keys") or []):
+            _length_axis_section(doc, plotter, results, final_train, final_val, key)
+
+
+def _length_axis_section(doc, plotter, results: GridResults, final_train, final_val, key: str) -> None:
+    label, plot_name, heading, compared = LENGTH_AXES[key]
     gaps: dict[str, dict[str, dict[int, SeedTest]]] = {"validation": {}, "training": {}}
     colors = {}
     for cell in results.cells:
         info, base = results.cell_info[cell], results.cell_info[cell]["baseline"]
-        length, family = info["coords"].get(TRAINING_LENGTH), info["family"]
+        length, family = info["coords"].get(key), info["family"]
         if cell == base or length is None or family is None:
             continue
         colors.setdefault(family, plotter.colors.get(cell))
@@ -555,17 +567,16 @@ def _training_length_section(doc, plotter, results: GridResults, final_train, fi
                 gaps[metric].setdefault(family, {})[length] = diff
     if not any(gaps.values()):
         return
-    doc.heading(2, "Gap against training length")
+    doc.heading(2, heading)
     doc.text(
-        "Each cell's final loss minus its baseline's at the same number of training steps (the whole schedule "
-        "rescaled to that length), with a 95% t interval in the seed design (paired only where a seed's two runs "
-        "share a data order that differs between seeds, else Welch's; paper Fig. 7, left). Below zero the "
-        "cell is ahead at that length."
+        f"Each cell's final loss minus its baseline's {compared}, with a 95% t interval in the seed design (paired "
+        "only where a seed's two runs share a data order that differs between seeds, else Welch's). Below zero the "
+        "cell is ahead at that length (paper Fig. 7, left, for ResFormer; Fig. 14 for SVFormer)."
     )
     points = sorted({(f, x) for by_family in gaps.values() for f, by_x in by_family.items() for x in by_x},
                     key=lambda p: (list(colors).index(p[0]), p[1]))
     doc.table(
-        ["cell", "training steps", "Δ val vs baseline", "Δ train vs baseline"],
+        ["cell", label, "Δ val vs baseline", "Δ train vs baseline"],
         [[family, f"{length:,}", _fmt_difference(gaps["validation"].get(family, {}).get(length)),
           _fmt_difference(gaps["training"].get(family, {}).get(length))] for family, length in points],
     )
@@ -582,12 +593,11 @@ def _training_length_section(doc, plotter, results: GridResults, final_train, fi
         ax.set_xscale("log")
         ax.set_xticks(sorted({x for _, x in points}), [f"{x:,}" for x in sorted({x for _, x in points})])
         ax.minorticks_off()
-        ax.set(xlabel="training steps", ylabel=f"final {metric} loss − baseline",
-               title=f"final {metric} loss gap against training length")
+        ax.set(xlabel=label, ylabel=f"final {metric} loss − baseline", title=f"final {metric} loss gap")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    path = plotter.save(fig, "gap_by_training_length")
-    doc.image(path, "Final loss gap to the baseline against training length (mean over seeds, 95% CI where n ≥ 2).")
+    path = plotter.save(fig, plot_name)
+    doc.image(path, f"Final loss gap to the baseline against {label} (mean over seeds, 95% CI where n ≥ 2).")
 
 
 def _provenance_section(doc, results: GridResults) -> None:
