@@ -398,6 +398,10 @@ def test_every_shipped_grid_states_its_claims(gpu_tier_corpus):
         assert any(cell["changes"] for cell in grid.manifest()["cells"]) or len(grid.cells) == 1, path
         growth = [c for c in grid.claims if c["metric"] == "critical_point_growth"]
         assert bool(growth) == path.stem.startswith("fig14"), path
+    # where the runs train is no change of a cell (a GPU slice's --set): its runs count wherever they ran
+    on_gpu = load_grid(REPO / "configs/grids/evidence/fig7-lengths.yaml", forced={"trainer.accelerator": "gpu"})
+    changes = {key for cell in on_gpu.manifest()["cells"] for key in cell["changes"]}
+    assert "data.seq_len" in changes and "trainer.accelerator" not in changes
 
 
 def test_reproduction_tier_trains_a_million_tokens_and_validates_on_the_whole_split(tmp_path):

@@ -132,12 +132,15 @@ class Grid:
     def changes(self) -> dict[str, dict[str, tuple[Any, Any]]]:
         """cell name -> {dotted key: (base value, cell value)} for every field the cell's config sets to another value
         than the base experiment, defaults filled in on both sides: what the cell effectively changes, the grid's
-        own overrides and values derived from others (e.g. trainer.accumulate_grad_batches) included."""
+        own overrides and values derived from others (e.g. trainer.accumulate_grad_batches) included; where a run
+        trains (PLACEMENT) left out, as it is no part of what the run computes (the report's Provenance says where
+        each run ran: a grid's runs may come from a GPU slice and a CPU runner)."""
         try:
             base = self.checker.resolved(self.base)
         except ValueError:  # a base that does not run by itself: its cells fit the corpus's sequence length to the model
             base = self.checker.resolved(self.base, checked=False)
-        return {cell.name: changed_fields(base, self.checker.resolved(self.configs[cell.name])) for cell in self.cells}
+        changes = {cell.name: changed_fields(base, self.checker.resolved(self.configs[cell.name])) for cell in self.cells}
+        return {cell: {k: v for k, v in changed.items() if k not in PLACEMENT} for cell, changed in changes.items()}
 
     def runs(self, seeds: Sequence[int] | None = None) -> list[Run]:
         """One run per (cell, seed), cells in grid order, seeds inner."""
