@@ -110,10 +110,7 @@ class Grid:
         except (argparse.ArgumentError, ValueError):  # a config that no longer validates runs differently
             return False
         if finished:
-            for key in PLACEMENT:
-                section, name = key.split(".")
-                old.get(section, {}).pop(name, None)
-                new.get(section, {}).pop(name, None)
+            old, new = _without_placement(old), _without_placement(new)
         return old == new
 
     def identity(self, config: dict) -> str | None:
@@ -124,10 +121,7 @@ class Grid:
             resolved = self.checker.resolved(config)
         except (argparse.ArgumentError, ValueError):
             return None
-        for key in PLACEMENT:
-            section, name = key.split(".")
-            resolved.get(section, {}).pop(name, None)
-        return json.dumps(resolved, sort_keys=True, default=str)
+        return json.dumps(_without_placement(resolved), sort_keys=True, default=str)
 
     def changes(self) -> dict[str, dict[str, tuple[Any, Any]]]:
         """cell name -> {dotted key: (base value, cell value)} for every field the cell's config sets to another value
@@ -139,8 +133,9 @@ class Grid:
             base = self.checker.resolved(self.base)
         except ValueError:  # a base that does not run by itself: its cells fit the corpus's sequence length to the model
             base = self.checker.resolved(self.base, checked=False)
-        changes = {cell.name: changed_fields(base, self.checker.resolved(self.configs[cell.name])) for cell in self.cells}
-        return {cell: {k: v for k, v in changed.items() if k not in PLACEMENT} for cell, changed in changes.items()}
+        base = _without_placement(base)
+        return {cell.name: changed_fields(base, _without_placement(self.checker.resolved(self.configs[cell.name])))
+                for cell in self.cells}
 
     def runs(self, seeds: Sequence[int] | None = None) -> list[Run]:
         """One run per (cell, seed), cells in grid order, seeds inner."""
@@ -168,6 +163,14 @@ class Grid:
                       for c in self.cells],
             "claims": self.claims,
         }
+
+
+def _without_placement(resolved: dict) -> dict:
+    """A resolved config without where it trains (PLACEMENT), which is no part of what the run computes."""
+    for key in PLACEMENT:
+        section, name = key.split(".")
+        resolved.get(section, {}).pop(name, None)
+    return resolved
 
 
 def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict[str, Any] | None = None,
