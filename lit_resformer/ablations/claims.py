@@ -30,7 +30,8 @@ Verdict (`stats.verdict`, then `stats.adjusted_verdict`):
                 tokens, or it logged no unigram reference);
   not tested    a precondition failed, with the reason: a run ends above its bigram reference (early training, when
                 the run recorded one), a claim that `requires: crossing` (SVFormer after vanilla overtakes it)
-                has an SVFormer run that vanilla never overtook in training loss, or the runs lack what the metric
+                has an SVFormer run that vanilla never overtook in training loss, a critical point's growth whose
+                baseline never overtakes the cell at a short length in some seed, or the runs lack what the metric
                 reads (analysis results, an evaluation after warm-up).
 Many comparisons are tested at once, so by chance alone some would pass: the p-values are adjusted for that.
 A grid's report adjusts within the grid (Holm, `p_holm`: no false verdict in the figure with 95% probability);
@@ -438,21 +439,25 @@ def _judge_over(claim: Claim, results: GridResults) -> Verdict:
             pairs[cell["coords"][claim.over]] = (cell["name"], twin)
     runs = {name: results.done[name] for pair in pairs.values() for name in pair}
     seeds = sorted(set.intersection(*(set(r) for r in runs.values())))
-    estimates, notes = (_growth_slopes if claim.metric == CRITICAL_POINT_GROWTH else _gap_slopes)(pairs, runs, seeds,
-                                                                                                   window)
+    estimates, notes, not_tested = (_growth_slopes if claim.metric == CRITICAL_POINT_GROWTH else _gap_slopes)(
+        pairs, runs, seeds, window)
     in_comparison = [runs[name][s] for name in runs for s in seeds]
-    judged = judge(claim, estimates, None, in_comparison, results.name, "; ".join(notes))
+    judged = judge(claim, estimates, None, in_comparison, results.name, "; ".join(notes), not_tested=not_tested)
     return replace(judged, runs=_identity(claim, [{s: runs[name][s] for s in seeds} for name in sorted(runs)]))
 
 
-def _growth_slopes(pairs: dict, runs: dict, seeds: list[int], window: int) -> tuple[dict[int, float], list[str]]:
-    slopes, censored, left_out = {}, [], []
+def _growth_slopes(pairs: dict, runs: dict, seeds: list[int],
+                   window: int) -> tuple[dict[int, float], list[str], str]:
+    """Per-seed slopes, notes, and the failed precondition: a seed whose baseline never overtakes the cell at a
+    short length has no critical point to grow from, and leaving it out would keep only the seeds that crossed
+    early, so the claim is not tested then (as `_missing_crossing` does for a comparison)."""
+    slopes, censored, not_crossed, no_curve = {}, [], [], []
     for seed in seeds:
         points = [(value, relative_curves({seed: runs[a][seed]}, {seed: runs[b][seed]}, window)[seed])
                   for value, (a, b) in pairs.items()]
         slope, is_censored = critical_point_growth(points)
         if slope is None:
-            left_out.append(f"seed{seed}")
+            (not_crossed if is_censored else no_curve).append(f"seed{seed}")
             continue
         slopes[seed] = slope
         if is_censored:
@@ -461,12 +466,15 @@ def _growth_slopes(pairs: dict, runs: dict, seeds: list[int], window: int) -> tu
     if censored:
         notes.append(f"critical point not reached at the longest length(s) in {', '.join(censored)} (last step used "
                      "as a lower bound)")
-    if left_out:
-        notes.append(f"left out {', '.join(left_out)}: no critical point at a short length, or no training curve")
-    return slopes, notes
+    if no_curve:
+        notes.append(f"left out {', '.join(no_curve)}: no training curve")
+    cell, baseline = pairs[min(pairs)]
+    not_tested = (f"{baseline} never overtakes {cell} (or another short length's cell) within the runs' budget in "
+                  f"{', '.join(not_crossed)}" if not_crossed else "")
+    return slopes, notes, not_tested
 
 
-def _gap_slopes(pairs: dict, runs: dict, seeds: list[int], window: int) -> tuple[dict[int, float], list[str]]:
+def _gap_slopes(pairs: dict, runs: dict, seeds: list[int], window: int) -> tuple[dict[int, float], list[str], str]:
     slopes, left_out = {}, []
     for seed in seeds:
         points = [(math.log2(value), runs[a][seed].final("val_loss"), runs[b][seed].final("val_loss"))
@@ -476,7 +484,7 @@ def _gap_slopes(pairs: dict, runs: dict, seeds: list[int], window: int) -> tuple
             continue
         slopes[seed] = float(np.polyfit([x for x, _, _ in points], [va - vb for _, va, vb in points], 1)[0])
     notes = [f"left out {', '.join(left_out)}: a run logged no final validation loss"] if left_out else []
-    return slopes, notes
+    return slopes, notes, ""
 
 
 # ----------------------------------------------------------------------------------------------
