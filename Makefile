@@ -69,7 +69,7 @@ lock: latest-env
 	$(LATEST_PY) scripts/lock.py write $(LOCK)
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 test-slow: install
 	$(PY) -m pytest -q -m slow
