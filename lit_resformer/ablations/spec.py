@@ -166,7 +166,8 @@ class Grid:
 
 
 def _without_placement(resolved: dict) -> dict:
-    """A resolved config without where it trains (PLACEMENT), which is no part of what the run computes."""
+    """A resolved config without where it trains (PLACEMENT), which is no part of what the run computes. Strips in
+    place: every caller passes the fresh dict `ConfigChecker.resolved` returns."""
     for key in PLACEMENT:
         section, name = key.split(".")
         resolved.get(section, {}).pop(name, None)
