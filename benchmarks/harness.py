@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from lit_resformer import reporting, runtime
+from lit_resformer import writing
+from lit_resformer.training import runtime
 
 from . import targets
 
@@ -175,7 +176,7 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def retain_freed_memory() -> None:
-    """glibc mallopt as `lit-resformer` applies it (lit_resformer.runtime); an error where it does not apply."""
+    """glibc mallopt as `lit-resformer` applies it (lit_resformer.training.runtime); an error where it does not apply."""
     if not runtime.retain_freed_memory():
         raise ValueError("--retain-freed-memory needs Linux with glibc")
 
@@ -219,7 +220,7 @@ def markdown_table(headers: list[str], rows: list[list]) -> str:
             return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.3f}"
         return str(value)
 
-    return reporting.markdown_table(headers, [[cell(v) for v in row] for row in rows])
+    return writing.markdown_table(headers, [[cell(v) for v in row] for row in rows])
 
 
 def target_mark(metric: Metric) -> str:
@@ -235,7 +236,7 @@ def write_json(result: Result, meta: dict, results_dir: Path = RESULTS_DIR) -> P
         if not m.metric.startswith(result.name + "."):
             raise ValueError(f"metric {m.metric!r} must start with {result.name!r}.")
     entries = [asdict(m) for m in result.metrics] + [{"meta": {**meta, **result.meta}}]
-    return reporting.atomic_write_json(results_dir / f"{result.name}.json", entries, indent=1)
+    return writing.atomic_write_json(results_dir / f"{result.name}.json", entries, indent=1)
 
 
 def _markers(name: str) -> tuple[str, str]:
@@ -266,7 +267,7 @@ def update_markdown(result: Result, meta: dict, path: Path = MARKDOWN) -> Path:
     order = [n for n in BENCHMARKS if n in sections] + [f"{n}_cuda" for n in BENCHMARKS if f"{n}_cuda" in sections]
     order += sorted(set(sections) - set(order))
     body = "".join(f"{_markers(n)[0]}\n{sections[n]}{_markers(n)[1]}\n\n" for n in order)
-    return reporting.atomic_write(path, MARKDOWN_HEADER + "\n" + body.rstrip() + "\n")
+    return writing.atomic_write(path, MARKDOWN_HEADER + "\n" + body.rstrip() + "\n")
 
 
 # ------------------------------------------------------------------------------------------- training steps

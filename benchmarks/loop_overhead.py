@@ -55,7 +55,7 @@ class BareLoop:
     """The hand-written loop: same model copy, same optimiser maths, batches from its own loader."""
 
     def __init__(self, model: Transformer, loader, total_steps: int, settings: Settings):
-        from lit_resformer.lit_module import warmup_cosine
+        from lit_resformer.training.module import warmup_cosine
 
         o = OPTIMIZER
         self.model, self.loader, self.settings = model.train(), loader, settings
@@ -98,7 +98,7 @@ def lightning_run(config: ModelConfig, datamodule, bare: BareLoop, steps_per_rou
     import lightning as L
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-    from lit_resformer.lit_module import LitResFormer
+    from lit_resformer.training.module import LitResFormer
 
     class Interleave(L.Callback):
         def __init__(self):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lit_resformer import reporting
+from lit_resformer import writing
 
 
 @dataclass(frozen=True)
@@ -63,5 +63,5 @@ def markdown() -> str:
         return "" if found is None else f"{'<=' if found.better == 'lower' else '>='} {found.value:g}"
 
     keys = list(CPU) + [k for k in CUDA if k not in CPU]
-    return reporting.markdown_table(["target", "what", "CPU", "GPU"],
+    return writing.markdown_table(["target", "what", "CPU", "GPU"],
                           [[f"`{k}`", (CPU.get(k) or CUDA[k]).what, cell(CPU, k), cell(CUDA, k)] for k in keys])

@@ -1,8 +1,8 @@
-"""`lit-resformer`: the Lightning CLI (fit / validate / test, `lit_resformer.training_cli`) plus the suite's own
+"""`lit-resformer`: the Lightning CLI (fit / validate / test, `lit_resformer.training.lightning_cli`) plus the suite's own
 subcommands, each importing its package only when it runs.
 
 One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`), laid out as
-`lit_resformer.run_dir` describes. Every config problem is reported before anything is written there.
+`lit_resformer.training.run_dir` describes. Every config problem is reported before anything is written there.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from .run_dir import RunDir
-from .runtime import retain_freed_memory
+from lit_resformer.training.run_dir import RunDir
+from lit_resformer.training.runtime import retain_freed_memory
 
 
 def eval_command(argv: list[str]) -> None:
@@ -89,7 +89,7 @@ def analyze_command(argv: list[str]) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--out", help="output folder (default <run>/analysis for one checkpoint)")
     args = parser.parse_args(argv)
-    from .analysis import analyze_checkpoints, default_output_dir
+    from lit_resformer.analysis import analyze_checkpoints, default_output_dir
 
     analyze_checkpoints(args.ckpt, args.num_seqs, args.seq_len, args.out, batch_size=args.batch_size)
     print(f"analysis.json and plots written to {args.out or default_output_dir([Path(p) for p in args.ckpt])}")
@@ -153,10 +153,10 @@ def grid_command(argv: list[str]) -> None:
 def run_grid_from_args(args: argparse.Namespace) -> int:
     """Run the grid as `lit-resformer grid` was asked to; the exit code: 0 done, 1 runs failed, 2 the grid could not
     run, 75 runs left by the time limit, 130 interrupted."""
-    from lit_resformer.ablations.runner import GridOptions, PoolOptions, run_grid
-    from lit_resformer.ablations.spec import GridError
-
-    from .run_dir import RunConflict
+    from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
+    from lit_resformer.grids.spec import GridError
+    from lit_resformer.reports import write_report
+    from lit_resformer.training.run_dir import RunConflict
 
     slurm = dict(partition=args.partition, time_min=args.time, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
                  account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues)
@@ -164,7 +164,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
                        gpus_per_run=args.gpus_per_run, cpu_slots=args.cpu_slots, threads_per_run=args.threads_per_run,
                        runs_per_gpu=args.runs_per_gpu, time_limit_s=args.time_limit, slurm=slurm)
     options = GridOptions(runs_dir=args.runs_dir, seeds=args.seeds, forced=dict(args.set),
-                          allow_any_class=args.allow_any_class, report=not args.no_report, dry_run=args.dry_run,
+                          allow_any_class=args.allow_any_class, report=None if args.no_report else write_report, dry_run=args.dry_run,
                           post_training=tuple(kind for kind, wanted in (("eval", args.eval), ("analyze", args.analyze))
                                               if wanted),
                           pool=pool)
@@ -189,7 +189,7 @@ def export_results_command(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the <grid>.tar.gz archives")
     parser.add_argument("--note", default="", help="where the runs trained (kept in the results' provenance.json)")
     args = parser.parse_args(argv)
-    from lit_resformer.ablations.slices import SliceError, export_grid
+    from lit_resformer.grids.archive import SliceError, export_grid
 
     try:  # one process for every grid: a bare machine imports torch slowly
         for grid_dir in args.grid_dirs:
@@ -209,7 +209,7 @@ def merge_results_command(argv: list[str]) -> None:
     parser.add_argument("archive", type=Path, help="an OUT/<grid>.tar.gz of `lit-resformer export-results`")
     parser.add_argument("results_dir", type=Path, help="the runs folder that keeps results: <results_dir>/<grid>/")
     args = parser.parse_args(argv)
-    from lit_resformer.ablations.slices import SliceError, merge_export
+    from lit_resformer.grids.archive import SliceError, merge_export
 
     try:
         merged = merge_export(args.archive, args.results_dir)
@@ -224,7 +224,7 @@ def report_command(argv: list[str]) -> None:
                                      description="report.md + index.html with plots for RUNS_DIR/<grid>.")
     parser.add_argument("grid_dir", type=Path)
     args = parser.parse_args(argv)
-    from lit_resformer.ablations.report import write_report
+    from lit_resformer.reports.grid_report import write_report
 
     print(write_report(args.grid_dir))
 
@@ -241,7 +241,7 @@ def claims_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     import json
 
-    from lit_resformer.ablations.claims import markdown, scoreboard
+    from lit_resformer.verdicts.claims import markdown, scoreboard
 
     verdicts = scoreboard(args.runs_dirs)
     if args.json:
@@ -259,8 +259,8 @@ def add_references_command(argv: list[str]) -> None:
     parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
                         help="a grid's run directory (RUNS/<grid>) or a folder of them, e.g. docs/results")
     args = parser.parse_args(argv)
-    from lit_resformer.ablations.grid_dir import grid_dirs
-    from lit_resformer.ablations.run_summary import add_references
+    from lit_resformer.grids.directory import grid_dirs
+    from lit_resformer.grids.summary import add_references
 
     for grid in grid_dirs(args.runs_dirs):
         for _, _, run in grid.finished_runs():
@@ -281,7 +281,7 @@ def scaling_command(argv: list[str]) -> None:
     parser.add_argument("--variants", help="comma-separated cells entries to fit (default all; baseline always)")
     parser.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
     args = parser.parse_args(argv)
-    from lit_resformer.ablations.scaling import claim_line, write_scaling
+    from lit_resformer.reports.scaling_section import claim_line, write_scaling
 
     markdown = write_scaling(args.runs_dirs, args.out, metric=args.metric,
                              variants=args.variants.split(",") if args.variants else None, level=args.level)
@@ -291,7 +291,7 @@ def scaling_command(argv: list[str]) -> None:
 
 
 def prepare_corpus_command(argv: list[str]) -> None:
-    from .data.code_corpus import main as prepare_corpus
+    from lit_resformer.data.code_corpus import main as prepare_corpus
 
     prepare_corpus(argv)
 
@@ -351,7 +351,9 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, FileNotFoundError, ConnectionError) as err:
             sys.exit(f"lit-resformer {args[0]}: error: {err}")
         return
-    from .training_cli import run_cli  # Lightning and the model: imported only for fit/validate/test
+    from lit_resformer.training.lightning_cli import (
+        run_cli,  # Lightning and the model: imported only for fit/validate/test
+    )
 
     run_cli(argv)
 

@@ -79,7 +79,7 @@ case ${PREPARE:-embedded} in
             "$PY" -m lit_resformer.data.code_corpus "$CODE_CORPUS" --max-chars "$CODE_CHARS" 2>&1 | tee -a "$OUT/.logs/slice.log"
         fi
         prepare="import json, sys
-from lit_resformer.ablations.spec import load_grid
+from lit_resformer.grids.spec import load_grid
 from lit_resformer.data import LMDataModule
 sections = {json.dumps(c['data'], sort_keys=True, default=str): c['data']
             for grid in sys.argv[1:] for c in load_grid(grid).configs.values()}

@@ -21,25 +21,18 @@ import pytest
 import torch
 import yaml
 
-from lit_resformer.ablations import (
-    GridError,
-    GridOptions,
-    LocalExecutor,
-    PoolOptions,
-    RunConflict,
-    RunDir,
-    read_metrics,
-    run_grid,
-)
-from lit_resformer.ablations.grid_dir import MANIFEST_VERSION
+from lit_resformer.grids import GridError, GridOptions, LocalExecutor, PoolOptions, run_grid
+from lit_resformer.grids.directory import MANIFEST_VERSION
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
+from lit_resformer.training.curves import read_metrics
+from lit_resformer.training.run_dir import RunConflict, RunDir
 
 FAKE_TRAINER = textwrap.dedent(
     '''
     import csv, json, math, os, signal, sys, time
     from pathlib import Path
     import yaml
-    from lit_resformer.run_dir import RunDir
+    from lit_resformer.training.run_dir import RunDir
 
     args = sys.argv[1:]
     config = yaml.safe_load(open(args[args.index("--config") + 1]))
@@ -246,7 +239,7 @@ def test_killing_the_runner_stops_its_trainer_and_a_rerun_resumes(tmp_path, fake
     while alive(trainer):
         assert time.time() < deadline, "the trainer outlived its runner"
         time.sleep(0.1)
-    outcome = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False)
+    outcome = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
     assert outcome.failed == []
     assert calls(run_dir)[1]["argv"][-2:] == ["--ckpt_path", "last"]
     assert summary(run_dir)["attempts"] == 2
@@ -255,7 +248,7 @@ def test_killing_the_runner_stops_its_trainer_and_a_rerun_resumes(tmp_path, fake
 def test_changed_config_is_refused_naming_the_run(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     runs = tmp_path / "runs"
-    run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False)
+    run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
     changed = {**BASE, "trainer": {**BASE["trainer"], "max_steps": 30}}
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=changed)
     with pytest.raises(RunConflict, match=r"g/vanilla/seed0 .*trainer.max_steps: 20 -> 30"):
@@ -266,10 +259,10 @@ def test_changed_config_is_refused_naming_the_run(tmp_path, fake):
 def test_config_that_runs_the_same_is_no_conflict(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     runs = tmp_path / "runs"
-    run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False)
+    run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
     spelled_out = {**BASE, "data": {**BASE["data"], "holdout_fraction": 0.02}}  # LMDataModule's default, written out
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=spelled_out)
-    assert run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False).failed == []
+    assert run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
     assert len(calls(runs / "g/vanilla/seed0")) == 1  # done already: not retrained
 
 
@@ -292,7 +285,7 @@ def test_local_pool_gives_concurrent_runs_distinct_devices(tmp_path, fake, monke
     monkeypatch.setenv("FAKE_WAIT_FOR", "3")  # each run waits until three runs hold devices at once
     monkeypatch.setenv("FAKE_STEP_SLEEP", "0.01")
     grid = write_grid(tmp_path, {"baseline": "lr=0.001", "matrix": {"model.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3]}})
-    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False,
+    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake,
                                          pool=PoolOptions(devices=["0", "1", "2"])), progress=False)
     assert outcome.failed == [], {k: s.get("error") for k, s in outcome.summaries.items()}
     used = [calls(p)[0]["cuda"] for p in (tmp_path / "runs/g").glob("*/seed0")]
@@ -317,7 +310,7 @@ def test_slurm_executor_job_is_requeued_on_preemption_and_resumes(tmp_path, fake
     run_dir = tmp_path / "runs/g/vanilla/seed0"
     outcome = []
     slurm = PoolOptions(executor="slurm", gpus_per_run=0, slurm={"cluster": "local", "poll_s": 0.2, "time_min": 10})
-    options = GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False, pool=slurm)
+    options = GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=slurm)
     runner = threading.Thread(target=lambda: outcome.append(run_grid(grid, options, progress=False)))
     runner.start()
     ckpt = run_dir / "checkpoints/last.ckpt"
@@ -381,8 +374,8 @@ def test_grid_options_refuse_unknown_steps_and_executors(tmp_path, fake):
 def test_a_running_attempt_writes_its_wall_time_down_as_it_goes(tmp_path, monkeypatch):
     """An attempt killed with its runner (SIGKILL, the machine going away) cannot record its time when it ends: the
     summary carries the time so far while it trains, so the run's compute is known to within a heartbeat."""
-    from lit_resformer.ablations import job as job_module
-    from lit_resformer.ablations.job import RunJob, execute
+    from lit_resformer.grids import jobs as job_module
+    from lit_resformer.grids.jobs import RunJob, execute
 
     monkeypatch.setattr(job_module, "HEARTBEAT_S", 0.2)
     run = RunDir(tmp_path / "g/vanilla/seed0")
@@ -400,7 +393,7 @@ def test_a_running_attempt_writes_its_wall_time_down_as_it_goes(tmp_path, monkey
 
 @pytest.mark.slow  # the step's process imports torch and Lightning afresh: ~10 s idle, 40 s on a busy machine
 def test_a_post_training_step_runs_in_its_own_process_and_its_failure_is_recorded(tmp_path):
-    from lit_resformer.ablations.job import RunJob, execute
+    from lit_resformer.grids.jobs import RunJob, execute
 
     run = RunDir(tmp_path / "g/vanilla/seed0")
     run.path.mkdir(parents=True)

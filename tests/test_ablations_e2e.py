@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from lit_resformer.ablations import read_metrics
+from lit_resformer.training.curves import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +117,7 @@ def test_killed_grid_resumes_to_the_same_result(tmp_path, tiny_corpus, data_cach
 def test_eval_and_analysis_hooks_feed_the_report(tmp_path, tiny_corpus, data_cache, monkeypatch):
     """`--eval --analyze`: every finished run is scored with lm-eval (the project's tiny offline task)
     and analysed; the report gains the zero-shot and attention sections."""
-    from lit_resformer.ablations import GridOptions, run_grid
+    from lit_resformer.grids import GridOptions, run_grid
 
     grid = micro_grid(tmp_path, tiny_corpus, data_cache)
     spec = yaml.safe_load(grid.read_text())

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_resformer.ablations import GridError, GridOptions, load_grid, run_grid
+from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
 
 BASE = {
     "seed_everything": 0,
@@ -173,7 +173,7 @@ def test_base_without_a_size_preset_is_accepted(tmp_path):
     """vocab_size is linked from the tokenizer at run time, so a fully spelled-out model needs none."""
     import yaml
 
-    from lit_resformer.ablations.spec import load_grid
+    from lit_resformer.grids.spec import load_grid
 
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump({

@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from lit_resformer.ablations.report_analysis import analysis_section
 from lit_resformer.analysis import (
     AnalysisTrace,
     analyze,
@@ -30,6 +29,7 @@ from lit_resformer.analysis import metrics as M
 from lit_resformer.model import ModelConfig, Trace, Transformer
 from lit_resformer.model.hf import to_hf_llama
 from lit_resformer.model.kernels import attention
+from lit_resformer.reports.attention import analysis_section
 
 SMALL = dict(n_layer=4, n_head=4, d_model=32, ffn_dim=64, vocab_size=97, max_seq_len=64)
 PER_LAYER_KEYS = ["entropy", "importance_first", "importance_others", "similarity", "hidden_norm_first",

@@ -1,4 +1,4 @@
-"""The budget table (lit_resformer.ablations.budget): parameters, FLOPs, KV bytes and step time per cell, against hand counts, from a
+"""The budget table (lit_resformer.reports.budget): parameters, FLOPs, KV bytes and step time per cell, against hand counts, from a
 synthetic grid run directory (manifest, run configs, metrics and summaries written here)."""
 
 import csv
@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_resformer.ablations import load_grid, write_report
-from lit_resformer.ablations.budget import budget_rows, budget_section
-from lit_resformer.ablations.results import load_results
-from lit_resformer.run_dir import RunDir
+from lit_resformer.grids import load_grid
+from lit_resformer.reports.budget import budget_rows, budget_section
+from lit_resformer.reports.grid_report import write_report
+from lit_resformer.training.run_dir import RunDir
+from lit_resformer.verdicts.results import load_results
 
 # tiny (lit_resformer/model/config.py PRESETS) with the CPU presets' vocabulary, trained at 64 tokens
 LAYERS, HEADS, D_MODEL, FFN, VOCAB, SEQ_LEN = 6, 4, 128, 352, 4096, 64

@@ -12,10 +12,11 @@ import pytest
 import scipy.stats
 import yaml
 
-from lit_resformer.ablations import GridError, load_grid, write_report
-from lit_resformer.ablations.claims import evaluate_grid, scoreboard
-from lit_resformer.ablations.stats import benjamini_hochberg, holm
 from lit_resformer.cli import main
+from lit_resformer.grids import GridError, load_grid
+from lit_resformer.reports.grid_report import write_report
+from lit_resformer.verdicts.claims import evaluate_grid, scoreboard
+from lit_resformer.verdicts.stats import benjamini_hochberg, holm
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = {"seed_everything": 0, "trainer": {"max_steps": 100}, "model": {"config": {"size": "tiny"}}, "data": {"seq_len": 64}}
@@ -175,7 +176,7 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     runs.mkdir()
     for grid_dir in (first, second):
         grid_dir.rename(runs / grid_dir.name)
-    # `second` holds runs merged from two exports (lit_resformer.ablations.slices): the scoreboard says where they trained
+    # `second` holds runs merged from two exports (lit_resformer.grids.archive): the scoreboard says where they trained
     provenance = [{"grid": "second", "runs": ["vanilla/seed0"], "note": "GPU box"},
                   {"grid": "second", "runs": ["better/seed0"], "note": "GPU box"},
                   {"grid": "second", "runs": ["worse/seed0"], "note": ""}]
@@ -342,7 +343,7 @@ def test_report_has_claims_and_flags_runs_at_the_plateau(tmp_path, monkeypatch):
     summary = json.loads(summary_path.read_text())
     summary_path.write_text(json.dumps({**summary, "unigram_val_loss": summary["final_val_loss"] + 0.25}))
     references = {}
-    from lit_resformer.ablations.report import Plotter
+    from lit_resformer.reports.grid_report import Plotter
 
     original = Plotter.curves
 
@@ -431,7 +432,7 @@ def test_reproduction_tier_trains_a_million_tokens_and_validates_on_the_whole_sp
 
 
 def test_a_claim_naming_two_families_of_a_matrix_grid_is_judged_at_every_point():
-    from lit_resformer.ablations.claim_spec import parse_claims
+    from lit_resformer.grids.claim_spec import parse_claims
 
     cells = [{"name": f"{family},max_steps={steps}", "family": family, "coords": {"trainer.max_steps": steps}}
              for family in ("vanilla", "resformer") for steps in (50, 100)]

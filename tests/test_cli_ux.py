@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from test_ablations import THREE_CELLS, alive, calls, fake, summary, write_grid  # noqa: F401  (fake: a fixture)
 
-from lit_resformer.ablations import GridOptions, run_grid
 from lit_resformer.cli import SUITE_COMMANDS, main
-from lit_resformer.training_cli import ResFormerCLI
+from lit_resformer.grids import GridOptions, run_grid
+from lit_resformer.training.lightning_cli import ResFormerCLI
 
 # Every command `lit-resformer` dispatches: the suite's and the LightningCLI's.
 COMMANDS = [*ResFormerCLI.subcommands(), *SUITE_COMMANDS]
@@ -49,7 +49,7 @@ def test_lit_resformer_is_the_only_command_line():
     and the runner's own package has no second entry point."""
     loaded = subprocess.run([sys.executable, "-c", "import sys, lit_resformer.cli; print(' '.join(sys.modules))"],
                             capture_output=True, text=True, timeout=120, check=True).stdout.split()
-    suites = ("lit_resformer.ablations", "benchmarks", "lit_resformer.eval", "lit_resformer.export")
+    suites = ("lit_resformer.grids", "benchmarks", "lit_resformer.eval", "lit_resformer.export")
     assert [name for name in loaded if name in suites or name.startswith(tuple(s + "." for s in suites))] == []
     assert not (Path(__file__).resolve().parents[1] / "lit_resformer" / "ablations" / "__main__.py").exists()
 
@@ -107,7 +107,7 @@ def test_dry_run_shows_what_each_cell_changes_relative_to_the_base(tmp_path, fak
 
 def test_diverged_run_is_reported_without_a_doubled_prefix(tmp_path, fake, capsys):
     outcome = run_grid(write_grid(tmp_path, THREE_CELLS),
-                       GridOptions(runs_dir=tmp_path / "runs", train_command=fake, report=False), progress=False)
+                       GridOptions(runs_dir=tmp_path / "runs", train_command=fake), progress=False)
     assert summary(tmp_path / "runs/g/boom/seed0")["error"] == "non-finite loss at step 3"
     printed = capsys.readouterr().out
     assert "g/boom/seed0: diverged: non-finite loss at step 3" in printed
@@ -154,7 +154,7 @@ def test_runner_stops_its_trainer_as_ctrl_c_would(tmp_path):
     shutdown); the runner records the attempt as interrupted, not failed."""
     import threading
 
-    from lit_resformer.ablations.job import RunJob, execute
+    from lit_resformer.grids.jobs import RunJob, execute
 
     script = tmp_path / "trainer.py"
     script.write_text("import sys, time\nprint('started', flush=True)\ntime.sleep(60)\n")

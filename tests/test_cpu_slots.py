@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers.experiments import tiny_experiment
 
-from lit_resformer.ablations import GridOptions, LocalExecutor, PoolOptions, run_grid
-from lit_resformer.run_dir import RunDir
+from lit_resformer.grids import GridOptions, LocalExecutor, PoolOptions, run_grid
+from lit_resformer.training.run_dir import RunDir
 
 
 def test_slots_and_threads_per_run_are_set_for_every_run(monkeypatch):
@@ -41,7 +41,7 @@ def test_results_do_not_depend_on_concurrent_runs(tmp_path, tiny_corpus, data_ca
     results = {}
     for slots in (1, 2):
         runs = tmp_path / f"slots{slots}"
-        outcome = run_grid(grid, GridOptions(runs_dir=runs, report=False,
+        outcome = run_grid(grid, GridOptions(runs_dir=runs,
                                              pool=PoolOptions(devices=[], cpu_slots=slots, threads_per_run=1)), progress=False)
         assert outcome.failed == [], outcome.summaries
         results[slots] = {cell: RunDir(runs / "pair" / cell / "seed0").read_metrics() for cell in ("vanilla", "resformer")}

@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_resformer.cli import main
-from lit_resformer.run_dir import RunDir
+from lit_resformer.training.run_dir import RunDir
 
 TOTAL_STEPS = 20
 

@@ -9,7 +9,7 @@ from test_eval import go_offline, trained_run  # noqa: F401  (trained_run: a fix
 
 from lit_resformer.cli import main
 from lit_resformer.eval.run import evaluate_run_dir
-from lit_resformer.run_dir import RunDir
+from lit_resformer.training.run_dir import RunDir
 
 
 def test_eval_without_network_or_offline_data_says_how_to_prepare_it(trained_run, tmp_path, monkeypatch, capsys):

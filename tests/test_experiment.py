@@ -9,10 +9,10 @@ import yaml
 from helpers.experiments import tiny_experiment
 from omegaconf import OmegaConf
 
-from lit_resformer.ablations import GridError, load_grid
 from lit_resformer.cli import main
-from lit_resformer.config_files import config_layers, load_experiment
-from lit_resformer.config_messages import describe_type
+from lit_resformer.config.files import config_layers, load_experiment
+from lit_resformer.config.messages import describe_type
+from lit_resformer.grids import GridError, load_grid
 
 # Each: dotted overrides of the tiny experiment (2 layers, max_seq_len 64, seq_len 16, micro-batch 4, local corpus).
 REFUSED = {

@@ -16,12 +16,12 @@ from test_model import DECODE_VARIANTS, build, small, tokens
 
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
-from lit_resformer.lit_module import LitResFormer
 from lit_resformer.model import ModelConfig, Transformer, causal_lm_loss
 from lit_resformer.model import loss as loss_module
 from lit_resformer.model.decoding import GraphedDecodeStep
 from lit_resformer.model.loss import chunked_loss_pays, linear_cross_entropy, plain_cross_entropy
-from lit_resformer.run_dir import RunDir
+from lit_resformer.training.module import LitResFormer
+from lit_resformer.training.run_dir import RunDir
 
 
 # ---------------------------------------------------------------------------- the chunked loss

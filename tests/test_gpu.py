@@ -21,11 +21,11 @@ from test_model import DECODE_VARIANTS, small, tokens
 
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
-from lit_resformer.lit_module import LitResFormer
 from lit_resformer.model import ModelConfig, Transformer
 from lit_resformer.model.decoding import GraphedDecodeStep
 from lit_resformer.model.loss import linear_cross_entropy
-from lit_resformer.run_dir import RunDir
+from lit_resformer.training.module import LitResFormer
+from lit_resformer.training.run_dir import RunDir
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 CUDA = torch.device("cuda")

@@ -1,4 +1,4 @@
-"""A grid's run directory (lit_resformer.ablations.grid_dir) and the results loaded from it (lit_resformer.ablations.results)."""
+"""A grid's run directory (lit_resformer.grids.directory) and the results loaded from it (lit_resformer.verdicts.results)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from lit_resformer.ablations.grid_dir import MANIFEST_VERSION, GridDir, ManifestError, migrate_manifest
-from lit_resformer.ablations.results import load_results
+from lit_resformer.grids.directory import MANIFEST_VERSION, GridDir, ManifestError, migrate_manifest
+from lit_resformer.verdicts.results import load_results
 
 OLD = {"name": "g", "baseline": "a", "seeds": [0], "overrides": {"trainer.max_steps": 50},
        "cells": [{"name": "a", "overrides": {}, "baseline": "a", "family": None, "coords": {}},
@@ -60,7 +60,7 @@ def test_a_summary_without_its_losses_has_them_computed_from_its_metrics(tmp_pat
 
 
 def test_epochs_are_the_passes_over_the_training_split_and_the_regime_names_the_most(tmp_path):
-    from lit_resformer.ablations.claims import grid_regime, regime_text
+    from lit_resformer.verdicts.claims import grid_regime, regime_text
 
     grid = GridDir.of(tmp_path, "g")
     grid.write_manifest(migrate_manifest(OLD, ""), provenance={})

@@ -86,7 +86,7 @@ def test_the_evidence_tier_trains_past_two_million_tokens_within_one_epoch_on_fi
     evidence = {path.stem: path for path in sorted((GRIDS / "evidence").glob("*.yaml"))}
     assert set(evidence) >= {"fig5", "fig7", "fig7-lengths", "fig8", "fig9", "fig10", "fig11", "fig13", "fig14", "fig16",
                              "fig17", "learnable"}
-    from lit_resformer.ablations.spec import load_grid
+    from lit_resformer.grids.spec import load_grid
 
     for figure, path in evidence.items():
         grid = load_grid(path)
@@ -110,7 +110,7 @@ def test_no_grid_cites_a_document_the_repository_lacks():
 
 
 def _expansion(path: Path) -> dict:
-    from lit_resformer.ablations.spec import load_grid
+    from lit_resformer.grids.spec import load_grid
 
     grid = load_grid(path)
     return {"seeds": grid.seeds, "cells": {cell.name: cell.overrides for cell in grid.cells},
@@ -122,9 +122,9 @@ def _expansion(path: Path) -> dict:
 def configs_resolved_unchecked(monkeypatch):
     """Expanding is what is compared; whether every config also passes `fit`'s checks is test_claims' business (a GPU
     tier names a corpus that only its machine has)."""
-    import lit_resformer.ablations.spec
+    import lit_resformer.grids.spec
 
-    monkeypatch.setattr(lit_resformer.ablations.spec, "_check_cell", lambda *args: None)
+    monkeypatch.setattr(lit_resformer.grids.spec, "_check_cell", lambda *args: None)
 
 
 def test_every_grid_expands_to_the_recorded_runs(configs_resolved_unchecked):
@@ -136,9 +136,9 @@ def test_every_grid_expands_to_the_recorded_runs(configs_resolved_unchecked):
 
 
 if __name__ == "__main__":
-    import lit_resformer.ablations.spec
+    import lit_resformer.grids.spec
 
-    lit_resformer.ablations.spec._check_cell = lambda *args: None
+    lit_resformer.grids.spec._check_cell = lambda *args: None
     expansions = {str(path.relative_to(REPO)): _expansion(path) for path in _grid_files()}
     EXPANSIONS.write_text(json.dumps(expansions, indent=1, sort_keys=True) + "\n")
     sys.exit(0)

@@ -12,9 +12,9 @@ import yaml
 from helpers import chromium
 from helpers.experiments import tiny_experiment
 
-from lit_resformer.ablations import GridError, load_grid
 from lit_resformer.cli import main
-from lit_resformer.config_checker import ConfigChecker
+from lit_resformer.grids import GridError, load_grid
+from lit_resformer.training.checker import ConfigChecker
 
 # ------------------------------------------------------------------------------------------ objects a config constructs
 
@@ -402,7 +402,7 @@ def fit(experiment: Path, run: Path, *arguments: str) -> None:
 
 
 def checkpoint_steps(run: Path) -> dict[str, int]:
-    from lit_resformer.run_dir import read_checkpoint
+    from lit_resformer.training.checkpoint import read_checkpoint
 
     return {p.name: read_checkpoint(p, mmap=True)["global_step"] for p in sorted((run / "checkpoints").iterdir())}
 
@@ -445,7 +445,7 @@ def test_partial_files_of_killed_writes_are_cleaned_and_nothing_is_staged_elsewh
 def test_a_failed_checkpoint_write_leaves_the_previous_file_and_no_partial_one(tmp_path, monkeypatch):
     import torch
 
-    from lit_resformer.checkpoint.saving import AtomicCheckpointIO
+    from lit_resformer.training.checkpoint_saving import AtomicCheckpointIO
 
     target = tmp_path / "last.ckpt"
     io = AtomicCheckpointIO()
@@ -472,7 +472,7 @@ def test_a_grid_run_with_a_damaged_last_ckpt_resumes_from_a_step_checkpoint_and_
 
     import torch
 
-    from lit_resformer.ablations.job import RunJob, execute
+    from lit_resformer.grids.jobs import RunJob, execute
 
     run = tmp_path / "g/cell/seed0"
     (run / "checkpoints").mkdir(parents=True)
@@ -508,8 +508,8 @@ def fake_grid(tmp_path: Path) -> tuple[Path, list[str]]:
 def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(tmp_path):
     import io
 
-    from lit_resformer.ablations import GridOptions, run_grid
-    from lit_resformer.run_dir import RunDir
+    from lit_resformer.grids import GridOptions, run_grid
+    from lit_resformer.training.run_dir import RunDir
 
     grid, command = fake_grid(tmp_path)
     runs = tmp_path / "runs"
@@ -529,8 +529,8 @@ def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(t
 
 
 def test_a_run_taken_between_planning_and_starting_is_reported_busy_not_failed(tmp_path):
-    from lit_resformer.ablations.job import RunJob, execute
-    from lit_resformer.run_dir import RunDir
+    from lit_resformer.grids.jobs import RunJob, execute
+    from lit_resformer.training.run_dir import RunDir
 
     run = RunDir(tmp_path / "g/cell/seed0")
     with run.lock():
@@ -666,7 +666,7 @@ def test_report_escapes_everything_it_quotes(tmp_path):
     """Without a browser: the page has no script element, no event handler and no javascript: address."""
     from html.parser import HTMLParser
 
-    from lit_resformer.ablations import write_report
+    from lit_resformer.reports.grid_report import write_report
 
     index = write_report(hostile_grid(tmp_path))
     found = []
@@ -685,7 +685,7 @@ def test_report_escapes_everything_it_quotes(tmp_path):
 
 
 def test_report_payloads_stay_text_in_headless_chromium(tmp_path):
-    from lit_resformer.ablations import write_report
+    from lit_resformer.reports.grid_report import write_report
 
     chromium.browser()
     index = write_report(hostile_grid(tmp_path))

@@ -1,6 +1,7 @@
-"""The package's own imports, read from the source: no import circle anywhere, and the core library never imports
-the suites over it (lit_resformer.ablations, lit_resformer.eval, lit_resformer.export, benchmarks) but from its
-command-line entry point. Also what the package installs: lit_resformer, no other top-level name.
+"""The package's own imports, read from the source: no import circle anywhere, every import runs down the layers
+(LAYERS), the core library never imports the suites over it (grids, verdicts, reports, eval, export, benchmarks)
+but from its command-line entry point, no package is over 2,500 lines and no module name is used twice. Also what
+the package installs: lit_resformer, no other top-level name.
 
 Every import counts, also one inside a function: an import put off until a call hides a circle, it does not
 remove it."""
@@ -16,7 +17,20 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("lit_resformer", "benchmarks")
 # Suites over the core library: each may import the core, the core none of them.
-PERIPHERY = ("lit_resformer.ablations", "lit_resformer.eval", "lit_resformer.export", "benchmarks")
+PERIPHERY = ("lit_resformer.grids", "lit_resformer.verdicts", "lit_resformer.reports", "lit_resformer.eval",
+             "lit_resformer.export", "benchmarks")
+# The rooms, bottom up: a module imports only from its own layer or the layers below it.
+LAYERS = (
+    ("lit_resformer.config", "lit_resformer.model", "lit_resformer.data", "lit_resformer.writing",
+     "lit_resformer.provenance"),
+    ("lit_resformer.training",),
+    ("lit_resformer.analysis", "lit_resformer.eval", "lit_resformer.export"),
+    ("lit_resformer.grids",),
+    ("lit_resformer.verdicts",),
+    ("lit_resformer.reports",),
+    ("lit_resformer.cli", "benchmarks"),
+)
+PACKAGE_LINES = 2500
 COMMAND_LINE = "lit_resformer.cli"
 INSTALLED_TOP_LEVEL = {"lit_resformer"}
 
@@ -76,16 +90,16 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_graph_is_read(graph):
     """The reading itself: known imports are found, relative ones resolved, a circle is seen."""
-    assert "lit_resformer.ablations.results" in graph["lit_resformer.ablations.report"]  # from .results import ...
-    assert "lit_resformer.reporting" in graph["lit_resformer.run_dir"]  # from .reporting import ...
-    assert "lit_resformer.config_files" in graph["lit_resformer.ablations.spec"]  # from lit_resformer.config_files import ...
-    assert "lit_resformer.ablations.report_analysis" in graph["lit_resformer.ablations.report"]  # inside a function
+    assert "lit_resformer.verdicts.results" in graph["lit_resformer.reports.grid_report"]  # from .results import ...
+    assert "lit_resformer.writing" in graph["lit_resformer.training.run_dir"]  # from .reporting import ...
+    assert "lit_resformer.config.files" in graph["lit_resformer.grids.spec"]  # from lit_resformer.config.files import ...
+    assert "lit_resformer.reports.attention" in graph["lit_resformer.reports.grid_report"]  # inside a function
     assert "lit_resformer.export.hf_remote.configuration_resformer" in graph["lit_resformer.export"]  # relative
     assert "lit_resformer.eval.run" in graph[COMMAND_LINE]  # inside the eval subcommand
-    assert is_core("lit_resformer.model.transformer") and is_core("lit_resformer.run_dir")
-    assert not any(map(is_core, ("lit_resformer.eval.run", "lit_resformer.export", COMMAND_LINE, "lit_resformer.ablations.job")))
+    assert is_core("lit_resformer.model.transformer") and is_core("lit_resformer.training.run_dir")
+    assert not any(map(is_core, ("lit_resformer.eval.run", "lit_resformer.export", COMMAND_LINE, "lit_resformer.grids.jobs")))
     with pytest.raises(graphlib.CycleError):
-        tuple(graphlib.TopologicalSorter({**graph, "lit_resformer.reporting": {"lit_resformer.ablations.report"}}).static_order())
+        tuple(graphlib.TopologicalSorter({**graph, "lit_resformer.writing": {"lit_resformer.reports.grid_report"}}).static_order())
 
 
 def test_no_import_circle(graph):
@@ -93,6 +107,30 @@ def test_no_import_circle(graph):
         tuple(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as err:
         pytest.fail(f"modules that import each other in a circle: {' -> '.join(err.args[1])}")
+
+
+def layer(module: str) -> int:
+    if module == "lit_resformer":  # the package's face: load_checkpoint
+        return 1
+    return next(i for i, packages in enumerate(LAYERS) if within(module, packages))
+
+
+def test_every_import_runs_down_the_layers(graph):
+    upward = sorted((a, b) for a, imported in graph.items() for b in imported if layer(b) > layer(a))
+    assert upward == [], f"imports that run back up the layers: {upward}"
+
+
+def test_rooms_are_small_and_names_are_not_reused():
+    sizes: dict[str, int] = {}
+    names: dict[str, list[str]] = {}
+    for name, path in module_files().items():
+        if name.startswith("lit_resformer."):
+            room = ".".join(name.split(".")[:2])
+            sizes[room] = sizes.get(room, 0) + len(path.read_text().splitlines())
+        if path.name != "__init__.py":
+            names.setdefault(path.stem, []).append(name)
+    assert {room: n for room, n in sizes.items() if n > PACKAGE_LINES} == {}
+    assert {stem: found for stem, found in names.items() if len(found) > 1} == {}
 
 
 def test_the_core_imports_the_periphery_only_from_its_command_line(graph):
@@ -103,7 +141,7 @@ def test_the_core_imports_the_periphery_only_from_its_command_line(graph):
 def test_the_command_line_imports_the_periphery_only_when_a_command_runs(graph):
     modules = module_files()
     on_import = imported_modules(COMMAND_LINE, modules[COMMAND_LINE], modules, on_import_only=True)
-    assert {"lit_resformer.run_dir", "lit_resformer.runtime"} <= on_import  # what it does import up front
+    assert {"lit_resformer.training.run_dir", "lit_resformer.training.runtime"} <= on_import  # what it does import up front
     assert {m for m in graph[COMMAND_LINE] if within(m, PERIPHERY)} >= {"lit_resformer.eval.run", "lit_resformer.export"}
     assert sorted(m for m in on_import if within(m, PERIPHERY)) == []
 

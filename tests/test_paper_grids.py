@@ -15,7 +15,7 @@ GRIDS = Path(__file__).resolve().parents[1] / "configs" / "grids"
 
 @functools.cache
 def _grid(name: str):
-    from lit_resformer.ablations.spec import load_grid
+    from lit_resformer.grids.spec import load_grid
 
     return load_grid(GRIDS / f"{name}.yaml")
 
@@ -67,7 +67,7 @@ def test_fig17_anchor_counts(tier):
 def test_gpu_tier_trains_the_82m_preset_on_at_least_25m_tokens_a_run(gpu_tier_corpus):
     """Every GPU-tier grid: the paper's 82M preset, bf16 on one GPU, >= 25M training tokens a run, the seeds the
     tier promises (3 where the paper's effect is the headline, else 2), its parent's cells."""
-    from lit_resformer.ablations.spec import load_grid
+    from lit_resformer.grids.spec import load_grid
 
     three_seeds = {"fig7", "fig7-lengths", "fig9", "fig11", "fig13"}
     grids = sorted((GRIDS / "gpu").glob("*.yaml"))

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_resformer.ablations.report_analysis import analysis_section, mixing_series, plot_mixing_weights
 from lit_resformer.analysis import analyze_model
 from lit_resformer.model import ModelConfig, Transformer
+from lit_resformer.reports.attention import analysis_section, mixing_series, plot_mixing_weights
 
 SMALL = dict(n_layer=3, n_head=2, d_model=16, ffn_dim=32, vocab_size=50, max_seq_len=32)
 
@@ -89,7 +89,7 @@ def test_mixing_weights_read_by_layer_and_kind(tmp_path):
 
 
 def test_checkpoints_of_one_grid_get_distinct_names(tmp_path):
-    from lit_resformer.analysis.runner import _run_names
+    from lit_resformer.analysis.analyze import _run_names
 
     paths = [tmp_path / "fig7" / cell / "seed0" / "checkpoints" / "last.ckpt" for cell in ("vanilla", "resformer")]
     assert _run_names(paths) == ["vanilla/seed0", "resformer/seed0"]

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from test_report import make_grid_dir, synthetic_grid, write_run
 
-import lit_resformer.ablations.document as document_module
-from lit_resformer.ablations import write_report
-from lit_resformer.reporting import atomic_write, atomic_write_json
+import lit_resformer.reports.document as document_module
+from lit_resformer.reports.grid_report import write_report
+from lit_resformer.writing import atomic_write, atomic_write_json
 
 
 def markdown_section(text: str, heading: str) -> list[str]:

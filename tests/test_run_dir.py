@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_resformer.run_dir import RunDir, checkpoint_problem
+from lit_resformer.training.checkpoint import checkpoint_problem
+from lit_resformer.training.run_dir import RunDir
 
 
 def save_training_checkpoint(path: Path, step: int, mtime: float) -> Path:

@@ -9,8 +9,8 @@ import yaml
 from helpers.experiments import tiny_experiment
 
 from lit_resformer.data import LMDataModule
-from lit_resformer.lit_module import LitResFormer, RichBar, TQDMBar
-from lit_resformer.training_cli import CLI_SETTINGS, PARSER_SETTINGS, ResFormerCLI
+from lit_resformer.training.lightning_cli import CLI_SETTINGS, PARSER_SETTINGS, ResFormerCLI
+from lit_resformer.training.module import LitResFormer, RichBar, TQDMBar
 
 
 def cli(args: list[str]) -> ResFormerCLI:

@@ -1,4 +1,4 @@
-"""Scaling-law fits, per-seed intervals and equivalence savings (lit_resformer.ablations.scaling), from synthetic laws and
+"""Scaling-law fits, per-seed intervals and equivalence savings (lit_resformer.verdicts.scaling), from synthetic laws and
 synthetic run directories whose answers are known in closed form."""
 
 import csv
@@ -12,9 +12,14 @@ import pytest
 import yaml
 from scipy.optimize import brentq
 
-from lit_resformer.ablations import load_grid, write_report
-from lit_resformer.ablations.run_summary import epoch_tokens
-from lit_resformer.ablations.scaling import (
+from lit_resformer.cli import main
+from lit_resformer.grids import load_grid
+from lit_resformer.grids.spec import GridError
+from lit_resformer.grids.summary import epoch_tokens
+from lit_resformer.model import ModelConfig
+from lit_resformer.reports.grid_report import write_report
+from lit_resformer.training.run_dir import RunDir
+from lit_resformer.verdicts.scaling import (
     LadderPoint,
     OutsideRange,
     PowerLaw,
@@ -29,11 +34,7 @@ from lit_resformer.ablations.scaling import (
     non_embedding_params,
     scaling_claims,
 )
-from lit_resformer.ablations.spec import GridError
-from lit_resformer.ablations.stats import verdict
-from lit_resformer.cli import main
-from lit_resformer.model import ModelConfig
-from lit_resformer.run_dir import RunDir
+from lit_resformer.verdicts.stats import verdict
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -438,7 +439,7 @@ def test_report_has_a_scaling_section_for_a_sweep_grid(tmp_path, monkeypatch):
         analyses.append(args[0].grid)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("lit_resformer.ablations.scaling.analyse", counted)
+    monkeypatch.setattr("lit_resformer.verdicts.scaling.analyse", counted)
     grid_dir = make_sweep_dir(tmp_path, variants={k: VARIANTS[k] for k in ("vanilla", "resformer")})
     write_report(grid_dir)
     report = (grid_dir / "report.md").read_text()
@@ -544,7 +545,7 @@ def test_scaling_claims_for_the_scoreboard(tmp_path):
 
 
 def test_the_claims_scoreboard_judges_a_sweep_on_its_fitted_saving(tmp_path):
-    from lit_resformer.ablations.claims import scoreboard
+    from lit_resformer.verdicts.claims import scoreboard
 
     (verdict,) = scoreboard([make_sweep_dir(tmp_path)])
     assert verdict.claim.claim == "ResFormer needs fewer parameters for the same loss"

@@ -1,5 +1,5 @@
 """The scaling savings' intervals mean what they say: synthetic size ladders with a known parameter saving and seed
-noise, analysed end to end by lit_resformer.ablations.scaling (per-seed fits, the measured-range rule, the t interval over
+noise, analysed end to end by lit_resformer.verdicts.scaling (per-seed fits, the measured-range rule, the t interval over
 seeds), are covered at the nominal 95% rate within Monte-Carlo error."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lit_resformer.ablations.scaling import LadderPoint, PowerLaw, Sweep, analyse
+from lit_resformer.verdicts.scaling import LadderPoint, PowerLaw, Sweep, analyse
 
 LEVEL = 0.95
 SAVING = 0.15  # the variant reaches the baseline's loss at x with (1 - SAVING) x, at every x: the truth

@@ -36,7 +36,7 @@ def _resolved_by_seed(grid, cell: str) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def grids():
-    from lit_resformer.ablations.spec import load_grid
+    from lit_resformer.grids.spec import load_grid
 
     files = {file for pair in SHARED.items() for file, _ in pair}
     return {file: load_grid(GRIDS / file) for file in files}
@@ -44,7 +44,7 @@ def grids():
 
 @pytest.mark.parametrize(("user", "owner"), SHARED.items(), ids=[f"{f}:{c}" for f, c in SHARED])
 def test_shared_cells_resolve_to_the_same_config_at_every_seed(grids, user, owner):
-    from lit_resformer.config_diff import config_differences
+    from lit_resformer.config.diff import config_differences
 
     mine = _resolved_by_seed(grids[user[0]], user[1])
     theirs = _resolved_by_seed(grids[owner[0]], owner[1])

@@ -11,11 +11,11 @@ import tarfile
 import yaml
 from test_ablations import calls, fake, summary, write_grid  # noqa: F401  (fake: a fixture)
 
-from lit_resformer.ablations.claims import scoreboard
-from lit_resformer.ablations.grid_dir import GridDir
-from lit_resformer.ablations.results import load_results
-from lit_resformer.ablations.runner import GridOptions, run_grid
-from lit_resformer.ablations.slices import export_grid, merge_export
+from lit_resformer.grids.archive import export_grid, merge_export
+from lit_resformer.grids.directory import GridDir
+from lit_resformer.grids.runner import GridOptions, run_grid
+from lit_resformer.verdicts.claims import scoreboard
+from lit_resformer.verdicts.results import load_results
 
 CLAIM = {"claim": "ResFormer beats vanilla", "a": "resformer", "b": "vanilla", "metric": "val_loss",
          "direction": "lower"}
@@ -47,7 +47,7 @@ def listing(grid, runs, fake) -> tuple[dict[str, str], str]:
 def test_a_run_trained_in_another_grid_is_shared_not_trained_again(tmp_path, fake):
     runs = tmp_path / "runs"
     first, second = grid_file(tmp_path, "first", FIRST), grid_file(tmp_path, "second", SECOND)
-    assert run_grid(first, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False).failed == []
+    assert run_grid(first, GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
 
     planned, last = listing(second, runs, fake)
     assert planned["second/vanilla/seed0"] == "shared: trained as first/vanilla/seed0"
@@ -87,8 +87,8 @@ def test_a_run_trained_in_another_grid_is_shared_not_trained_again(tmp_path, fak
 def test_an_export_holds_shared_runs_as_files_and_a_deleted_run_trains_again(tmp_path, fake):
     runs = tmp_path / "runs"
     first, second = grid_file(tmp_path, "first", FIRST), grid_file(tmp_path, "second", SECOND)
-    run_grid(first, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False)
-    run_grid(second, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False)
+    run_grid(first, GridOptions(runs_dir=runs, train_command=fake), progress=False)
+    run_grid(second, GridOptions(runs_dir=runs, train_command=fake), progress=False)
 
     export_grid(runs / "second", tmp_path / "second.tar.gz")
     with tarfile.open(tmp_path / "second.tar.gz") as tar:
@@ -101,7 +101,7 @@ def test_an_export_holds_shared_runs_as_files_and_a_deleted_run_trains_again(tmp
 
     shutil.rmtree(runs / "first")  # the runs the links point to are gone
     assert listing(second, runs, fake)[0]["second/vanilla/seed0"] == "run"
-    assert run_grid(second, GridOptions(runs_dir=runs, train_command=fake, report=False), progress=False).failed == []
+    assert run_grid(second, GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
     assert not (runs / "second/vanilla/seed0").is_symlink()
     assert summary(runs / "second/vanilla/seed0")["grid"] == "second"
     # vanilla-again now shares the run trained here

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from helpers.experiments import tiny_experiment
 
-from lit_resformer.ablations.slices import SliceError, export_grid, merge_export
-from lit_resformer.run_dir import RunConflict, RunDir
+from lit_resformer.grids.archive import SliceError, export_grid, merge_export
+from lit_resformer.training.run_dir import RunConflict, RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -180,7 +180,7 @@ def test_slice_script_stops_at_its_time_limit_and_the_next_call_finishes_the_gri
 def test_a_finished_run_counts_wherever_it_trained_an_unfinished_one_does_not(tmp_path, tiny_corpus, data_cache):
     """Results merged from a GPU slice are skipped by a CPU run of the same grid; anything else that differs is
     still a different run, and an unfinished run cannot resume on other hardware than its config names."""
-    from lit_resformer.ablations import load_grid
+    from lit_resformer.grids import load_grid
 
     grid = slice_grid(tmp_path, tiny_corpus, data_cache)
     spec = load_grid(grid)
@@ -192,7 +192,7 @@ def test_a_finished_run_counts_wherever_it_trained_an_unfinished_one_does_not(tm
     in_bf16 = {**on_gpu, "trainer": {**on_gpu["trainer"], "precision": "bf16-mixed"}}
     assert not spec.same_run(in_bf16, run.config, True)  # precision changes the numbers: another run
 
-    from lit_resformer.ablations.runner import plan
+    from lit_resformer.grids.runner import plan
 
     grid_dir = tmp_path / "runs" / spec.name
     finished = RunDir(grid_dir / "vanilla/seed0")

@@ -24,7 +24,7 @@ import yaml
 from helpers.experiments import tiny_experiment
 
 from lit_resformer.data.sources import SNIFF_BYTES
-from lit_resformer.run_dir import RunDir
+from lit_resformer.training.run_dir import RunDir
 
 pytestmark = pytest.mark.slurm
 

@@ -16,8 +16,8 @@ from helpers.experiments import tiny_experiment
 
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
-from lit_resformer.lit_module import warmup_cosine
-from lit_resformer.run_dir import RunDir
+from lit_resformer.training.module import warmup_cosine
+from lit_resformer.training.run_dir import RunDir
 
 HELPERS = Path(__file__).parent / "helpers"
 
@@ -196,7 +196,7 @@ def test_ddp_matches_single_process(tmp_path, tiny_corpus, data_cache):
 def test_fused_adamw_is_clipped_directly_under_bf16(tmp_path, tiny_corpus, data_cache, monkeypatch):
     """On CUDA the optimizer is fused AdamW and Lightning's mixed-precision plugin would refuse to clip for it;
     the module clips itself. Forced here on the CPU under bf16-mixed: the update equals clip-then-step."""
-    from lit_resformer.lit_module import LitResFormer
+    from lit_resformer.training.module import LitResFormer
 
     monkeypatch.setattr(LitResFormer, "_fused_adamw", lambda self: True)
     seen = {}

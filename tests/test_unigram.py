@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from helpers.experiments import tiny_experiment
 
-from lit_resformer.ablations.run_summary import results
 from lit_resformer.cli import main
 from lit_resformer.data import token_counts, unigram_loss
 from lit_resformer.data.packing import stream_name
-from lit_resformer.run_dir import RunDir
+from lit_resformer.grids.summary import results
+from lit_resformer.training.run_dir import RunDir
 
 
 def test_unigram_loss_by_hand():

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lit_resformer.lit_module import LitResFormer
 from lit_resformer.model import ModelConfig, Trace, Transformer, kv_cache_bytes
+from lit_resformer.training.module import LitResFormer
 
 SMALL = dict(n_layer=6, n_head=4, d_model=64, ffn_dim=128, vocab_size=97, max_seq_len=64)
 

@@ -6,7 +6,7 @@ runner.py   analyze / analyze_checkpoints -> analysis.json + PNGs (schema in its
 plots.py    the PNGs of one report
 """
 
-from .runner import (
+from lit_resformer.analysis.analyze import (
     analyze,
     analyze_checkpoints,
     analyze_hf_model,
@@ -16,7 +16,7 @@ from .runner import (
     load_hf_causal_lm,
     sample_validation_batches,
 )
-from .trace import AnalysisTrace
+from lit_resformer.analysis.trace import AnalysisTrace
 
 __all__ = [
     "AnalysisTrace", "analyze", "analyze_run_dir", "analyze_checkpoints", "analyze_hf_model", "analyze_model",

@@ -12,9 +12,8 @@ from typing import Any
 
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
-from lit_resformer.reporting import pyplot, save_figure
-
-from . import metrics as M
+from lit_resformer.analysis import metrics as M
+from lit_resformer.writing import pyplot, save_figure
 
 plt = pyplot()
 

@@ -15,10 +15,9 @@ from collections import defaultdict
 
 import torch
 
+from lit_resformer.analysis import metrics
 from lit_resformer.model import Trace
 from lit_resformer.model.kernels import attention
-
-from . import metrics
 
 DEFAULT_ATTENTION_BUDGET = 1 << 24  # probabilities per chunk (64 MiB in fp32)
 

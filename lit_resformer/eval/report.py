@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lit_resformer import reporting
+import lit_resformer.writing as reporting
 
 # Paper Table 1 column order and labels.
 PAPER_TASK_LABELS = {

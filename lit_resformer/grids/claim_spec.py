@@ -1,0 +1,200 @@
+"""The claims a grid file declares: the paper's claims for its figure, checked against the grid's cells when the
+grid is loaded (lit_resformer.grids.spec) and judged on its runs by lit_resformer.verdicts.claims.
+
+    claims:
+      - claim: ResFormer ends with a lower validation loss than vanilla     # the paper's claim, in words
+        a: resformer            # the cell the claim is about (in a cells x matrix grid, a `cells` entry:
+        b: vanilla              # the cell it is compared with    the claim is then judged at every matrix point)
+        metric: val_loss        # see METRICS below
+        direction: lower        # a's metric is lower (or higher) than b's
+        paper: "-0.027 nats at 82M (Table 5)"   # optional: the paper's own effect, shown beside ours
+      - claim: ResFormer is ahead of vanilla throughout training
+        a: resformer
+        b: vanilla
+        metric: val_loss
+        at: throughout          # optional, val_loss: every evaluation after warm-up (see AT below); default end
+        direction: lower
+      - claim: SVFormer's critical point grows with the training length
+        a: svformer             # critical_point_growth, val_loss_gap_slope: `cells` entries of a cells x matrix grid
+        b: vanilla
+        metric: critical_point_growth
+        over: data.seq_len      # the matrix key along which it grows
+        direction: higher
+      - claim: SVFormer is overtaken by vanilla by the end of training
+        a: svformer
+        b: vanilla
+        metric: val_loss
+        direction: higher
+        requires: crossing      # optional: judged only where the grid's baseline (vanilla) has overtaken every
+                                # SVFormer run of the comparison in training loss, else "not tested"
+      - claim: a learnable mixing scalar beats the fixed mix
+        ...
+        beyond_paper: true      # optional: a claim from outside the paper (its own section of the scoreboard)
+
+METRICS (each judged per seed; lit_resformer.verdicts.claims says how):
+  val_loss, train_loss, val_loss/<domain>   the run's final values (its summary)
+  critical_point_growth    slope of log2 critical step against log2 of `over` (direction higher)
+  val_loss_gap_slope       slope of the final validation-loss gap a - b against log2 of `over`
+  analysis/<name>          a per-layer attention metric of the run's analysis results (`lit-resformer analyze`),
+                           averaged over the middle layers; names in ANALYSIS_METRICS
+  equivalence_saving       a size sweep's fitted parameter saving of a over b (judged by lit_resformer.verdicts.scaling)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+
+CRITICAL_POINT_GROWTH = "critical_point_growth"
+GAP_SLOPE = "val_loss_gap_slope"
+EQUIVALENCE_SAVING = "equivalence_saving"
+ANALYSIS_PREFIX = "analysis/"
+# analysis/<name>: what each reads from a run's analysis.json (lit_resformer.analysis.analyze) and why it is a claim
+ANALYSIS_METRICS = {
+    "entropy": "entropy of token importance (Eq. 11; higher = attention less concentrated)",
+    "first_token_importance": "first token's importance / the other tokens' (lower = a weaker attention sink)",
+    "first_token_value_norm": "first token's value norm / the other tokens' (higher = no value-state drain)",
+    "first_token_hidden_norm": "first token's hidden-state norm / the other tokens' (lower = no hidden-state peak)",
+    "top_eigenvalue": "largest eigenvalue of the value states' second moment (Eq. 12)",
+}
+OVER_METRICS = (CRITICAL_POINT_GROWTH, GAP_SLOPE)  # metrics across a matrix key (`over`)
+SUMMARY_METRICS = ("val_loss", "train_loss")  # and val_loss/<domain>: final values in each run's summary.json
+DIRECTIONS = ("lower", "higher")
+REQUIREMENTS = ("crossing",)  # preconditions a claim may name: `requires: crossing` (see the module docstring)
+# AT: where on the run a val_loss or train_loss claim is judged: `end` (default) the final value; `warmup` the first
+# evaluation (val_loss) or logged step (train_loss, smoothed) at or after the end of warm-up; `throughout` (val_loss)
+# every evaluation after warm-up.
+AT = {"end": SUMMARY_METRICS, "warmup": SUMMARY_METRICS, "throughout": ("val_loss",)}
+CLAIM_FIELDS = {"claim", "a", "b", "metric", "direction", "over", "requires", "at", "paper", "beyond_paper"}
+REQUIRED_FIELDS = {"claim", "a", "b", "metric", "direction"}
+
+
+@dataclass(frozen=True)
+class Claim:
+    claim: str
+    a: str
+    b: str
+    metric: str
+    direction: str
+    over: str | None = None  # the matrix key of a metric across the matrix (OVER_METRICS)
+    requires: str | None = None  # a precondition of the comparison (REQUIREMENTS), checked on the runs
+    at: str | None = None  # where on the run (AT); None is the end
+    paper: str | None = None  # the effect the paper (or, beyond it, the claim's source) reports, in words
+    beyond_paper: bool | None = None  # a claim from outside the paper
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def _metric_error(where: str, metric: object) -> ValueError:
+    allowed = [*SUMMARY_METRICS, "val_loss/<domain>", *OVER_METRICS, *(ANALYSIS_PREFIX + n for n in ANALYSIS_METRICS),
+               EQUIVALENCE_SAVING]
+    return ValueError(f"{where}.metric must be one of {allowed}, got {metric!r}")
+
+
+def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
+    """Check a grid's `claims:` against its cells (dicts with name, family, coords); ValueError names the problem."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError(f"claims must be a list of mappings with fields {sorted(CLAIM_FIELDS)}, got {raw!r}")
+    names = [c["name"] for c in cells]
+    families = sorted({c["family"] for c in cells if c["family"]})
+    claims = []
+    for index, entry in enumerate(raw):
+        where = f"claims[{index}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} must be a mapping with fields {sorted(CLAIM_FIELDS)}, got {entry!r}")
+        unknown = sorted(set(entry) - CLAIM_FIELDS)
+        missing = sorted(REQUIRED_FIELDS - set(entry))
+        if unknown or missing:
+            raise ValueError(f"{where}: unknown field(s) {unknown}, missing field(s) {missing}; "
+                             f"fields: {sorted(CLAIM_FIELDS)} (over only for {list(OVER_METRICS)})")
+        claim = Claim(**{k: entry.get(k) for k in CLAIM_FIELDS})
+        _check_fields(claim, where)
+        metric = claim.metric
+        if metric in OVER_METRICS:
+            _check_over_claim(claim, cells, families, where)
+        elif metric == EQUIVALENCE_SAVING:
+            for side in ("a", "b"):
+                if getattr(claim, side) not in families:
+                    raise ValueError(f"{where}.{side}: {EQUIVALENCE_SAVING} compares `cells` entries across the "
+                                     f"sweep; {getattr(claim, side)!r} is not one of {families}")
+        else:
+            if claim.a in families and claim.b in families and claim.a not in names and claim.b not in names:
+                claims.extend(_at_every_point(claim, cells, where))
+                continue
+            for side in ("a", "b"):
+                if getattr(claim, side) not in names:
+                    raise ValueError(f"{where}.{side}: {getattr(claim, side)!r} is not a cell of this grid; "
+                                     f"cells: {names} (or, for a claim at every matrix point, families: {families})")
+        if claim.a == claim.b:
+            raise ValueError(f"{where}: a and b are both {claim.a!r}; a claim compares two cells")
+        claims.append(claim)
+    return claims
+
+
+def _check_fields(claim: Claim, where: str) -> None:
+    """Each field on its own, and which fields go with which metric."""
+    if not isinstance(claim.claim, str) or not claim.claim.strip():
+        raise ValueError(f"{where}.claim must say what the paper claims, in words")
+    if claim.paper is not None and (not isinstance(claim.paper, str) or not claim.paper.strip()):
+        raise ValueError(f"{where}.paper must give the paper's effect in words (e.g. '-0.027 at 82M (Table 5)'), "
+                         f"got {claim.paper!r}")
+    if claim.beyond_paper not in (None, True):
+        raise ValueError(f"{where}.beyond_paper must be true (or left out for a claim of the paper), "
+                         f"got {claim.beyond_paper!r}")
+    if claim.requires is not None and claim.requires not in REQUIREMENTS:
+        raise ValueError(f"{where}.requires must be one of {list(REQUIREMENTS)}, got {claim.requires!r}")
+    if claim.direction not in DIRECTIONS:
+        raise ValueError(f"{where}.direction must be one of {list(DIRECTIONS)}, got {claim.direction!r}")
+    metric = claim.metric
+    if not isinstance(metric, str):
+        raise _metric_error(where, metric)
+    known = (metric in (*SUMMARY_METRICS, *OVER_METRICS, EQUIVALENCE_SAVING)
+             or (metric.startswith("val_loss/") and len(metric) > len("val_loss/"))
+             or metric.removeprefix(ANALYSIS_PREFIX) in ANALYSIS_METRICS and metric.startswith(ANALYSIS_PREFIX))
+    if not known:
+        raise _metric_error(where, metric)
+    if claim.over is not None and metric not in OVER_METRICS:
+        raise ValueError(f"{where}.over applies only to metrics {list(OVER_METRICS)}")
+    if claim.at is not None:
+        if claim.at not in AT:
+            raise ValueError(f"{where}.at must be one of {list(AT)}, got {claim.at!r}")
+        if metric not in AT[claim.at]:
+            raise ValueError(f"{where}.at: {claim.at!r} applies to metric(s) {list(AT[claim.at])}, not {metric!r}")
+    if metric == CRITICAL_POINT_GROWTH and claim.direction != "higher":
+        raise ValueError(f"{where}.direction: {CRITICAL_POINT_GROWTH} claims growth, so its direction is 'higher'")
+
+
+def _at_every_point(claim: Claim, cells: Sequence[dict], where: str) -> list[Claim]:
+    """A claim naming two `cells` entries of a cells x matrix grid holds at every matrix point: one claim per point,
+    comparing the two families' cells with the same matrix values (e.g. ResFormer vs vanilla at each length)."""
+    if claim.a == claim.b:
+        raise ValueError(f"{where}: a and b are both {claim.a!r}; a claim compares two cells")
+    by_point = {(c["family"], tuple(sorted(c["coords"].items()))): c["name"] for c in cells}
+    expanded = []
+    for c in cells:
+        if c["family"] != claim.a:
+            continue
+        point = tuple(sorted(c["coords"].items()))
+        other = by_point.get((claim.b, point))
+        if other is None:
+            raise ValueError(f"{where}.b: {claim.b!r} has no cell at {dict(point)}, where {claim.a!r} has {c['name']!r}")
+        at = ", ".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in point)
+        expanded.append(replace(claim, claim=f"{claim.claim} [{at}]", a=c["name"], b=other))
+    return expanded
+
+
+def _check_over_claim(claim: Claim, cells: Sequence[dict], families: list[str], where: str) -> None:
+    keys = sorted({k for c in cells for k in c["coords"]})
+    if claim.over not in keys:
+        raise ValueError(f"{where}.over must name a matrix key of this grid ({keys or 'it has no matrix'}), "
+                         f"got {claim.over!r}")
+    for side in ("a", "b"):
+        if getattr(claim, side) not in families:
+            raise ValueError(f"{where}.{side}: {claim.metric} compares `cells` entries across the matrix; "
+                             f"{getattr(claim, side)!r} is not one of {families}")
+    points = [c["coords"][claim.over] for c in cells if c["family"] == claim.a]
+    if len(set(points)) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in points):
+        raise ValueError(f"{where}.over: {claim.over} needs at least two positive numeric values, got {points}")

@@ -1,0 +1,223 @@
+"""A grid's run directory: the only code that knows its paths and its manifest's form.
+
+    RUNS/<grid>/
+      grid.yaml                 the manifest: the expanded grid (cells, baseline, seeds, claims) and where it ran
+      <cell>/seed<k>/           one run (lit_resformer.training.run_dir.RunDir owns what is inside), or a relative link to
+                                the same run trained in another grid of the runs folder (GridDir.share)
+      provenance.json           in a results folder: one entry per export merged into it (lit_resformer.grids.archive)
+      report.md, index.html, plots/
+
+The manifest carries a schema version (MANIFEST_VERSION). A manifest written before versions existed (version 1) is
+read through `migrate_manifest`, the one place that knows older forms: its cells' `changes` (what each cell changes
+relative to the base experiment, as [base value, cell value]) were not recorded, so the grid file's overrides stand
+in for them with the base value unknown (`base_values_recorded: false`), and it recorded no provenance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import yaml
+
+from lit_resformer.grids.summary import FINISHED
+from lit_resformer.training.run_dir import RunConflict, RunDir
+from lit_resformer.writing import atomic_write
+
+MANIFEST = "grid.yaml"
+MANIFEST_VERSION = 2
+EXPORT_HISTORY = "provenance.json"  # one entry per export merged into a results folder: where its runs trained
+SEED_PREFIX = "seed"
+
+
+class ManifestError(ValueError):
+    """A grid manifest this version cannot read; the message names the file and the version."""
+
+
+def migrate_manifest(manifest: dict, where: Path | str) -> dict:
+    """Any manifest as the current version: version 1 (no `version` field) gains its cells' `changes` from the
+    grid file's overrides (base values unknown) and an empty provenance."""
+    version = manifest.get("version", 1)
+    if version == MANIFEST_VERSION:
+        return manifest
+    if version != 1:
+        raise ManifestError(f"{where}: manifest version {version!r} is not one this version reads "
+                            f"(1 to {MANIFEST_VERSION}); update lit-resformer")
+    migrated = {**manifest, "version": MANIFEST_VERSION, "provenance": {}}
+    if not all("changes" in cell for cell in manifest["cells"]):
+        common = manifest.get("overrides") or {}
+        migrated["cells"] = [{**cell, "changes": {key: [None, value] for key, value in
+                                                  {**common, **(cell.get("overrides") or {})}.items()}}
+                             for cell in manifest["cells"]]
+        migrated["base_values_recorded"] = False
+    return migrated
+
+
+SameRun = Callable[[dict, dict, bool], bool]  # whether two configs run the same (the run finished or not)
+
+
+class GridDir:
+    """One grid's run directory. Paths are attributes; the manifest, the runs and their states are methods."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.manifest_file = self.path / MANIFEST
+        self.export_history_file = self.path / EXPORT_HISTORY
+        self.report_file = self.path / "report.md"
+        self.index_file = self.path / "index.html"
+        self.plots_dir = self.path / "plots"
+
+    @classmethod
+    def of(cls, runs_dir: str | Path, grid: str) -> GridDir:
+        """Where a grid named `grid` keeps its runs under RUNS_DIR."""
+        return cls(Path(runs_dir) / grid)
+
+    def __repr__(self) -> str:
+        return f"GridDir({str(self.path)!r})"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def is_grid(self) -> bool:
+        return self.manifest_file.is_file()
+
+    # ------------------------------------------------------------------ manifest
+    def read_manifest(self) -> dict:
+        """The manifest in the current version (older ones migrated); FileNotFoundError naming the grids below a
+        folder that is not itself a grid directory."""
+        if not self.is_grid():
+            grids = sorted(p.parent.name for p in self.path.glob(f"*/{MANIFEST}"))
+            hint = f"; grids under it: {grids}" if grids else ""
+            raise FileNotFoundError(f"{self.path} is not a grid run directory (no {MANIFEST}){hint}")
+        return migrate_manifest(yaml.safe_load(self.manifest_file.read_text()), self.manifest_file)
+
+    def write_manifest(self, manifest: dict, provenance: dict) -> None:
+        """The grid's manifest in the current version, with the provenance of the process that runs it."""
+        atomic_write(self.manifest_file, yaml.safe_dump(
+            {"version": MANIFEST_VERSION, **manifest, "provenance": provenance}, sort_keys=False))
+
+    # ------------------------------------------------------------------ runs
+    def run_dir(self, cell: str, seed: int) -> RunDir:
+        return RunDir(self.path / cell / f"{SEED_PREFIX}{seed}")
+
+    def runs(self, cells: Iterable[str]) -> Iterator[tuple[str, int, RunDir]]:
+        """(cell, seed, run) of every run directory of the given cells, cells in the order given, seeds ascending."""
+        for cell in cells:
+            seeds = sorted(int(d.name.removeprefix(SEED_PREFIX)) for d in (self.path / cell).glob(f"{SEED_PREFIX}*")
+                           if d.is_dir() and d.name.removeprefix(SEED_PREFIX).isdigit())
+            for seed in seeds:
+                yield cell, seed, self.run_dir(cell, seed)
+
+    def all_runs(self) -> list[tuple[str, int, RunDir]]:
+        """Every run directory, whatever the manifest lists (a results folder being merged has no cells of its own)."""
+        cells = sorted(d.name for d in self.path.iterdir() if d.is_dir()) if self.path.is_dir() else []
+        return list(self.runs(cells))
+
+    def finished_runs(self) -> list[tuple[str, int, RunDir]]:
+        """(cell, seed, run) of the runs whose summary says done or diverged, in a stable order."""
+        return [(cell, seed, run) for cell, seed, run in self.all_runs() if run_state(run) in FINISHED]
+
+    # ------------------------------------------------------------------ runs shared with other grids
+    def share(self, cell: str, seed: int, trained: RunDir) -> RunDir:
+        """Make <cell>/seed<k> a relative symbolic link to a run trained elsewhere with the same config (in another
+        grid of the same runs folder, or another cell of this grid): it is read through the link as if it were this
+        grid's own, and trained once. A link whose run was deleted since is replaced."""
+        link = self.run_dir(cell, seed).path
+        if link.is_symlink():
+            link.unlink()
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(trained.path, link.parent), target_is_directory=True)
+        return RunDir(link)
+
+    def drop_broken_link(self, cell: str, seed: int) -> None:
+        """Remove <cell>/seed<k> if it is a link whose run no longer exists, so that the run can train here."""
+        link = self.run_dir(cell, seed).path
+        if link.is_symlink() and not link.exists():
+            link.unlink()
+
+    def shared_from(self, cell: str, seed: int) -> RunDir | None:
+        """The run <cell>/seed<k> is shared with (None: it is this grid's own); its summary names where it trained."""
+        link = self.run_dir(cell, seed).path
+        return RunDir(link.resolve()) if link.is_symlink() else None
+
+    def relative(self, run: RunDir) -> str:
+        """`<cell>/seed<k>`: how a run is named inside its grid (and in an export's list of runs)."""
+        return run.path.relative_to(self.path).as_posix()
+
+    def progress(self, cells: Iterable[str], seeds: Iterable[int]) -> dict[str, list[tuple[str, int]]]:
+        """The plan as it stands: which (cell, seed) of the grid are finished and which are left, by state."""
+        plan: dict[str, list[tuple[str, int]]] = {}
+        seeds = list(seeds)
+        for cell in cells:
+            for seed in seeds:
+                plan.setdefault(run_state(self.run_dir(cell, seed)), []).append((cell, seed))
+        return plan
+
+    # ------------------------------------------------------------------ where the runs trained
+    def trained_on(self) -> str:
+        """Where a results folder's runs trained: the distinct notes of the exports merged into it, in merge
+        order; "" for a run directory trained in place."""
+        if not self.export_history_file.is_file():
+            return ""
+        notes = [entry.get("note") or "not recorded" for entry in json.loads(self.export_history_file.read_text())]
+        return "; ".join(dict.fromkeys(notes))
+
+
+def run_state(run: RunDir) -> str:
+    """A run's status as its summary says it (running | done | failed | diverged | interrupted), else pending."""
+    return (run.read_summary() or {}).get("status") or "pending"
+
+
+def finished_elsewhere(runs_dir: str | Path, grid: GridDir) -> Iterator[RunDir]:
+    """Every finished run trained in another grid under RUNS_DIR (not through a link: each run once), the
+    candidates a new run may be shared with."""
+    for other in sorted(Path(runs_dir).glob(f"*/{MANIFEST}")):
+        if other.parent.resolve() == grid.path.resolve():
+            continue
+        for _, _, run in GridDir(other.parent).all_runs():
+            if not run.path.is_symlink() and run_state(run) in FINISHED:
+                yield run
+
+
+def grid_dirs(paths: Iterable[str | Path], kind: str = "grid run directory",
+              marked: Callable[[dict], bool] | None = None) -> list[GridDir]:
+    """Grid run directories: each path is one (it holds a manifest) or a folder of them; within a folder only those
+    whose manifest `marked` accepts, when given (`kind` says which, in the error of a folder without any)."""
+    found = []
+    for path in map(Path, paths):
+        if GridDir(path).is_grid():
+            found.append(GridDir(path))
+            continue
+        inside = [GridDir(p.parent) for p in sorted(path.glob(f"*/{MANIFEST}"))]
+        inside = [g for g in inside if marked is None or marked(g.read_manifest())]
+        if not inside:
+            raise FileNotFoundError(f"{path} holds no {kind} (no such {MANIFEST} in it or in its folders)")
+        found += inside
+    return found
+
+
+def check_run_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:
+    """Refuse to reuse a run directory whose run was made with another config."""
+    from lit_resformer.config.diff import config_differences  # Lightning's parser: only when a run is planned
+
+    existing = run.read_experiment()
+    if existing is None:
+        return
+    if not same_run(existing, config, run_state(run) in FINISHED):
+        diff = config_differences(existing, config)
+        shown = "; ".join(diff[:5]) + (f"; ... ({len(diff)} differences)" if len(diff) > 5 else "")
+        raise RunConflict(
+            f"run {run_name} in {run.path} was made with a different config ({shown}); "
+            f"delete that directory or use another --runs-dir"
+        )
+
+
+def write_run_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:
+    """The config the grid asks of the run, written before it starts (checked against one already there)."""
+    check_run_config(run, config, run_name, same_run)
+    if not run.experiment_file.is_file():
+        run.write_experiment(config)
+

@@ -1,0 +1,244 @@
+"""Executors run a list of RunJobs and report each outcome as it arrives.
+
+`LocalExecutor` is a pool over this machine's devices: one run per GPU (or per group of
+`gpus_per_run` GPUs, for runs that use a multi-GPU Lightning strategy themselves), or `cpu_slots`
+concurrent runs on a CPU-only machine, each with `threads_per_run` threads (default: the cores shared
+out). `SlurmExecutor` submits one submitit job per run; a job that is preempted or reaches its time
+limit checkpoints (resubmits itself) and the requeued job resumes training from `checkpoints/last.ckpt`.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from lit_resformer.grids.jobs import RunJob, execute
+
+# on_done(job, summary, error): summary is None when the job could not run at all (error says why).
+OnDone = Callable[[RunJob, dict | None, str | None], None]
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may hand out: CUDA_VISIBLE_DEVICES' entries if set, else 0..n-1."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        return [d for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, devices: Sequence[str] | None = None, gpus_per_run: int = 1, cpu_slots: int = 1,
+                 threads_per_run: int | None = None, runs_per_gpu: int = 1, time_limit_s: float | None = None):
+        devices = list(visible_gpus() if devices is None else devices)
+        if min(gpus_per_run, cpu_slots, runs_per_gpu) < 1 or (threads_per_run is not None and threads_per_run < 1):
+            raise ValueError(f"gpus_per_run ({gpus_per_run}), cpu_slots ({cpu_slots}), runs_per_gpu ({runs_per_gpu}) "
+                             f"and threads_per_run ({threads_per_run}) must be >= 1")
+        if runs_per_gpu > 1 and gpus_per_run > 1:
+            raise ValueError("runs_per_gpu > 1 shares one GPU between small runs; it needs gpus_per_run=1")
+        # Wall-clock seconds from the start of `run`: then no run starts any more and running ones are stopped
+        # (recorded as interrupted, resumed by the next call): time-bounded slices of a grid.
+        self.time_limit_s = time_limit_s
+        # Intra-op threads of each run (OMP_NUM_THREADS is what torch starts with): as asked, else on a CPU-only
+        # machine the cores split between the concurrent runs unless the environment already says.
+        threads = {} if threads_per_run is None else {"OMP_NUM_THREADS": str(threads_per_run)}
+        if devices:
+            if len(devices) < gpus_per_run:
+                raise ValueError(f"gpus_per_run={gpus_per_run} but only devices {devices} are available")
+            groups = [devices[i : i + gpus_per_run] for i in range(0, len(devices) - gpus_per_run + 1, gpus_per_run)]
+            if runs_per_gpu > 1 and not threads:  # small runs side by side: the host's cores split between them
+                threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // (len(groups) * runs_per_gpu)))}
+            self.slots = [{"CUDA_VISIBLE_DEVICES": ",".join(group), **threads} for group in groups] * runs_per_gpu
+        else:
+            if not threads and cpu_slots > 1 and "OMP_NUM_THREADS" not in os.environ:
+                threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // cpu_slots))}
+            self.slots = [{"CUDA_VISIBLE_DEVICES": "", **threads} for _ in range(cpu_slots)]  # CPU runs: GPUs hidden
+
+    def describe(self) -> str:
+        limit = f", stopping after {self.time_limit_s:g} s" if self.time_limit_s is not None else ""
+        if self.slots[0]["CUDA_VISIBLE_DEVICES"]:
+            return f"local pool over GPUs: {[s['CUDA_VISIBLE_DEVICES'] for s in self.slots]} (one run per slot){limit}"
+        threads = self.slots[0].get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "default"))
+        return f"local pool on CPU: {len(self.slots)} concurrent run(s), {threads} thread(s) each{limit}"
+
+    def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
+        """Ctrl-C (KeyboardInterrupt) stops the running trainers, which record their runs as interrupted, starts no
+        other job, and is raised again once they have stopped. The time limit does the same without raising: the
+        stopped runs come back interrupted, the ones not started fail with TimeLimitReached."""
+        free: queue.Queue[dict] = queue.Queue()
+        for slot in self.slots:
+            free.put(slot)
+        stop = threading.Event()
+        timer = threading.Timer(self.time_limit_s, stop.set) if self.time_limit_s is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+
+        def work(job: RunJob) -> dict:
+            slot = free.get()  # at most len(slots) workers, so a slot is always free here
+            try:
+                if stop.is_set():
+                    raise TimeLimitReached(f"not started: the time limit of {self.time_limit_s:g} s was reached")
+                return execute(job, env=slot, stop=stop)
+            finally:
+                free.put(slot)
+
+        with ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="run") as pool:
+            futures = {pool.submit(work, job): job for job in jobs}
+            try:
+                for future in _as_done(futures):
+                    job = futures[future]
+                    error = future.exception()
+                    on_done(job, None if error else future.result(),
+                            f"{type(error).__name__}: {error}" if error else None)
+            except KeyboardInterrupt:
+                stop.set()
+                for future in futures:
+                    future.cancel()  # not started yet: never starts
+                raise  # leaving the pool waits for the running jobs to stop their trainers
+            finally:
+                if timer is not None:
+                    timer.cancel()
+
+
+class TimeLimitReached(RuntimeError):
+    """A run that was not started because the executor's time limit had passed (it stays pending)."""
+
+
+def _as_done(futures):
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        yield from done
+
+
+class SlurmExecutor:
+    """One submitit job per run. `cluster="local"` runs the same jobs through submitit's local
+    executor (tests, or a workstation without SLURM)."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        folder: str | Path,
+        partition: str | None = None,
+        gpus_per_run: int = 1,
+        cpus_per_task: int | None = None,
+        mem_gb: float | None = None,
+        time_min: int = 24 * 60,
+        account: str | None = None,
+        qos: str | None = None,
+        constraint: str | None = None,
+        max_requeues: int = 5,
+        cluster: str = "slurm",
+        poll_s: float = 10.0,
+    ):
+        self.folder = Path(folder)
+        self.cluster = cluster
+        self.poll_s = poll_s
+        self.max_requeues = max_requeues
+        self.parameters = {
+            "timeout_min": int(time_min),
+            "nodes": 1,
+            "tasks_per_node": 1,
+            "gpus_per_node": int(gpus_per_run),
+        }
+        if cpus_per_task is not None:
+            self.parameters["cpus_per_task"] = int(cpus_per_task)
+        if mem_gb is not None:
+            self.parameters["mem_gb"] = mem_gb
+        slurm_only = {"partition": partition, "account": account, "qos": qos, "constraint": constraint}
+        self.slurm_parameters = {f"slurm_{k}": v for k, v in slurm_only.items() if v is not None}
+        # SIGUSR2 two minutes before the time limit: time to checkpoint (resubmit) the job.
+        self.slurm_parameters["slurm_signal_delay_s"] = 120
+
+    def describe(self) -> str:
+        shown = {**self.parameters, **self.slurm_parameters}
+        return f"submitit ({self.cluster}) one job per run: " + ", ".join(f"{k}={v}" for k, v in shown.items())
+
+    def _executor(self, job_name: str):
+        import submitit
+
+        executor = submitit.AutoExecutor(
+            folder=self.folder / "%j", cluster=self.cluster, slurm_max_num_timeout=self.max_requeues
+        )
+        executor.update_parameters(name=job_name, **self.parameters, **self.slurm_parameters)
+        return executor
+
+    def sbatch_script(self, job: RunJob) -> str:
+        """The sbatch file submitit would write for this job (for --dry-run; works without SLURM)."""
+        import shlex
+        import sys
+
+        from submitit.slurm import slurm
+
+        renames = slurm.SlurmExecutor._equivalence_dict()
+        params = {renames.get(k, k): v for k, v in self.parameters.items()}
+        params.update({k.removeprefix("slurm_"): v for k, v in self.slurm_parameters.items()})
+        if "mem" in params:
+            params["mem"] = slurm._convert_mem(params["mem"])
+        command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(self.folder / '%j'))}"
+        return slurm._make_sbatch_string(command=command, folder=self.folder / "%j", job_name=job.name.replace("/", "."), **params)
+
+    @staticmethod
+    def _left_queue(handle) -> bool:
+        """Without Slurm accounting (no sacct) submitit reports a job that vanished from the queue without a
+        result (cancelled, node failure, out of requeues) as UNKNOWN forever; squeue tells."""
+        if handle.state != "UNKNOWN":
+            return False
+        try:
+            listed = subprocess.run(["squeue", "-h", "-j", str(handle.job_id)], capture_output=True, text=True)
+        except FileNotFoundError:  # not on a Slurm host (submitit's local stand-in)
+            return False
+        return listed.returncode == 0 and not listed.stdout.strip() or "Invalid job id" in listed.stderr
+
+    def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
+        submitted = []
+        for job in jobs:
+            executor = self._executor(job.name.replace("/", "."))
+            submitted.append((job, executor.submit(CheckpointableRun(job))))
+        pending = list(submitted)
+        while pending:
+            still = []
+            for job, handle in pending:
+                if not handle.done():
+                    if not self._left_queue(handle):
+                        still.append((job, handle))
+                        continue
+                    if not handle.done(force_check=True):
+                        on_done(job, None, f"Slurm job {handle.job_id} left the queue without a result; "
+                                           f"see {handle.paths.stderr}")
+                        continue
+                try:
+                    on_done(job, handle.result(), None)
+                except Exception as e:  # the job itself failed (node failure, cancelled, ...)
+                    on_done(job, None, f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+            pending = still
+            if pending:
+                time.sleep(self.poll_s)
+
+
+try:
+    from submitit.helpers import Checkpointable as _Checkpointable
+except ImportError:  # submitit is the optional `slurm` extra; the local executor does not need it
+    _Checkpointable = object
+
+
+class CheckpointableRun(_Checkpointable):
+    """The submitit job of one run. On preemption or timeout submitit calls `checkpoint()`, whose
+    default (submitit's Checkpointable) resubmits this same object; the requeued job finds
+    `checkpoints/last.ckpt` and `execute` resumes with `--ckpt_path last`."""
+
+    def __init__(self, job: RunJob):
+        self.job = job
+
+    def __call__(self) -> dict:
+        return execute(self.job)

@@ -1,0 +1,499 @@
+"""Grid spec: load a grid YAML, validate it completely, expand it into runs.
+
+A grid file names a base experiment (LightningCLI YAML), a baseline cell, seeds, and cells given
+as dicts of dotted overrides and/or a `matrix` of values whose cartesian product makes the cells:
+
+    name: fig7                                   # optional, defaults to the file's stem
+    extends: ../figures/fig7.yaml                # optional: a figure's (or another grid's) fields, overlaid by
+                                                 # this file's (see _read_grid_file)
+    base: configs/experiments/cpu-base.yaml      # relative to the grid file, the cwd or the repo; a list of
+                                                 # configs is merged in order, as several `fit --config`
+    baseline: vanilla
+    seeds: [0, 1, 2]
+    overrides: {trainer.max_steps: 200}          # applied to every cell (cells may override them)
+    cells:
+      vanilla: {}
+      resformer: {model.config.residual.target: v}
+    matrix:                                      # optional; with `cells` the product cells x matrix
+      data.seq_len: [64, 256]                    # or value -> overrides that go with it:
+      # data.seq_len: {64: {data.micro_batch_size: 32}, 256: {data.micro_batch_size: 8}}
+    report: {critical_point_window: 10}          # optional report settings; scaling: params | tokens
+                                                 # marks a size or token-budget sweep (lit_resformer.verdicts.scaling)
+    claims: [...]                                # optional: the paper's claims to judge (lit_resformer/grids/claim_spec.py)
+
+Everything is checked before any run starts; a problem raises `GridError` naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from lit_resformer.config.diff import changed_fields
+from lit_resformer.config.files import load_experiment
+from lit_resformer.grids.claim_spec import parse_claims
+from lit_resformer.training.checker import ConfigChecker
+
+# Where a run trains, not what it computes (precision and strategy do change the numbers, so they are not here).
+PLACEMENT = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
+               "claims"}
+REPORT_FIELDS = {"critical_point_window", "scaling"}
+SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (lit_resformer.verdicts.scaling)
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
+
+
+class GridError(ValueError):
+    """A grid file that cannot be run; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    overrides: dict[str, Any]  # dotted key -> value: the cell's own overrides plus its matrix values
+    baseline: str  # the cell this one is compared with in the report
+    family: str | None = None  # the `cells` entry it came from (None for matrix-only grids)
+    coords: dict[str, Any] = field(default_factory=dict)  # matrix key -> value
+
+
+@dataclass(frozen=True)
+class Run:
+    grid: str
+    cell: str
+    seed: int
+    config: dict  # the resolved experiment config, ready to be written as YAML
+
+    @property
+    def name(self) -> str:
+        return f"{self.grid}/{self.cell}/seed{self.seed}"
+
+
+@dataclass
+class Grid:
+    name: str
+    path: Path
+    base_paths: list[Path]
+    baseline: str
+    seeds: list[int]
+    cells: list[Cell]
+    overrides: dict[str, Any]
+    description: str = ""
+    report: dict[str, Any] = field(default_factory=dict)
+    configs: dict[str, dict] = field(default_factory=dict)  # cell name -> resolved config (no seed)
+    claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (lit_resformer.grids.claim_spec.Claim)
+    checker: ConfigChecker | None = field(default=None, repr=False)  # the parser and checks of `fit`
+    base: dict = field(default_factory=dict, repr=False)  # the base experiment, its configs merged
+
+    def same_run(self, old: dict, new: dict, finished: bool = False) -> bool:
+        """Whether two configs run the same (equal once every field has its value, defaults included). For a
+        `finished` run, where it trained (PLACEMENT) does not count: its results stand wherever they came from (a
+        slice on a lent GPU, merged into a folder that a CPU run of the same grid then completes)."""
+        if old == new:
+            return True
+        try:
+            old, new = self.checker.resolved(old), self.checker.resolved(new)
+        except (argparse.ArgumentError, ValueError):  # a config that no longer validates runs differently
+            return False
+        if finished:
+            old, new = _without_placement(old), _without_placement(new)
+        return old == new
+
+    def identity(self, config: dict) -> str | None:
+        """What a run computes, as one string: its config with every field's value (defaults included, seed
+        included), where it trains (PLACEMENT) left out. Two runs with the same identity train the same model on the
+        same data order; None for a config that no longer validates (it is only itself)."""
+        try:
+            resolved = self.checker.resolved(config)
+        except (argparse.ArgumentError, ValueError):
+            return None
+        return json.dumps(_without_placement(resolved), sort_keys=True, default=str)
+
+    def changes(self) -> dict[str, dict[str, tuple[Any, Any]]]:
+        """cell name -> {dotted key: (base value, cell value)} for every field the cell's config sets to another value
+        than the base experiment, defaults filled in on both sides: what the cell effectively changes, the grid's
+        own overrides and values derived from others (e.g. trainer.accumulate_grad_batches) included; where a run
+        trains (PLACEMENT) left out, as it is no part of what the run computes (the report's Provenance says where
+        each run ran: a grid's runs may come from a GPU slice and a CPU runner)."""
+        try:
+            base = self.checker.resolved(self.base)
+        except ValueError:  # a base that does not run by itself: its cells fit the corpus's sequence length to the model
+            base = self.checker.resolved(self.base, checked=False)
+        base = _without_placement(base)
+        return {cell.name: changed_fields(base, _without_placement(self.checker.resolved(self.configs[cell.name])))
+                for cell in self.cells}
+
+    def runs(self, seeds: Sequence[int] | None = None) -> list[Run]:
+        """One run per (cell, seed), cells in grid order, seeds inner."""
+        chosen = list(self.seeds if seeds is None else seeds)
+        return [
+            Run(self.name, cell.name, seed, {**self.configs[cell.name], "seed_everything": seed})
+            for cell in self.cells
+            for seed in chosen
+        ]
+
+    def manifest(self) -> dict:
+        """What the report needs to know about the grid, written next to its runs."""
+        changes = self.changes()
+        return {
+            "name": self.name,
+            "description": self.description,
+            "grid_file": _as_typed(self.path.resolve()),
+            "base": " + ".join(_as_typed(p) for p in self.base_paths),
+            "baseline": self.baseline,
+            "seeds": self.seeds,
+            "overrides": self.overrides,
+            "matrix_keys": sorted({k for c in self.cells for k in c.coords}),
+            "report": self.report,
+            "cells": [{**dataclasses.asdict(c), "changes": {k: list(v) for k, v in changes[c.name].items()}}
+                      for c in self.cells],
+            "claims": self.claims,
+        }
+
+
+def _without_placement(resolved: dict) -> dict:
+    """A resolved config without where it trains (PLACEMENT), which is no part of what the run computes. Strips in
+    place: every caller passes the fresh dict `ConfigChecker.resolved` returns."""
+    for key in PLACEMENT:
+        section, name = key.split(".")
+        resolved.get(section, {}).pop(name, None)
+    return resolved
+
+
+def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict[str, Any] | None = None,
+              allow_any_class: bool = False) -> Grid:
+    """Read, validate and expand a grid file. `seeds` replaces the file's seeds (CLI `--seeds`); `forced` holds
+    dotted overrides that win over the grid's and every cell's own (CLI `--set`, e.g. a machine's accelerator);
+    `allow_any_class` lets its configs construct any class (CLI `--allow-any-class`, for a file the user trusts)."""
+    path = Path(path)
+    if not path.is_file():
+        raise GridError(f"grid file not found: {path}")
+    spec = _read_grid_file(path)
+    where = str(path)
+    name = spec.get("name", path.stem)
+    _check_name(name, f"{where}: name")
+    if "base" not in spec:
+        raise GridError(f"{where}: missing field 'base' (the experiment YAML every cell starts from)")
+    base_paths = [_resolve_base(b, path) for b in (spec["base"] if isinstance(spec["base"], list) else [spec["base"]])]
+    base = _load_base(base_paths)
+
+    seeds = list(seeds) if seeds is not None else spec.get("seeds", [0])
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
+        raise GridError(f"{where}: seeds must be a non-empty list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise GridError(f"{where}: duplicate seeds in {seeds}")
+
+    report = spec.get("report") or {}
+    if not isinstance(report, dict) or set(report) - REPORT_FIELDS:
+        raise GridError(f"{where}: report accepts only {sorted(REPORT_FIELDS)}, got {report!r}")
+    window = report.get("critical_point_window", 10)
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise GridError(f"{where}: report.critical_point_window must be a positive integer, got {window!r}")
+    scaling = report.get("scaling")
+    if scaling is not None and scaling not in SCALING_AXES:
+        raise GridError(f"{where}: report.scaling={scaling!r} is not allowed; choose one of {list(SCALING_AXES)}")
+
+    overrides = _flatten_overrides(spec.get("overrides") or {}, f"{where}: overrides")
+    cells = _expand_cells(spec, where)
+    baseline = spec.get("baseline")
+    cells = _assign_baselines(cells, baseline, where)
+
+    checker = ConfigChecker(allow_any_class=allow_any_class)
+    forced = _flatten_overrides(forced or {}, "--set")
+    configs = _cell_configs(checker, base, overrides, cells, where, forced)
+    return Grid(
+        name=name,
+        path=path.resolve(),
+        base_paths=base_paths,
+        baseline=baseline,
+        seeds=seeds,
+        cells=cells,
+        overrides={**overrides, **forced},
+        description=str(spec.get("description", "")),
+        report={"critical_point_window": window, **({"scaling": scaling} if scaling else {})},
+        configs=configs,
+        claims=_load_claims(spec.get("claims"), cells, where),
+        checker=checker,
+        base=base,
+    )
+
+
+def _load_claims(raw: Any, cells: list[Cell], where: str) -> list[dict]:
+    """The grid's `claims:`, checked against its cells."""
+    try:
+        return [claim.to_dict() for claim in parse_claims(raw, [dataclasses.asdict(c) for c in cells])]
+    except ValueError as e:
+        raise GridError(f"{where}: {e}") from e
+
+
+# ----------------------------------------------------------------------------------------------
+# cells
+
+
+def _expand_cells(spec: dict, where: str) -> list[Cell]:
+    cells_spec = spec.get("cells")
+    matrix_spec = spec.get("matrix")
+    if cells_spec is None and matrix_spec is None:
+        raise GridError(f"{where}: a grid needs 'cells' and/or 'matrix'")
+
+    families: list[tuple[str | None, dict]] = [(None, {})]
+    if cells_spec is not None:
+        if not isinstance(cells_spec, dict) or not cells_spec:
+            raise GridError(f"{where}: cells must be a non-empty mapping of cell name -> overrides")
+        families = []
+        for cell_name, overrides in cells_spec.items():
+            _check_name(cell_name, f"{where}: cell name")
+            families.append((cell_name, _flatten_overrides(overrides or {}, f"{where}: cell '{cell_name}'")))
+
+    points: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, {})]
+    if matrix_spec is not None:
+        points = _matrix_points(matrix_spec, where)
+
+    cells, seen = [], set()
+    for (family, overrides), (coords, extras) in itertools.product(families, points):
+        parts = ([family] if family else []) + ([_point_name(coords)] if coords else [])
+        name = ",".join(parts)
+        _check_name(name, f"{where}: cell name")
+        if name in seen:
+            raise GridError(f"{where}: duplicate cell name '{name}'")
+        seen.add(name)
+        cells.append(Cell(name=name, overrides={**overrides, **coords, **extras}, baseline="", family=family, coords=coords))
+    return cells
+
+
+def _matrix_points(matrix: Any, where: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(coordinates, extra overrides) of every point of the cartesian product. A matrix key takes a
+    list of values, or a mapping value -> overrides that go with it (e.g. a sequence length and the
+    micro-batch size that keeps the tokens per step constant)."""
+    if not isinstance(matrix, dict) or not matrix:
+        raise GridError(f"{where}: matrix is empty; give it dotted keys with non-empty lists of values")
+    axes = []
+    for key, values in matrix.items():
+        if isinstance(values, dict) and values:
+            axes.append([
+                (key, value, _flatten_overrides(extra or {}, f"{where}: matrix {key}={value}"))
+                for value, extra in values.items()
+            ])
+            continue
+        if not isinstance(values, list) or not values:
+            raise GridError(f"{where}: matrix key '{key}' has an empty or non-list value {values!r}")
+        if len({repr(v) for v in values}) != len(values):
+            raise GridError(f"{where}: matrix key '{key}' repeats a value: {values}")
+        axes.append([(key, value, {}) for value in values])
+    return [
+        ({key: value for key, value, _ in combo}, {k: v for _, _, extra in combo for k, v in extra.items()})
+        for combo in itertools.product(*axes)
+    ]
+
+
+def _point_name(coords: dict[str, Any]) -> str:
+    """Name a matrix point by its values under the shortest distinct key suffixes, e.g. seq_len=256."""
+    keys = list(coords)
+    depth = 1
+    while len({".".join(k.split(".")[-depth:]) for k in keys}) < len(keys):
+        depth += 1
+    return ",".join(f"{'.'.join(k.split('.')[-depth:])}={_format_value(v)}" for k, v in coords.items())
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    return str(value)
+
+
+def _assign_baselines(cells: list[Cell], baseline: Any, where: str) -> list[Cell]:
+    """Each cell's comparison cell. `baseline` may name a cell, or (for cells x matrix grids) a
+    `cells` entry, in which case each matrix point is compared with that entry at the same point."""
+    if baseline is None:
+        raise GridError(f"{where}: missing field 'baseline' (the cell the others are compared with)")
+    names = {c.name for c in cells}
+    if baseline in names:
+        return [dataclasses.replace(c, baseline=baseline) for c in cells]
+    families = {c.family for c in cells if c.family}
+    if baseline in families and any(c.coords for c in cells):
+        by_point = {(c.family, tuple(c.coords.items())): c.name for c in cells}
+        return [dataclasses.replace(c, baseline=by_point[(baseline, tuple(c.coords.items()))]) for c in cells]
+    raise GridError(f"{where}: baseline '{baseline}' is not a cell of this grid; cells: {sorted(names)}")
+
+
+def _flatten_overrides(overrides: Any, where: str, prefix: str = "") -> dict[str, Any]:
+    """{a: {b: 1}, c.d: 2} -> {a.b: 1, c.d: 2}: nested and dotted forms mean the same merge."""
+    if not isinstance(overrides, dict):
+        raise GridError(f"{where}: overrides must be a mapping of dotted keys to values, got {overrides!r}")
+    flat = {}
+    for key, value in overrides.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_flatten_overrides(value, where, prefix=f"{full}."))
+        else:
+            flat[full] = value
+    return flat
+
+
+def _check_name(name: Any, what: str) -> None:
+    if not isinstance(name, str) or not SAFE_NAME.match(name):
+        raise GridError(
+            f"{what} {name!r} must be a string of letters, digits and . _ = , + - (it names a directory)"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# base experiment and override keys
+
+
+def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
+    """A grid file's fields. With `extends: OTHER.yaml` this file is an overlay on the other one (a figure's cells
+    and claims, configs/figures/, or another tier): a tier states only what it changes (budgets, sizes, seeds, its
+    own base) and the figure is written once. Fields are replaced one by one, except:
+    - `overrides` merge key by key, this file winning;
+    - `cells` merge cell by cell: an entry naming an inherited cell merges its overrides into that cell's, key by
+      key, in place; `~` (null) removes the inherited cell (one the tier's model cannot express); a new name is
+      appended;
+    - `claims` are appended to the inherited ones (a tier's own domains, lengths or sizes).
+    `base` paths are made absolute here, so an inherited base stays relative to the file that wrote it."""
+    try:
+        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError) as e:  # syntax, duplicate keys, interpolation
+        raise GridError(f"{path}: cannot read the grid: {e}") from e
+    if not isinstance(spec, dict):
+        raise GridError(f"{path}: a grid file must be a mapping with fields {sorted(GRID_FIELDS)}")
+    unknown = sorted(set(spec) - GRID_FIELDS)
+    if unknown:
+        raise GridError(f"{path}: unknown field(s) {unknown}; allowed fields: {sorted(GRID_FIELDS)}")
+    if "base" in spec:
+        spec["base"] = [str(_resolve_base(b, path)) for b in (spec["base"] if isinstance(spec["base"], list)
+                                                             else [spec["base"]])]
+    parent = spec.pop("extends", None)
+    if parent is None:
+        return spec
+    if "name" not in spec:
+        raise GridError(f"{path}: a grid that extends another needs its own name (its runs must not land in the "
+                        f"other grid's run directory)")
+    parent_path = (path.parent / str(parent)).resolve()
+    if not parent_path.is_file():
+        raise GridError(f"{path}: extends '{parent}', which is not a file (paths are relative to this grid file)")
+    if parent_path in (path.resolve(), *children):
+        raise GridError(f"{path}: extends '{parent}', which extends it back")
+    inherited = _read_grid_file(parent_path, (*children, path.resolve()))
+    inherited.pop("name", None)
+    merged = {**inherited, **spec}
+    merged["overrides"] = {**_flatten_overrides(inherited.get("overrides") or {}, f"{parent_path}: overrides"),
+                           **_flatten_overrides(spec.get("overrides") or {}, f"{path}: overrides")}
+    if "cells" in spec and "cells" in inherited:
+        merged["cells"] = _overlay_cells(inherited["cells"], spec["cells"], parent_path, path)
+    if "claims" in spec and inherited.get("claims"):
+        if not isinstance(spec["claims"], list):
+            raise GridError(f"{path}: claims must be a list (they are added to those of {parent_path})")
+        merged["claims"] = [*inherited["claims"], *spec["claims"]]
+    return merged
+
+
+def _overlay_cells(inherited: Any, own: Any, parent_path: Path, path: Path) -> dict:
+    """The inherited cells with this file's entries merged in (see _read_grid_file)."""
+    for cells, where in ((inherited, parent_path), (own, path)):
+        if not isinstance(cells, dict):
+            raise GridError(f"{where}: cells must be a mapping of cell name -> overrides, got {cells!r}")
+    cells = {name: _flatten_overrides(overrides or {}, f"{parent_path}: cell '{name}'")
+             for name, overrides in inherited.items()}
+    for name, overrides in own.items():
+        if overrides is None and name in cells:
+            del cells[name]
+            continue
+        cells[name] = {**cells.get(name, {}), **_flatten_overrides(overrides or {}, f"{path}: cell '{name}'")}
+    return cells
+
+
+def _as_typed(path: Path) -> str:
+    """A resolved path as the user would type it from where the grid ran: relative when under the working
+    directory, so a report read on another machine names the repository's file, not this machine's folder."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _resolve_base(base: Any, grid_path: Path) -> Path:
+    if not isinstance(base, str):
+        raise GridError(f"{grid_path}: base must be a path to an experiment YAML or a list of them, got {base!r}")
+    candidates = [Path(base)] if Path(base).is_absolute() else [grid_path.parent / base, Path.cwd() / base, REPO_ROOT / base]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise GridError(f"{grid_path}: base experiment '{base}' not found (looked in {[str(c) for c in candidates]})")
+
+
+def _load_base(paths: list[Path]) -> dict:
+    where = " + ".join(str(p) for p in paths)
+    try:
+        base = load_experiment(*paths)
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError) as e:
+        raise GridError(f"base experiment {where}: cannot read it: {e}") from e
+    if not isinstance(base, dict):
+        raise GridError(f"base experiment {where} must be a mapping of config sections (trainer, model, data, ...)")
+    return base
+
+
+def _resolve_config(base: dict, overrides: dict[str, Any], where: str) -> dict:
+    cfg = OmegaConf.create(base)
+    for key, value in overrides.items():
+        try:
+            OmegaConf.update(cfg, key, value, merge=True)
+        except OmegaConfBaseException as e:
+            raise GridError(f"{where}: cannot apply override {key}={value!r}: {e}") from e
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def _cell_configs(checker: ConfigChecker, base: dict, overrides: dict[str, Any], cells: list[Cell],
+                  where: str, forced: dict[str, Any]) -> dict[str, dict]:
+    """cell name -> the base with the grid's, the cell's and the forced overrides, each config checked as `fit`
+    checks it."""
+    _check_keys(checker, overrides, f"{where}: overrides")
+    _check_keys(checker, forced, "--set")
+    configs = {}
+    for cell in cells:
+        cell_where = f"{where}: cell '{cell.name}'"
+        _check_keys(checker, cell.overrides, cell_where)
+        cell_overrides = {**overrides, **cell.overrides, **forced}
+        configs[cell.name] = _resolve_config(base, cell_overrides, cell_where)
+        _check_cell(checker, configs[cell.name], cell_overrides, cell_where)
+    return configs
+
+
+def _check_keys(checker: ConfigChecker, overrides: dict[str, Any], where: str) -> None:
+    for key in overrides:
+        problem = checker.unknown_field(key)
+        if problem:
+            raise GridError(f"{where}: unknown override key '{key}': {problem}")
+
+
+def _check_cell(checker: ConfigChecker, config: dict, overrides: dict[str, Any], where: str) -> None:
+    """The cell's config through `fit`'s parser and checks (nothing is trained or written)."""
+    try:
+        checker.check(config)
+    except argparse.ArgumentError as e:  # a value of the wrong type, or outside its choices
+        message = str(e)
+        # the parser names the field it refused; say what that field takes
+        key = next((k for k in overrides if f'"{k}"' in message), None)
+        expected = checker.expected(key) if key else None
+        if expected is None:
+            raise GridError(f"{where}: {message}") from None
+        raise GridError(f"{where}: '{key}' expects {expected}, got {overrides[key]!r}") from None
+    except ValueError as e:  # a check across fields, or a class's own argument check
+        raise GridError(f"{where}: {e}") from None

@@ -1,0 +1,620 @@
+"""write_report(grid_dir): report.md and a self-contained index.html (PNG plots embedded as base64,
+and also saved under plots/) for one grid's runs.
+
+Sections: final losses (mean ± std over seeds, difference to the baseline with a 95% t interval in the seed
+design of lit_resformer.verdicts.stats.seed_design), the verdicts on the grid's claims (lit_resformer.verdicts.claims) with the grid's regime,
+relative training loss against the baseline
+smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domain (Table 5 form), critical
+points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), the final gap against
+training length (Fig. 7, left), scaling laws and equivalence savings for sweep grids (lit_resformer.verdicts.scaling), cost
+(parameters, KV cache per token, tokens/s), zero-shot accuracy (Table 1 form) when runs hold eval/results.json,
+attention entropy by layer when runs hold analysis/analysis.json, the status of every run, and what the runs
+ran on (their provenance). The loss plots draw the unigram loss of the validation tokens as a reference line, and
+runs not at least 1 nat below it are flagged as "not past the unigram plateau". Everything is read from the grid's
+results (lit_resformer.verdicts.results), loaded once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lit_resformer.grids.changes import common_changes, show_value
+from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
+from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
+from lit_resformer.reports.budget import budget_section
+from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.reports.scaling_section import scaling_section
+from lit_resformer.verdicts.claims import counts as claim_counts
+from lit_resformer.verdicts.claims import data_seeds, evaluate_grid, grid_regime, regime_text
+from lit_resformer.verdicts.claims import table as claims_table
+from lit_resformer.verdicts.results import GridResults, RunResult, load_results, relative_curves
+from lit_resformer.verdicts.scaling import sweep_analysis
+from lit_resformer.verdicts.stats import (
+    PLATEAU_MARGIN,
+    TREND_TAIL,
+    TREND_UNIT,
+    CrossingSearch,
+    SeedTest,
+    compare_seeds,
+    mean_std,
+    plateau_gap,
+    search_crossing,
+    seed_design,
+)
+from lit_resformer.writing import atomic_write, markdown_to_html
+
+RELATIVE_WINDOWS = (10, 100)
+
+
+# ----------------------------------------------------------------------------------------------
+# formatting
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def _fmt_mean_std(values: list[float], digits: int = 4) -> str:
+    if not values:
+        return "–"
+    mean, std = mean_std(values)
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
+
+
+def _fmt_difference(diff: SeedTest | None) -> str:
+    if diff is None:
+        return "–"
+    if diff.low is None:
+        return f"{diff.estimate:+.4f} (n={diff.n}, {diff.design}, no CI)"
+    return f"{diff.estimate:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] (n={diff.n}, {diff.design})"
+
+
+def _versus_baseline(results: GridResults, finals: dict[str, dict[int, float]], cell: str, base: str) -> SeedTest | None:
+    """cell - base on their final values with a two-sided 95% t interval, paired by seed only where a seed's two
+    runs share a data order that differs between seeds (stats.seed_design), else unpaired (Welch); None when a
+    side has no value."""
+    if not finals[cell] or not finals[base]:
+        return None
+    design = seed_design(data_seeds(results.done[cell]), data_seeds(results.done[base]))
+    return compare_seeds(finals[cell], finals[base], design)
+
+
+def _fmt_int(value: float | None) -> str:
+    return "–" if value is None else f"{int(round(value)):,}"
+
+
+def _status_note(record: RunResult) -> str:
+    s = record.summary
+    if record.status == "diverged":
+        return f"diverged at step {s.get('diverged_step')}"
+    if record.status in ("failed", "interrupted"):
+        return (s.get("error") or "").splitlines()[0] if s.get("error") else ""
+    if record.status == "done":
+        gap = plateau_gap(record.final("val_loss"), record.unigram_loss)
+        if gap is None:
+            return "no unigram reference logged"
+        if gap < PLATEAU_MARGIN:
+            return f"not past the unigram plateau ({gap:.2f} nats below its unigram loss {s['unigram_val_loss']:.3f})"
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
+
+
+def write_report(grid_dir: str | Path) -> Path:
+    """Write report.md and index.html into a grid's run directory; return the index.html path."""
+    results = load_results(grid_dir)
+    grid_dir = results.grid_dir.path
+    manifest = results.manifest
+    cells_info = results.cell_info
+    cells = results.cells
+    runs = results.runs
+    done = {cell: list(by_seed.values()) for cell, by_seed in results.done.items()}
+
+    plots_dir = results.grid_dir.plots_dir
+    plots_dir.mkdir(exist_ok=True)
+    for old in plots_dir.glob("*.png"):
+        old.unlink()
+    plotter = Plotter(plots_dir, cells)
+    doc = Document(grid_dir)
+    name = manifest["name"]
+
+    doc.heading(1, f"Ablation grid {name}")
+    if manifest.get("description"):
+        doc.text(manifest["description"])
+    seeds = sorted({*manifest.get("seeds", []), *(r.seed for records in runs.values() for r in records)})
+    plan = results.grid_dir.progress(cells, seeds)  # runs not started yet count as pending
+    statuses = {state: len(runs_in_state) for state, runs_in_state in sorted(plan.items(), key=lambda i: -len(i[1]))}
+    doc.text(
+        f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{grid_dir}`. "
+        f"Base experiment `{manifest.get('base')}`, baseline **{manifest['baseline']}**, "
+        f"{len(cells)} cells, seeds {manifest.get('seeds')}. "
+        f"Runs: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'none yet'}. "
+        f"Aggregates use finished (done) runs only."
+    )
+    stuck = [r.name for records in done.values() for r in records
+             if (gap := plateau_gap(r.final("val_loss"), r.unigram_loss)) is None or gap < PLATEAU_MARGIN]
+    if stuck:
+        doc.text(f"**{len(stuck)} finished run(s) not past the unigram plateau** (final validation loss less than "
+                 f"{PLATEAU_MARGIN:g} nat below the unigram loss of its validation tokens, or no reference logged): "
+                 f"{', '.join(stuck)}. Their comparisons are early-training behaviour, not evidence.")
+
+    final_train, final_val = results.finals("train_loss"), results.finals("val_loss")
+    sweep = sweep_analysis(results)
+
+    _cells_section(doc, manifest)
+    _final_table(doc, results, final_train, final_val)
+    _claims_section(doc, evaluate_grid(results, sweep), grid_regime(results))
+    unigram = _unigram_reference(results)
+    _relative_section(doc, plotter, cells, cells_info, done, unigram)
+    _validation_section(doc, plotter, cells, cells_info, done, unigram)
+    _critical_section(doc, plotter, manifest, cells, cells_info, done)
+    _training_length_section(doc, plotter, results, final_train, final_val)
+    if sweep is not None:
+        doc.raw(scaling_section(sweep, plots_dir=plots_dir, link_base=grid_dir))
+    _cost_section(doc, cells, cells_info, done)
+    doc.raw(budget_section(results))
+    _zero_shot_section(doc, cells, done)
+    _analysis_section(doc, grid_dir, cells, done)
+    _runs_section(doc, runs)
+    _provenance_section(doc, results)
+
+    text = doc.markdown()
+    atomic_write(results.grid_dir.report_file, text)
+    index = results.grid_dir.index_file
+    atomic_write(index, markdown_to_html(text, grid_dir, f"Ablation grid {name}"))
+    return index
+
+
+def _cells_section(doc, manifest) -> None:
+    """What each cell changes relative to the base experiment: one column per changed field, the changes every cell
+    makes alike in a line above. A grid run before the manifest recorded the base values (lit_resformer.grids.directory's
+    migration) shows its grid file's overrides without them."""
+    cells = manifest["cells"]
+    doc.heading(2, "Cells")
+    with_base = manifest.get("base_values_recorded", True)
+    changes = {c["name"]: {key: tuple(change) for key, change in c["changes"].items()} for c in cells}
+    common = common_changes(changes)
+    fields = sorted({key for fields in changes.values() for key in fields} - set(common))
+    base_value = {key: next(fields[key][0] for fields in changes.values() if key in fields) for key in fields}
+    if with_base:
+        doc.text("What each cell changes relative to the base experiment (every field with its value, defaults "
+                 "filled in on both sides); an empty entry keeps the base value.")
+    else:
+        doc.text("What each cell sets, as the grid file wrote it (this grid ran before its manifest recorded the base "
+                 "experiment's values); an empty entry keeps the base value.")
+
+    def change(key: str, before: object, after: object) -> str:
+        return f"{key} {show_value(before)} → {show_value(after)}" if with_base else f"{key} → {show_value(after)}"
+
+    def column(key: str) -> str:
+        return f"{key} (base {show_value(base_value[key])})" if with_base else key
+
+    if common:
+        doc.text("Every cell: " + "; ".join(change(key, a, b) for key, (a, b) in common.items()) + ".")
+    if fields:
+        doc.table(["cell", *(column(key) for key in fields)],
+                  [[cell, *(show_value(own[key][1]) if key in own else "" for key in fields)]
+                   for cell, own in changes.items()])
+
+
+def _final_table(doc, results: GridResults, final_train, final_val) -> None:
+    doc.heading(2, "Final losses")
+    doc.text(
+        f"Final training loss is the moving average over the last {TRAIN_LOSS_WINDOW} logged steps; "
+        "validation loss is the last evaluation. Values are mean ± standard deviation over seeds. "
+        "Δ is cell minus its baseline with a 95% t interval: paired by seed (n − 1 degrees of freedom, n = seeds "
+        "finished in both) when a seed's two runs share a data order that differs between seeds, else unpaired "
+        "(Welch's t; n = the smaller side). Negative is better."
+    )
+    rows = []
+    for cell in results.cells:
+        base = results.cell_info[cell]["baseline"]
+        is_base = cell == base
+        rows.append([
+            cell + (" (baseline)" if is_base else ""),
+            str(len(results.done[cell])),
+            _fmt_mean_std(list(final_train[cell].values())),
+            _fmt_mean_std(list(final_val[cell].values())),
+            "" if is_base else _fmt_difference(_versus_baseline(results, final_train, cell, base)),
+            "" if is_base else _fmt_difference(_versus_baseline(results, final_val, cell, base)),
+        ])
+    doc.table(["cell", "n", "final train loss", "final val loss", "Δ train vs baseline", "Δ val vs baseline"], rows)
+
+
+def _mean_curve(records: list[RunResult], window: int) -> pd.Series:
+    curves = pd.concat({r.seed: r.train_curve(window) for r in records}, axis=1)
+    return curves.dropna().mean(axis=1)
+
+
+def _relative_curve(cell_records: list[RunResult], base_records: list[RunResult], window: int) -> pd.Series:
+    """Mean over paired seeds of (cell curve - baseline curve), on the steps all of them logged."""
+    diffs = relative_curves({r.seed: r for r in cell_records}, {r.seed: r for r in base_records}, window)
+    if not diffs:
+        return pd.Series(dtype=float)
+    return pd.concat(diffs, axis=1).dropna().mean(axis=1)
+
+
+def _relative_section(doc, plotter, cells, cells_info, done, unigram) -> None:
+    doc.heading(2, "Training loss")
+    curves = {c: _mean_curve(done[c], TRAIN_LOSS_WINDOW) for c in cells if done[c]}
+    if not curves:
+        doc.text("No finished runs yet.")
+        return
+    path = plotter.curves("train_loss", curves, f"training loss (moving average {TRAIN_LOSS_WINDOW})", "loss",
+                          reference=unigram)
+    doc.image(path, "Training loss, mean over seeds.")
+    doc.text(
+        "Relative training loss (paper §4.1.2): each cell's smoothed curve minus its baseline's, "
+        "per seed, averaged over the seeds both finished. Below zero the cell is ahead."
+    )
+    relative = {}
+    for window in RELATIVE_WINDOWS:
+        relative[window] = {
+            c: curve
+            for c in cells
+            if c != cells_info[c]["baseline"] and done[c] and done[cells_info[c]["baseline"]]
+            and len(curve := _relative_curve(done[c], done[cells_info[c]["baseline"]], window))
+        }
+        if relative[window]:
+            path = plotter.curves(
+                f"relative_train_loss_w{window}", relative[window],
+                f"training loss relative to the baseline (moving average {window})", "loss − baseline loss",
+                zero_line="baseline",
+            )
+            doc.image(path, f"Relative training loss, window {window}.")
+
+
+def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
+    records = [r for c in cells for r in done[c]]
+    domains = sorted({d for r in records for d in r.summary.get("final_val_loss_by_domain") or {}})
+    if not any(r.final("val_loss") is not None for r in records):
+        return
+    doc.heading(2, "Validation loss by domain")
+    doc.text(
+        "Last evaluation, mean over seeds (Table 5 form). `avg` is the unweighted mean over domains as "
+        "in the paper; `overall` is the run's own validation loss over all validation tokens."
+    )
+    table = {}
+    for cell in cells:
+        if not done[cell]:
+            continue
+        row = {d: np.nanmean([r.final(f"val_loss/{d}") or np.nan for r in done[cell]]) for d in domains}
+        if domains:
+            row["avg"] = float(np.mean([row[d] for d in domains]))
+        row["overall"] = np.nanmean([r.final("val_loss") or np.nan for r in done[cell]])
+        table[cell] = row
+    frame = pd.DataFrame(table).T
+    doc.table(["cell", *frame.columns], [[cell, *(_fmt(v) for v in frame.loc[cell])] for cell in frame.index])
+    deltas = {
+        cell: frame.loc[cell] - frame.loc[cells_info[cell]["baseline"]]
+        for cell in frame.index
+        if cell != cells_info[cell]["baseline"] and cells_info[cell]["baseline"] in frame.index
+    }
+    if deltas:
+        path = plotter.grouped_bars(
+            "val_loss_by_domain", pd.DataFrame(deltas).T, "validation loss relative to the baseline, by domain", "loss − baseline loss"
+        )
+        doc.image(path, "Final validation loss minus the baseline's, per domain (mean over seeds).")
+    val_curves = {}
+    for cell in cells:
+        if done[cell]:
+            series = pd.concat({r.seed: r.val_curve() for r in done[cell]}, axis=1).dropna()
+            if len(series):
+                val_curves[cell] = series.mean(axis=1)
+    if val_curves:
+        path = plotter.curves("val_loss", val_curves, "validation loss", "loss", reference=unigram)
+        doc.image(path, "Validation loss over training, mean over seeds.")
+
+
+def _tokens_per_step(records: list[RunResult]) -> float | None:
+    """Training tokens a step, from the runs' summaries (tokens seen over steps taken); None when none says."""
+    rates = {r.summary["tokens_seen"] / (r.summary["steps"] + 1) for r in records
+             if r.summary.get("tokens_seen") and r.summary.get("steps") is not None}
+    return rates.pop() if len(rates) == 1 else None
+
+
+def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
+    window = manifest.get("report", {}).get("critical_point_window", 10)
+    searches: dict[str, CrossingSearch] = {}
+    for cell in cells:
+        base = cells_info[cell]["baseline"]
+        if cell == base or not done[cell] or not done[base]:
+            continue
+        curves = relative_curves({r.seed: r for r in done[cell]}, {r.seed: r for r in done[base]}, window)
+        if any(len(curve) for curve in curves.values()):
+            searches[cell] = search_crossing({s: c for s, c in curves.items() if len(c)})
+    if not searches:
+        return
+    doc.heading(2, "Critical points")
+    doc.text(
+        f"The critical point of a seed is the first step after which the cell's training loss (moving average "
+        f"{window}) stays above its baseline's until the end: where the baseline overtakes it for good (paper "
+        "Fig. 14). It is looked for in each seed's own curve; when every seed crossed, their geometric mean (of 1 + "
+        "step, minus one) gets a 95% t interval over seeds on the log scale. The table also gives the gap at the "
+        f"last step every seed logged (relative loss, one-sided t: is the cell still ahead?) and its trend, the "
+        f"least-squares slope of the relative loss over the last {TREND_TAIL:.0%} of those steps in nats per "
+        f"{TREND_UNIT:,} steps (one-sided t: is the lead shrinking?). Where the cell is ahead and its lead shown to "
+        "shrink, `closes after` draws that trend on as a straight line past the last step: an extrapolation, not a "
+        "measurement."
+    )
+    rows = []
+    for cell, search in searches.items():
+        tokens = _tokens_per_step(done[cell])
+        mean_step, low, high = search.crossing
+        if search.crossed == len(search.steps):
+            crossing = f"{mean_step:,.0f}" + (f" [{low:,.0f}, {high:,.0f}]" if low is not None else "")
+            if tokens:
+                crossing += f" ({mean_step * tokens / 1e6:.2f}M tokens)"
+        else:
+            crossing = (f"none within {search.last_step:,} steps" + (f" ({search.last_step * tokens / 1e6:.1f}M tokens)"
+                        if tokens else "") + f" in {len(search.steps) - search.crossed} of {len(search.steps)} seeds")
+        closes = search.steps_to_close
+        rows.append([
+            cell, cells_info[cell]["baseline"],
+            ", ".join("–" if step is None else f"{step:,}" for _, step in sorted(search.steps.items())),
+            crossing,
+            _fmt_test(search.last_gap, "+.4f"),
+            f"{_fmt_test(search.trend, '+.4f')} from step {search.tail_start:,}",
+            "–" if closes is None else f"~{closes:,.0f} more steps" + (f" (~{closes * tokens / 1e6:.0f}M tokens)"
+                                                                       if tokens else ""),
+        ])
+    doc.table(["cell", "baseline", "critical step per seed", "critical step (geometric mean, 95% CI)",
+               "gap at the last step", "trend of the gap", "closes after (extrapolated)"], rows)
+    matrix_keys = manifest.get("matrix_keys") or []
+    if len(matrix_keys) == 1:
+        key = matrix_keys[0]
+        lines: dict[str, dict[float, float]] = {}
+        for cell, search in searches.items():
+            value = cells_info[cell]["coords"].get(key)
+            if search.crossed == len(search.steps) and isinstance(value, (int, float)):
+                lines.setdefault(cells_info[cell]["family"] or "cells", {})[value] = search.crossing[0]
+        if lines:
+            path = plotter.lines_by_x(
+                "critical_point", lines, f"critical point against {key}", key, "critical step", logy=True
+            )
+            doc.image(path, f"Critical step, geometric mean over seeds (baseline overtakes the cell), for each value of {key}, "
+                            "where every seed crossed.")
+
+
+def _fmt_test(test: SeedTest, spec: str) -> str:
+    """A per-seed estimate with its one-sided interval's finite end and p, e.g. `-0.0400 (< -0.0210, p 0.003, n=3)`."""
+    if test.low is None:
+        return f"{float(test.estimate):{spec}} (n={test.n}, no CI)"
+    bound = f"< {float(test.high):{spec}}" if test.alternative == "less" else f"> {float(test.low):{spec}}"
+    return f"{float(test.estimate):{spec}} ({bound}, p {float(test.p):.3g}, n={test.n})"
+
+
+def _unigram_reference(results: GridResults) -> tuple[str, float] | None:
+    """The loss plots' reference line: the unigram loss of the validation tokens, mean over the finished runs."""
+    mean = results.unigram_reference()
+    return None if mean is None else (f"unigram loss ({mean:.3f})", mean)
+
+
+def _claims_section(doc, verdicts, regime: dict) -> None:
+    if not verdicts:
+        return
+    doc.heading(2, "Claims")
+    if regime:
+        doc.text(f"Regime: {regime_text(regime)}. A claim about the paper's 82M-468M models trained on 20B tokens "
+                 "is judged here in this regime only.")
+    doc.text(
+        "The paper's claims for this figure (listed in the grid file), judged on the finished runs, paired by seed "
+        "only when a seed's two runs share a data order that differs between seeds, else unpaired (Welch): "
+        "**reproduced** when the 95% t interval of the mean difference (or of the mean slope, for a critical point "
+        "growing with a matrix key) excludes zero on the claimed side, **contradicted** when it excludes zero on the "
+        "other side, **inconclusive** when it covers zero, with fewer than 2 seeds, or when a run in the comparison "
+        f"is not past the unigram plateau (final validation loss at least {PLATEAU_MARGIN:g} nat below the unigram "
+        "loss of its validation tokens), **not tested** when a precondition failed (a run above its bigram "
+        "reference, or no crossing for a claim about SVFormer after vanilla overtakes it). Testing several claims "
+        "at once lets some pass by chance, so a decisive verdict also needs its p-value, adjusted for the figure's "
+        "other claims (Holm), below 0.05."
+    )
+    doc.text("`paper` gives the paper's own effect where it states one (for a claim beyond the paper, its source's).")
+    doc.table(*claims_table(verdicts, with_grid=False))
+    doc.text(claim_counts(verdicts))
+
+
+def _cost_section(doc, cells, cells_info, done) -> None:
+    doc.heading(2, "Cost")
+    doc.text(
+        "Parameters and KV-cache bytes per token (in the training dtype) come from the run's model "
+        "(its checkpoint, else its config); "
+        "tokens/s is the median logged training throughput, mean over seeds (runs that shared a machine "
+        "are only roughly comparable)."
+    )
+    rows = []
+    for cell in cells:
+        summaries = [r.summary for r in done[cell]]
+        params = next((s["params"] for s in summaries if s.get("params") is not None), None)
+        kv = next((s["kv_cache_bytes_per_token"] for s in summaries if s.get("kv_cache_bytes_per_token") is not None), None)
+        base_summaries = [r.summary for r in done[cells_info[cell]["baseline"]]]
+        base_kv = next((s["kv_cache_bytes_per_token"] for s in base_summaries if s.get("kv_cache_bytes_per_token")), None)
+        speeds = [s["tokens_per_sec"] for s in summaries if s.get("tokens_per_sec") is not None]
+        rows.append([
+            cell,
+            _fmt_int(params),
+            _fmt_int(kv),
+            "–" if kv is None or not base_kv else f"{kv / base_kv:.3f}",
+            "–" if not speeds else f"{np.mean(speeds):,.0f}",
+        ])
+    doc.table(["cell", "parameters", "KV bytes / token", "KV vs baseline", "tokens/s"], rows)
+
+
+def _zero_shot_section(doc, cells, done) -> None:
+    """Table 1 form from the runs' eval/results.json (lm-eval's results dict), mean over each cell's seeds;
+    task order, labels, averages and split notes follow lit_resformer.eval.report."""
+    per_cell = {}
+    for cell in cells:
+        results = [json.loads(p.read_text()) for r in done[cell] if (p := r.run.eval_results).is_file()]
+        if results:
+            per_cell[cell] = _mean_results(results)
+    if not per_cell:
+        return
+    from lit_resformer.eval.report import PAPER_TASK_LABELS, table_rows
+
+    rows_by_cell = {cell: table_rows(results, cell) for cell, results in per_cell.items()}
+    tasks = [t for t in PAPER_TASK_LABELS if any(t in r[0] for r in rows_by_cell.values())]
+    tasks += sorted({t for r in rows_by_cell.values() for t in r[0]} - set(tasks))
+    doc.heading(2, "Zero-shot accuracy")
+    doc.text("lm-eval zero-shot scores (Table 1 form), mean over each cell's evaluated seeds.")
+    rows, notes = [], []
+    for cell, (_, cell_rows, cell_notes) in rows_by_cell.items():
+        for row in cell_rows:
+            values = [row["scores"].get(t) for t in [*tasks, "avg"]]
+            marks = ["*" if t in row["stand_in"] else "" for t in [*tasks, "avg"]]
+            rows.append([cell, row["metric"], *(_fmt(v, 3) + m for v, m in zip(values, marks, strict=True))])
+        notes += [n for n in cell_notes if n not in notes]
+    doc.table(["cell", "metric", *(PAPER_TASK_LABELS.get(t, t) for t in tasks), "Avg"], rows)
+    if notes:
+        doc.text("\n".join(f"- {note}" for note in notes))
+
+
+def _mean_results(results: list[dict]) -> dict:
+    """One lm-eval results dict whose numeric scores are the mean over several runs' results."""
+    merged = {key: value for key, value in results[0].items() if key != "results"}
+    merged["results"] = {}
+    for task in results[0]["results"]:
+        runs = [r["results"][task] for r in results if task in r.get("results", {})]
+        merged["results"][task] = {
+            key: (float(np.mean([run[key] for run in runs if key in run])) if isinstance(value, (int, float)) else value)
+            for key, value in runs[0].items()
+        }
+    return merged
+
+
+def _analysis_section(doc, grid_dir, cells, done) -> None:
+    """Entropy by layer, first-token ratios and learnable mixing weights over the finished runs (lit_resformer.reports.attention);
+    nothing when no run has analysis results or mixing weights."""
+    from lit_resformer.reports.attention import analysis_section
+
+    run_dirs = {cell: [r.run.path for r in done[cell]] for cell in cells if done[cell]}
+    if not run_dirs:
+        return
+    text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir)
+    if text:
+        doc.raw(text)
+
+
+def _runs_section(doc, runs) -> None:
+    doc.heading(2, "Runs")
+    rows = []
+    for records in runs.values():
+        for r in records:
+            s = r.summary
+            rows.append([
+                r.name,
+                r.status,
+                "–" if s.get("steps") is None else str(s["steps"]),
+                _fmt(r.final("train_loss")),
+                _fmt(r.final("val_loss")),
+                "–" if s.get("wall_time_sec") is None else f"{s['wall_time_sec'] / 60:.1f} min",
+                "; ".join(filter(None, [_status_note(r), r.trained_as and f"shared: trained as {r.trained_as}"])),
+            ])
+    doc.table(["run", "status", "last step", "final train", "final val", "wall time", "note"], rows)
+    own = [r.summary["wall_time_sec"] for records in runs.values() for r in records
+           if not r.trained_as and r.summary.get("wall_time_sec") is not None]
+    shared = sum(bool(r.trained_as) for records in runs.values() for r in records)
+    if own:
+        # what a grid cost, for budgets and closing notes: a shared run's time is counted in the grid that trained it
+        doc.text(f"Compute: {len(own)} runs trained in this grid, {sum(own) / 3600:.2f} run-hours (the sum of their "
+                 "wall times, every attempt; times the threads each run used for CPU-hours)"
+                 + (f"; {shared} run{'s' * (shared != 1)} shared from other grids, counted there." if shared else "."))
+
+
+# ----------------------------------------------------------------------------------------------
+# the final gap against training length (paper Fig. 7, left panel)
+
+# Matrix keys that set a training length (paper Fig. 7, left): key -> (axis label, plot name, section heading, what a
+# point compares)
+LENGTH_AXES = {
+    "trainer.max_steps": ("training steps", "gap_by_training_length", "Gap against training length",
+                          "at the same number of training steps (the whole schedule rescaled to that length)"),
+    "data.seq_len": ("training sequence length (tokens)", "gap_by_sequence_length",
+                     "Gap against training sequence length", "trained on sequences of the same length"),
+}
+
+
+def _training_length_section(doc, plotter, results: GridResults, final_train, final_val) -> None:
+    """For cells x matrix grids over a training length (LENGTH_AXES): each cell family's final loss minus its
+    baseline's at the same length (95% t interval in the seed design) against the length, one section per axis."""
+    for key in LENGTH_AXES:
+        if key in (results.manifest.get("matrix_keys") or []):
+            _length_axis_section(doc, plotter, results, final_train, final_val, key)
+
+
+def _length_axis_section(doc, plotter, results: GridResults, final_train, final_val, key: str) -> None:
+    label, plot_name, heading, compared = LENGTH_AXES[key]
+    gaps: dict[str, dict[str, dict[int, SeedTest]]] = {"validation": {}, "training": {}}
+    colors = {}
+    for cell in results.cells:
+        info, base = results.cell_info[cell], results.cell_info[cell]["baseline"]
+        length, family = info["coords"].get(key), info["family"]
+        if cell == base or length is None or family is None:
+            continue
+        colors.setdefault(family, plotter.colors.get(cell))
+        for metric, finals in (("validation", final_val), ("training", final_train)):
+            if (diff := _versus_baseline(results, finals, cell, base)) is not None:
+                gaps[metric].setdefault(family, {})[length] = diff
+    if not any(gaps.values()):
+        return
+    doc.heading(2, heading)
+    doc.text(
+        f"Each cell's final loss minus its baseline's {compared}, with a 95% t interval in the seed design (paired "
+        "only where a seed's two runs share a data order that differs between seeds, else Welch's). Below zero the "
+        "cell is ahead at that length (paper Fig. 7, left, for ResFormer; Fig. 14 for SVFormer)."
+    )
+    points = sorted({(f, x) for by_family in gaps.values() for f, by_x in by_family.items() for x in by_x},
+                    key=lambda p: (list(colors).index(p[0]), p[1]))
+    doc.table(
+        ["cell", label, "Δ val vs baseline", "Δ train vs baseline"],
+        [[family, f"{length:,}", _fmt_difference(gaps["validation"].get(family, {}).get(length)),
+          _fmt_difference(gaps["training"].get(family, {}).get(length))] for family, length in points],
+    )
+    fig, axes = plotter.plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (metric, by_family) in zip(axes, gaps.items(), strict=True):
+        ax.axhline(0.0, color="black", lw=1, ls="--", label="baseline")
+        for family, by_length in by_family.items():
+            lengths = sorted(by_length)
+            diffs = [by_length[x] for x in lengths]
+            means = np.array([d.estimate for d in diffs])
+            below = means - np.array([d.estimate if d.low is None else d.low for d in diffs])
+            above = np.array([d.estimate if d.high is None else d.high for d in diffs]) - means
+            ax.errorbar(lengths, means, yerr=[below, above], marker="o", capsize=3, label=family, color=colors[family])
+        ax.set_xscale("log")
+        ax.set_xticks(sorted({x for _, x in points}), [f"{x:,}" for x in sorted({x for _, x in points})])
+        ax.minorticks_off()
+        ax.set(xlabel=label, ylabel=f"final {metric} loss − baseline", title=f"final {metric} loss gap")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    path = plotter.save(fig, plot_name)
+    doc.image(path, f"Final loss gap to the baseline against {label} (mean over seeds, 95% CI where n ≥ 2).")
+
+
+def _provenance_section(doc, results: GridResults) -> None:
+    """What the runs and the runner ran on: each field with its values over the runs (how many runs had each)."""
+    recorded = [r.provenance for records in results.runs.values() for r in records if r.provenance]
+    doc.heading(2, "Provenance")
+    if not recorded and not results.provenance:
+        doc.text("Not recorded: these runs were made before runs recorded their code version, library versions, "
+                 "device and precision.")
+        return
+    total = sum(len(records) for records in results.runs.values())
+    doc.text(f"What the runs ran on, from their summaries ({len(recorded)} of {total} runs recorded it), and what the "
+             "runner that wrote the grid's manifest ran on.")
+
+    def values(field: str) -> str:
+        counts = pd.Series([str(p.get(field)) for p in recorded]).value_counts(sort=False)
+        return "; ".join(f"{value} ({n})" if len(counts) > 1 else value for value, n in counts.items()) or "–"
+
+    doc.table(["", "runs", "grid (runner)"],
+              [[field, values(field), str(results.provenance.get(field, "–"))] for field in PROVENANCE_FIELDS])

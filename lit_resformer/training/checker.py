@@ -1,0 +1,71 @@
+"""`ConfigChecker`: `fit`'s parser and checks applied to a config dict without training, building a Trainer or
+reading data. The ablation grid validates its cells with it, so a cell is refused exactly when `fit` would refuse
+it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from jsonargparse import Namespace
+
+from lit_resformer.config.messages import config_fields, config_file_keys, expected_type, unknown_field
+from lit_resformer.config.trust import check_objects
+from lit_resformer.data import LMDataModule
+from lit_resformer.training.checks import check_classes, check_experiment
+from lit_resformer.training.lightning_cli import CLI_SETTINGS, PARSER_SETTINGS, ResFormerCLI
+from lit_resformer.training.module import LitResFormer
+
+
+class _ParserOnly(ResFormerCLI):
+    """Builds the CLI's parser, then stops: no parsing, seeding, or classes."""
+
+    def parse_arguments(self, parser, args) -> None:
+        self.config = Namespace(seed_everything=False)
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+class ConfigChecker:
+    """`fit`'s parser and checks over config dicts, with no training: types and choices of every field (the
+    parser), the checks across fields, and the constructors' own argument checks (`check_classes`).
+
+    The parser is the one of `lit-resformer fit` without `--ckpt_path`, which a config file does not hold.
+    """
+
+    def __init__(self, allow_any_class: bool = False) -> None:
+        self.parser = _ParserOnly(LitResFormer, LMDataModule, run=False, **CLI_SETTINGS,
+                                  parser_kwargs={**PARSER_SETTINGS, "exit_on_error": False}).parser
+        self.fields = config_fields(self.parser)  # every key a config may set
+        self.allow_any_class = allow_any_class
+
+    def check(self, config: Mapping[str, Any]) -> Namespace:
+        """The parsed config, or the first problem: argparse.ArgumentError for a key the parser does not know or a
+        value of the wrong type; ValueError for a check of `fit` or of a constructor, or for an object the config
+        may not construct (`lit_resformer.config.trust`)."""
+        cfg = self.parser.parse_object(dict(config))
+        if not self.allow_any_class:
+            check_objects(cfg, skip=frozenset(config_file_keys(self.parser)))
+        check_experiment(cfg)
+        check_classes(cfg)
+        return cfg
+
+    def resolved(self, config: Mapping[str, Any], checked: bool = True) -> dict:
+        """Every field of a valid config with its value, defaults included: equal for configs that run the same.
+        `checked=False` parses (fields and types) without the checks across fields and of the constructors: for a
+        grid's base, which need not run by itself (its cells may fit a corpus's sequence length to the model)."""
+        cfg = self.check(config) if checked else self.parser.parse_object(dict(config))
+        return yaml.safe_load(self.parser.dump(cfg, skip_none=False))
+
+    def unknown_field(self, key: str) -> str | None:
+        """Why the dotted `key` is not a field, or None (see `unknown_field`)."""
+        return unknown_field(self.parser, self.fields, key)
+
+    def expected(self, key: str) -> str | None:
+        """What the field `key` takes, in words; None for a key that is no field."""
+        return expected_type(self.parser, key)

@@ -1,0 +1,159 @@
+"""`lit-resformer fit|validate|test`: the LightningCLI that trains and scores one run, in one run directory
+(`lit_resformer.training.run_dir`), every config problem reported in one line before anything is written there."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import Namespace
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_warn
+
+from lit_resformer.config.files import config_name, expand_config_args
+from lit_resformer.config.messages import ConfigParser, config_file_keys
+from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG, check_objects
+from lit_resformer.data import LMDataModule
+from lit_resformer.data.tokenizer import TokenizerMismatch
+from lit_resformer.training.checkpoint import checkpoint_problem
+from lit_resformer.training.checkpoint_saving import RunCheckpoint
+from lit_resformer.training.checks import check_checkpoint_matches, check_experiment
+from lit_resformer.training.module import LitResFormer
+from lit_resformer.training.run_dir import CSV_LOGS, TB_LOGS, RunDir
+from lit_resformer.writing import atomic_write
+
+
+class RunConfig(SaveConfigCallback):
+    """Writes the resolved config of a training run as its config.yaml; a different config already there is an error.
+    validate and test only read a run: they leave its config.yaml alone."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if not trainer.is_global_zero or stage != "fit":
+            return
+        path = RunDir(trainer.default_root_dir).config_file
+        text = self.parser.dump(self.config, skip_none=False)
+        if path.exists() and path.read_text() != text and self.config.get("ckpt_path") is None:
+            raise RuntimeError(f"{path} holds a different run's config; resume it with --ckpt_path last or "
+                               f"choose another --trainer.default_root_dir")
+        atomic_write(path, text)
+
+
+# How the CLI is built, for `fit` and for the checker alike. The training module configures its own optimizer
+# (AdamW groups and the warmup-cosine schedule), so LightningCLI's --optimizer/--lr_scheduler are not offered.
+CLI_SETTINGS = dict(
+    parser_class=ConfigParser,
+    save_config_callback=RunConfig, save_config_kwargs={"overwrite": True},
+    trainer_defaults={"use_distributed_sampler": False, "log_every_n_steps": 1},
+    auto_configure_optimizers=False,
+)
+PARSER_SETTINGS = {"parser_mode": "omegaconf"}
+
+
+class ResFormerCLI(LightningCLI):
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """fit, validate and test: the module has no prediction step (generation is `Transformer.generate`)."""
+        return {name: args for name, args in LightningCLI.subcommands().items() if name != "predict"}
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument("--global_batch_tokens", type=int | None, default=None,
+                            help="tokens per optimizer step over all devices; sets trainer.accumulate_grad_batches")
+        parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
+        parser.set_defaults({"checkpoint.filename": "step{step:06d}", "checkpoint.auto_insert_metric_name": False,
+                             "checkpoint.enable_version_counter": False,
+                             "checkpoint.every_n_train_steps": 100, "checkpoint.save_last": True,
+                             "checkpoint.save_top_k": 1, "checkpoint.monitor": None})
+        parser.link_arguments("data.vocab_size", "model.config.vocab_size", apply_on="instantiate")
+
+    def parse_arguments(self, parser, args) -> None:
+        try:
+            if isinstance(args, (dict, Namespace)):
+                self.config = parser.parse_object(args)
+            else:
+                args = sys.argv[1:] if args is None else list(args)
+                # a command-line flag only: a config file cannot lift the limit on what it constructs
+                self.allow_any_class = ALLOW_ANY_CLASS_FLAG in args
+                args = [arg for arg in args if arg != ALLOW_ANY_CLASS_FLAG]
+                self.config_name = config_name(args)
+                self.config = parser.parse_args(expand_config_args(args))
+            self._check_arguments()
+        except ValueError as err:  # a config mistake: one clear line, before anything is written
+            parser.exit(2, f"lit-resformer: error: {err}\n")
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ValueError as err:  # bad data or model settings found while building them
+            self.parser.exit(2, f"lit-resformer: error: {err}\n")
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except TokenizerMismatch as err:  # found when the checkpoint is restored, before any step
+            self.parser.exit(2, f"lit-resformer: error: {err}\n")
+
+    def _check_arguments(self) -> None:
+        sub = self.config.get("subcommand")
+        if sub is None:
+            return
+        cfg = self.config[sub]
+        if not getattr(self, "allow_any_class", False):
+            check_objects(cfg, skip=frozenset(config_file_keys(self._subcommand_parsers[sub])))
+        if not cfg.trainer.default_root_dir:
+            cfg.trainer.default_root_dir = str(Path("runs") / getattr(self, "config_name", "default"))
+        run = RunDir(cfg.trainer.default_root_dir)
+        ckpt = cfg.get("ckpt_path")
+        if ckpt == "last":
+            self.resume_point = run.resume_point()
+            ckpt = self.resume_point.path if self.resume_point else None
+        elif ckpt is not None:
+            problem = checkpoint_problem(ckpt)
+            if problem:
+                raise ValueError(f"--ckpt_path {ckpt} is {problem}")
+        elif sub == "fit" and run.has_training_output():
+            raise ValueError(f"{run.path} already holds a run; resume it with --ckpt_path last, or choose another "
+                             f"--trainer.default_root_dir")
+        check_experiment(cfg)
+        if ckpt is not None:
+            check_checkpoint_matches(cfg, ckpt, resuming=sub == "fit")
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand]
+        run = RunDir(cfg.trainer.default_root_dir)
+        resume = getattr(self, "resume_point", None)
+        if resume is not None and resume.fallback_reason:
+            rank_zero_warn(f"resuming from {resume.path}: {resume.fallback_reason}")
+            cfg.ckpt_path = str(resume.path)
+        if self.subcommand == "fit" and cfg.ckpt_path is not None:
+            # a resumed run's checkpoint folder holds its earlier checkpoints by design
+            warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
+        cfg.trainer.logger = run_loggers(cfg.trainer.logger, run)
+        if cfg.checkpoint.dirpath is None:
+            cfg.checkpoint.dirpath = str(run.checkpoints_dir)
+
+
+def run_loggers(chosen: Any, run: RunDir) -> Any:
+    """The loggers of a run: TensorBoard and CSV by default; a `trainer.logger` of the config (one or a list, any
+    Lightning logger: W&B, MLflow, ...) replaces TensorBoard, and the run's CSV logger is added unless the list has
+    one (a resolved config.yaml does), since the run's metrics file is what summaries, reports and resumes read.
+    `trainer.logger: false` logs nothing."""
+    if chosen is False:
+        return False
+    csv = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(run.path), "name": CSV_LOGS}}
+    if chosen in (None, True):
+        return [csv, {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                      "init_args": {"save_dir": str(run.path), "name": TB_LOGS}}]
+    chosen = list(chosen) if isinstance(chosen, (list, tuple)) else [chosen]
+    return chosen if any(_class_name(logger) == "CSVLogger" for logger in chosen) else [csv, *chosen]
+
+
+def _class_name(spec: Any) -> str:
+    """The class name of a `{class_path: ..., init_args: ...}` entry, or of an object."""
+    return str(spec.get("class_path")).rsplit(".", 1)[-1] if hasattr(spec, "get") else type(spec).__name__
+
+
+def run_cli(args: list[str] | None = None) -> None:
+    """`lit-resformer fit|validate|test ...` (args None: sys.argv)."""
+    ResFormerCLI(LitResFormer, LMDataModule, args=args, **CLI_SETTINGS, parser_kwargs=PARSER_SETTINGS)

@@ -1,0 +1,258 @@
+"""The run directory: every path and file of one training run, and the rules for reading them back.
+
+    <run>/
+      config.yaml                   the resolved config, written by `lit-resformer fit` before training
+      checkpoints/                  a step checkpoint every N steps, and last.ckpt (Lightning's ModelCheckpoint)
+      csv/version_<k>/metrics.csv   the logged metrics, one CSVLogger version per (re)start of the run
+                                    (metrics.csv.gz in exported results: `compressed_metrics`)
+      tb/                           TensorBoard events
+      divergence.json               written by training when the loss turns non-finite: {"step": N, "loss": "nan"}
+      eval/results.json             zero-shot scores (lit_resformer.eval.run), next to their tables
+      analysis/analysis.json        attention analysis (lit_resformer.analysis), next to its plots
+    and, for a run of an ablation grid:
+      experiment.yaml               the config the grid asked for, written before the run starts
+      summary.json                  status and results of the run
+      logs/stdout.log, logs/stderr.log   the training process's output, one banner per attempt
+      .lock                         held by the process working in the run
+
+No other module builds these paths: code that needs one asks a `RunDir`. Where a grid keeps its runs is the grid's
+business (lit_resformer.grids.directory); a run knows its grid only from what its summary records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import gzip
+import json
+import math
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lit_resformer.training.checkpoint import LAST_CHECKPOINT, checkpoint_problem, step_checkpoints_in
+from lit_resformer.writing import atomic_write, atomic_write_json
+
+CHECKPOINTS = "checkpoints"
+CSV_LOGS = "csv"  # CSVLogger name: csv/version_<k>/metrics.csv
+METRICS, COMPRESSED_METRICS = "metrics.csv", "metrics.csv.gz"
+TB_LOGS = "tb"
+EVAL_RESULTS = "results.json"  # inside the eval folder
+ANALYSIS_RESULTS = "analysis.json"  # inside the analysis folder
+TRAIN_LOSS = "train/loss"
+
+
+
+class RunConflict(RuntimeError):
+    """A run directory holds a run made with a different config."""
+
+
+class RunBusy(RuntimeError):
+    """Another process is working in this run directory."""
+
+
+def open_metrics(path: Path):
+    """A metrics file of `RunDir.metric_files` opened as text for `csv`, compressed or not."""
+    return gzip.open(path, "rt", newline="") if path.name == COMPRESSED_METRICS else open(path, newline="")
+
+
+def compressed_metrics(path: Path) -> tuple[str, bytes]:
+    """(name, bytes) of a metrics file as exported results keep it: gzip-compressed (a CSV of every logged step is
+    about 200 kB per 1,000 steps, a tenth of that compressed), with no timestamp inside, so that exporting the same
+    metrics twice gives the same bytes (merging compares files byte for byte)."""
+    if path.name == COMPRESSED_METRICS:
+        return path.name, path.read_bytes()
+    return COMPRESSED_METRICS, gzip.compress(path.read_bytes(), compresslevel=9, mtime=0)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a run resumes from, and why last.ckpt was passed over (None when it is last.ckpt)."""
+
+    path: Path
+    fallback_reason: str | None = None
+
+
+class RunDir:
+    """One run's directory. Paths are attributes; reading and writing the run's files are methods."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.config_file = self.path / "config.yaml"
+        self.experiment_file = self.path / "experiment.yaml"
+        self.summary_file = self.path / "summary.json"
+        self.divergence_file = self.path / "divergence.json"
+        self.checkpoints_dir = self.path / CHECKPOINTS
+        self.last_checkpoint = self.checkpoints_dir / LAST_CHECKPOINT
+        self.csv_dir = self.path / CSV_LOGS
+        self.tb_dir = self.path / TB_LOGS
+        self.eval_dir = self.path / "eval"
+        self.eval_results = self.eval_dir / EVAL_RESULTS
+        self.analysis_dir = self.path / "analysis"
+        self.analysis_results = self.analysis_dir / ANALYSIS_RESULTS
+        self.logs_dir = self.path / "logs"
+        self.stdout_log = self.logs_dir / "stdout.log"
+        self.stderr_log = self.logs_dir / "stderr.log"
+        self.lock_file = self.path / ".lock"
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDir) and self.path == other.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    @property
+    def name(self) -> str:
+        """What tables call the run: `<grid>/<cell>/seed<k>` for a run of an ablation grid (as its summary records
+        them), else the folder's name."""
+        summary = self.read_summary() or {}
+        if all(summary.get(key) is not None for key in ("grid", "cell", "seed")):
+            return f"{summary['grid']}/{summary['cell']}/seed{summary['seed']}"
+        return self.path.name
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: str | Path) -> RunDir | None:
+        """The run whose checkpoints folder holds `checkpoint`; None for a file kept anywhere else."""
+        checkpoint = Path(checkpoint)
+        return cls(checkpoint.parent.parent) if checkpoint.parent.name == CHECKPOINTS else None
+
+    def result_files(self) -> list[Path]:
+        """The small files that hold a run's results, without checkpoints or TensorBoard events: what a finished
+        run leaves when its results are exported (report, claims and scaling read nothing else)."""
+        files = [self.config_file, self.experiment_file, self.summary_file, self.divergence_file,
+                 self.eval_results, self.analysis_results, *self.metric_files()]
+        return [f for f in files if f.is_file()]
+
+    def has_training_output(self) -> bool:
+        """Whether a training process already wrote here: starting it again then needs `--ckpt_path last`
+        (which starts from scratch, in a new csv version, when no checkpoint was saved yet)."""
+        return any(p.exists() for p in (self.config_file, self.checkpoints_dir, self.csv_dir, self.tb_dir))
+
+    # ------------------------------------------------------------------ checkpoints
+    def step_checkpoints(self) -> list[Path]:
+        """Every checkpoint but last.ckpt, newest first."""
+        return step_checkpoints_in(self.checkpoints_dir)
+
+    def has_checkpoint(self) -> bool:
+        """Whether any checkpoint file exists (cheap: nothing is read)."""
+        return self.last_checkpoint.is_file() or bool(self.step_checkpoints())
+
+    def resume_point(self) -> ResumePoint | None:
+        """What `--ckpt_path last` resumes from: last.ckpt when it reads as a training checkpoint, else the newest
+        intact step checkpoint (a run killed while writing last.ckpt keeps the previous one), with the reason
+        for the caller to log. None when the run has no checkpoint; ValueError when none of them is intact."""
+        problems = []
+        candidates = [self.last_checkpoint] if self.last_checkpoint.is_file() else []
+        for path in candidates + self.step_checkpoints():
+            problem = checkpoint_problem(path)
+            if problem is None:
+                return ResumePoint(path, "; ".join(problems) or None)
+            problems.append(f"{path.name}: {problem}")
+        if problems:
+            raise ValueError(f"{self.checkpoints_dir} holds no intact checkpoint to resume from ({'; '.join(problems)})")
+        return None
+
+    # ------------------------------------------------------------------ metrics
+    def metric_files(self) -> list[Path]:
+        """csv/version_<k>/metrics.csv (or, in exported results, metrics.csv.gz) of every (re)start, in start order."""
+        files = [*self.csv_dir.glob(f"version_*/{METRICS}"), *self.csv_dir.glob(f"version_*/{COMPRESSED_METRICS}")]
+        return sorted(files, key=lambda p: int(p.parent.name.split("_")[-1]))
+
+    def read_metrics(self) -> dict[str, list[tuple[int, float]]]:
+        """{metric: [(step, value), ...]} sorted by step, merged over all restarts as the uninterrupted run would
+        have logged it: a resumed run repeats the steps after its checkpoint, so from the first training step a
+        later version logged on, the later version wins."""
+        series: dict[str, dict[int, float]] = {}
+        for path in self.metric_files():
+            with open_metrics(path) as f:
+                rows = [r for r in csv.DictReader(f) if r.get("step") not in (None, "")]
+            trained = [int(float(r["step"])) for r in rows if r.get(TRAIN_LOSS)]
+            if trained:
+                first_step = min(trained)
+                for steps in series.values():
+                    for step in [s for s in steps if s >= first_step]:
+                        del steps[step]
+            for row in rows:
+                step = int(float(row["step"]))
+                for key, value in row.items():
+                    if key not in ("step", "epoch") and value not in (None, ""):
+                        series.setdefault(key, {})[step] = float(value)
+        return {k: sorted(v.items()) for k, v in series.items() if v}
+
+    # ------------------------------------------------------------------ divergence
+    def record_divergence(self, step: int, loss: float) -> None:
+        """Called by training when the loss turns non-finite, before it stops the run."""
+        atomic_write_json(self.divergence_file, {"step": int(step), "loss": str(float(loss))})
+
+    def diverged_step(self) -> int | None:
+        """The step at which training diverged: the recorded one, else the first non-finite logged training loss
+        (a trainer that logs the loss before it stops), else None."""
+        if self.divergence_file.is_file():
+            return int(json.loads(self.divergence_file.read_text())["step"])
+        loss = self.read_metrics().get(TRAIN_LOSS, [])
+        return next((step for step, value in loss if not math.isfinite(value)), None)
+
+    # ------------------------------------------------------------------ grid files
+    def read_experiment(self) -> dict | None:
+        return yaml.safe_load(self.experiment_file.read_text()) if self.experiment_file.is_file() else None
+
+    def write_experiment(self, config: dict) -> None:
+        atomic_write(self.experiment_file, yaml.safe_dump(config, sort_keys=False))
+
+    def read_summary(self) -> dict | None:
+        return json.loads(self.summary_file.read_text()) if self.summary_file.is_file() else None
+
+    def write_summary(self, summary: dict) -> None:
+        """NaN and infinities are not JSON: a diverged run's losses are written as null."""
+        atomic_write_json(self.summary_file, _finite_or_none(summary), allow_nan=False)
+
+    def lock_holder(self) -> str | None:
+        """Who holds the run's lock ("<host> <pid>" as the holder wrote it), or None when no process does. Nothing
+        is created: a run never started has no holder."""
+        if not self.lock_file.is_file():
+            return None
+        fd = os.open(self.lock_file, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return self.lock_file.read_text().strip() or "another process"
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold an exclusive flock on the run for as long as this block (and any process that inherits the yielded
+        file descriptor) runs. Raises RunBusy if someone else holds it."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as e:
+                raise RunBusy(f"{self.path} is in use by another process (lock {self.lock_file})") from e
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
+            yield fd
+        finally:
+            os.close(fd)
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value
