@@ -26,10 +26,12 @@ EMBEDDING_ROWS = ("tok_emb.weight", "lm_head.weight")  # may be padded past voca
 
 def hf_config_fields(model_config: dict) -> dict:
     """A ModelConfig as a dict -> the keyword arguments of ResFormerConfig; refuses fields the HF code lacks."""
-    from .hf_remote import configuration_resformer as hf_config
+    from lit_resformer.model.config import VARIANT_GROUPS
 
-    groups = {"residual": hf_config.RESIDUAL_DEFAULTS, "value_embed": hf_config.VALUE_EMBED_DEFAULTS,
-              "dwa": hf_config.DWA_DEFAULTS, "share": hf_config.SHARE_DEFAULTS}
+    from .hf_remote.configuration_resformer import GROUP_DEFAULTS
+
+    # A group the training code has and the exported code lacks is unknown below, field by field.
+    groups = {name: GROUP_DEFAULTS.get(name, {}) for name in VARIANT_GROUPS}
     known = {"vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "ffn_dim", "max_seq_len", "rope_theta",
              "norm_eps", "init_std", "neutreno_lambda", *groups}
     fields = {k: v for k, v in model_config.items() if k not in NOT_ARCHITECTURE}

@@ -1,7 +1,8 @@
 """KV cache that holds only what each layer produces, and its analytic size.
 
-SVFormer stores K for every layer and V once (per anchor); CLA-k stores one K/V per group; a layer that
-reuses another layer's K or V reads the producer's buffer. Buffers are allocated once for `max_seq`
+SVFormer stores K for every layer and V once (per anchor); CLA-k stores one K/V per group; SkipV1Former's layers
+n >= 2 store K and only the half of their value heads they compute (the other half is read from layer 1's buffer);
+a layer that reuses another layer's K or V reads the producer's buffer. Buffers are allocated once for `max_seq`
 positions, so the bytes held are exactly `kv_cache_bytes(config, batch, max_seq)`.
 
 Two ways to decode through it. By default the position is a host int: a step writes its tokens at `pos` and
@@ -19,20 +20,20 @@ from .config import ModelConfig
 
 
 def kv_cache_bytes(config: ModelConfig, batch: int = 1, seq: int = 1, dtype: torch.dtype = torch.float32) -> int:
-    """Bytes of K/V a decoder holds for `batch` sequences of `seq` tokens."""
-    tensors = sum(int(stores_k) + int(stores_v) for stores_k, stores_v in config.cache_layout())
+    """Bytes of K/V a decoder holds for `batch` sequences of `seq` tokens: every stored head is [seq, head_dim]."""
+    heads = sum(k + v for k, v in config.cache_heads())
     element = torch.empty((), dtype=dtype).element_size()
-    return tensors * batch * seq * config.n_kv_head * config.head_dim * element
+    return heads * batch * seq * config.head_dim * element
 
 
 class KVCache:
     def __init__(self, config: ModelConfig, batch: int, max_seq: int, device=None, dtype=torch.float32):
         if max_seq > config.max_seq_len:
             raise ValueError(f"cache length {max_seq} exceeds max_seq_len={config.max_seq_len}")
-        shape = (batch, config.n_kv_head, max_seq, config.head_dim)
-        layout = config.cache_layout()
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) if k else None for k, _ in layout]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) if v else None for _, v in layout]
+        heads = config.cache_heads()
+        buffer = lambda h: torch.zeros(batch, h, max_seq, config.head_dim, device=device, dtype=dtype) if h else None  # noqa: E731
+        self.keys = [buffer(k) for k, _ in heads]
+        self.values = [buffer(v) for _, v in heads]
         self.max_seq = max_seq
         # Positions already written (advanced by the model after a whole forward pass): a host int, or a 0-d
         # long tensor on the buffers' device after make_static().

@@ -38,6 +38,9 @@ ValueWeight = Literal["fixed", "learnable"]
 Shared = Literal["k", "v", "kv"]
 FirstShared = Literal["none", "q", "k", "v"]
 AttnImpl = Literal["sdpa", "flash", "explicit"]
+AttnGatePer = Literal["none", "head", "element"]
+XSAPer = Literal["none", "layer", "head", "token"]
+DenseInto = Literal["input", "value"]
 
 
 def _check_choice(name: str, value: Any, allowed: tuple) -> None:
@@ -169,7 +172,14 @@ class DWAConfig:
 
 @dataclass
 class ShareConfig:
-    """KV-efficient sharing of projections across layers."""
+    """KV-efficient sharing of projections across layers.
+
+    skip_v1 is SkipV1Former (Wu et al. 2025, arXiv 2510.16807): every layer n >= 2 computes only the first half of
+    its value heads and takes the other half from layer 1, V_n = [W_V^n x (heads 1..H/2) ; V_1 (heads H/2+1..H)]
+    (the paper's Attn(X) = X + Σ_{h<=H/2} W_O^h V_h softmax(K_h^T Q_h) + Σ_{h>H/2} W_O^h V_1^h softmax(K_h^T Q_h)),
+    so its W_V and its V cache are half-size: the cache holds (3L+1)/(4L) of the vanilla bytes (~25% saved).
+    Under GQA the heads are the KV heads, so n_kv_head must be even.
+    """
 
     svformer: bool = False
     anchors: list[int] | None = None  # with SVFormer: layers (1-based) that compute a fresh V
@@ -177,6 +187,108 @@ class ShareConfig:
     every: int = 1  # groups of `every` layers share `what` (CLA when what='kv')
     what: Shared = "kv"
     first: FirstShared = "none"  # every layer n >= 2 reuses layer 1's q, k or v
+    skip_v1: bool = False  # SkipV1Former: layers n >= 2 take half their value heads from layer 1
+
+
+@dataclass
+class AttnGateConfig:
+    """Gated attention (Qiu et al. 2025, arXiv 2505.06708, gate position G1): Y' = Y ⊙ σ(X W_θ) on the attention
+    output Y (U_n here, after SDPA and before W_O), X the same normed hidden state that feeds Q, K, V.
+
+    `per: head` gives one gate per head and token (W_θ: d_model -> n_head), `per: element` one per channel
+    (d_model -> d_model), the paper's head-wise and element-wise forms. W_θ starts random (init_std), as in the
+    reference, where it is extra rows of q_proj (qiuzh20/gated_attention, `headwise_attn_output_gate`): σ ≈ 1/2 at
+    init. The gate acts last, after NeuTRENO's and the identity mapping's terms and after XSA, so with ResFormer it
+    gates what the layer hands W_O. layers: 1-based, default every layer.
+    """
+
+    per: AttnGatePer = "none"
+    layers: list[int] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.per != "none"
+
+
+@dataclass
+class XSAConfig:
+    """Exclusive self-attention, the gated form of modded-nanogpt (KellerJordan/modded-nanogpt, train_gpt.py,
+    `CausalSelfAttention.forward`, "Gated XSA (arXiv:2603.09078)"): per token and head, with v that token's own value,
+
+        U <- U - tanh(α) (U·v / max(‖v‖², 1e-8)) v
+
+    removes the share of the output that lies along the token's own value (α = 0: vanilla). `per`: one α per layer,
+    per head (the record that introduced it, records/track_1_short/2026-05-07_XSAGatedLayers/README.md: one α per
+    layer and head, zero-init, Adam without weight decay, on 1-based layers [2, 4, 5, 8, 9, 11] of 11), or per token
+    and head from the layer's normed input, α = W x with one row of W per head (train_gpt.py today draws a per-token
+    α from a small shared MLP, `unpack_pre_mudd_gate`). α (W) starts at zero. v is the value the layer attended with
+    at that token (V'_n after any residual mixing and value embedding; V_1 under SVFormer; KV heads repeated for GQA).
+    layers: 1-based, default every layer.
+    """
+
+    per: XSAPer = "none"
+    layers: list[int] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.per != "none"
+
+
+@dataclass
+class SATFormerConfig:
+    """SATFormer (Gunasekaran et al. 2026, arXiv 2605.03953): selective access to the first layer's values,
+
+        V'_n = V_n + relu(W_α h_n) · V_1      (one gate per KV head and token)
+
+    h_n the layer's normed input, V_1 layer 1's raw value projection (SkyeGunasekaran/SATFormer,
+    models/satformer/attn_satformer.py, `ValueResidualMixing`, gate 'relu'). W_α starts random (init_std), as there:
+    at zero it would never learn (relu has no gradient at 0). W_α = 0 is the vanilla model exactly.
+    layers: 1-based layers n >= 2, default all of them.
+    """
+
+    enabled: bool = False
+    layers: list[int] | None = None
+
+
+@dataclass
+class DenseValueConfig:
+    """Dense value connections: a layer's value path reads a learned, token-dependent mix of earlier hidden states.
+
+    h_0 is the embedding output and h_j the residual stream handed to block j+1 (after DenseFormer's average, when
+    on), so layer n can read h_0..h_{n-1}. Per token, μ = W_2 GELU(W_1 RMSNorm(h_{n-1})) gives one weight per source
+    (RMSNorm without a scale, as MUDDFormer's `MultiwayDynamicDenseBlock`); W_2 starts at zero, so μ = 0 and the layer
+    starts as vanilla.
+    - into: input (MUDDFormer, Xiao et al. 2025, arXiv 2502.12170: the V stream of its multiway dense connections,
+      `dense_type: qkvr` in its code): V_n = W_V RMSNorm_n(h_{n-1} + Σ_j μ_j h_j), through the layer's own attention
+      norm (MUDD's `sepln: false`; its released 2.8B model, `sepln: true`, gives the V stream a norm of its own).
+      Only the V stream: Q, K and the residual keep reading h_{n-1}.
+    - into: value (KellerJordan/modded-nanogpt, train_gpt.py, `GPT.forward`, last layer: `v_mudd = mu[0]*cache[0] +
+      mu[1]*cache[7] + mu[2]*x` added to V as `aux_v`, cache[k] the stream after 0-based block k): V_n = W_V x +
+      Σ_j μ_j h_j, the hidden states added in value space as they are, so it needs n_kv_head == n_head.
+      -> layers: last, sources: [0, 8, 10] (11 layers), into: value, hidden: 64.
+    layers: null (off), 1-based layers n >= 2, 'all' or 'last'. sources: the j of h_j read (default all j < n), each
+    below every chosen layer. hidden: width of the μ network.
+    """
+
+    layers: list[int] | Literal["all", "last"] | None = None
+    sources: list[int] | None = None
+    into: DenseInto = "input"
+    hidden: int = 64
+
+    @property
+    def enabled(self) -> bool:
+        return self.layers is not None
+
+
+# Every group of variant fields: its name in ModelConfig -> its dataclass. The config's parsing, the Llama mapping
+# (model/hf.py) and the Hugging Face export (export/__init__.py) read this one table; the exported code
+# (export/hf_remote/configuration_resformer.py) cannot import lit_resformer and keeps the same groups' defaults in
+# its GROUP_DEFAULTS, which tests/test_attention_variants.py holds equal to these dataclasses. A new group is added
+# here, there and in the modeling code that computes it.
+VARIANT_GROUPS: dict[str, type] = {
+    "residual": ResidualConfig, "value_embed": ValueEmbedConfig, "dwa": DWAConfig, "share": ShareConfig,
+    "attn_gate": AttnGateConfig, "xsa": XSAConfig, "satformer": SATFormerConfig, "dense_value": DenseValueConfig,
+}
 
 
 @dataclass
@@ -199,6 +311,10 @@ class ModelConfig:
     neutreno_lambda: float = 0.0
     dwa: DWAConfig = field(default_factory=DWAConfig)
     share: ShareConfig = field(default_factory=ShareConfig)
+    attn_gate: AttnGateConfig = field(default_factory=AttnGateConfig)
+    xsa: XSAConfig = field(default_factory=XSAConfig)
+    satformer: SATFormerConfig = field(default_factory=SATFormerConfig)
+    dense_value: DenseValueConfig = field(default_factory=DenseValueConfig)
     attn_impl: AttnImpl = "sdpa"
 
     # ------------------------------------------------------------------ construction
@@ -226,8 +342,7 @@ class ModelConfig:
         return ModelConfig(**merged)
 
     def __post_init__(self) -> None:
-        for name, kind in (("residual", ResidualConfig), ("value_embed", ValueEmbedConfig), ("dwa", DWAConfig),
-                           ("share", ShareConfig)):
+        for name, kind in VARIANT_GROUPS.items():
             value = getattr(self, name)
             if isinstance(value, dict):
                 allowed = [f.name for f in dataclasses.fields(kind)]
@@ -273,6 +388,10 @@ class ModelConfig:
         self._validate_dwa()
         self._validate_share()
         self._validate_value_embed()
+        self._validate_attn_gate()
+        self._validate_xsa()
+        self._validate_satformer()
+        self._validate_dense_value()
 
     def _check_layers(self, name: str, layers: list[int], lowest: int) -> None:
         if not isinstance(layers, (list, tuple)) or not layers:
@@ -371,6 +490,15 @@ class ModelConfig:
         if s.svformer and s.first == "v":
             raise ValueError("share.first='v' is SVFormer itself; set only share.svformer=true")
         shares_v = s.svformer or s.first == "v" or (s.every > 1 and s.what in ("v", "kv"))
+        if not isinstance(s.skip_v1, bool):
+            raise ValueError(f"share.skip_v1={s.skip_v1!r} must be true or false")
+        if s.skip_v1 and shares_v:
+            raise ValueError("share.skip_v1 takes half of each layer's value heads from layer 1 and computes the other "
+                             "half; it cannot combine with share.svformer, share.first='v' or share.what in ['v','kv'] "
+                             "(those layers compute no V of their own): keep one")
+        if s.skip_v1 and self.n_kv_head % 2:
+            raise ValueError(f"share.skip_v1 takes half of the value heads from layer 1: n_kv_head={self.n_kv_head} "
+                             "must be even (1 is MQA, which has no half to share)")
         shares_k = s.first == "k" or (s.every > 1 and s.what in ("k", "kv"))
         if s.svformer and s.every > 1 and s.what in ("v", "kv"):
             raise ValueError(f"share.svformer already shares V; share.what={s.what!r} with share.every="
@@ -383,6 +511,9 @@ class ModelConfig:
                 raise ValueError("residual.target='v' cannot combine with shared values (share.svformer, "
                                  "share.first='v' or share.what in ['v','kv']): those layers have no V_n of "
                                  "their own")
+            if r.target == "v" and s.skip_v1:
+                raise ValueError("residual.target='v' cannot combine with share.skip_v1: half of every layer's value "
+                                 "heads already are layer 1's; keep one")
             if r.target == "k" and shares_k:
                 raise ValueError("residual.target='k' cannot combine with shared keys (share.first='k' or "
                                  "share.what in ['k','kv'])")
@@ -416,10 +547,86 @@ class ModelConfig:
         if isinstance(ve.gate_scale, bool) or not isinstance(ve.gate_scale, (int, float)) or ve.gate_scale <= 0:
             raise ValueError(f"value_embed.gate_scale={ve.gate_scale!r} must be a number > 0 (the gate's maximum)")
         for i in self.value_embed_layers():
-            if self.producer(i, "v") != i:
-                raise ValueError(f"value_embed.layers holds layer {i + 1}, which reuses layer "
-                                 f"{self.producer(i, 'v') + 1}'s values (share.svformer, share.first='v' or "
-                                 "share.what in ['v','kv']): value embeddings need layers that compute their own V")
+            self._check_own_values("value_embed.layers", "value embeddings", i)
+
+    def _check_own_values(self, name: str, what: str, i: int) -> None:
+        """Refuse a variant on layer i (0-based) that does not compute all of its own value heads."""
+        if self.producer(i, "v") != i:
+            raise ValueError(f"{name} holds layer {i + 1}, which reuses layer {self.producer(i, 'v') + 1}'s values "
+                             f"(share.svformer, share.first='v' or share.what in ['v','kv']): {what} need layers "
+                             "that compute their own V")
+        if self.share.skip_v1 and i > 0:
+            raise ValueError(f"{name} holds layer {i + 1}, which takes half its value heads from layer 1 "
+                             f"(share.skip_v1): {what} need layers that compute their own V")
+
+    def _validate_attn_gate(self) -> None:
+        g = self.attn_gate
+        _check_choice("attn_gate.per", g.per, _choices(AttnGatePer))
+        if g.layers is not None:
+            if not g.enabled:
+                raise ValueError("attn_gate.layers is set but attn_gate.per is 'none' (no gate); set attn_gate.per "
+                                 "to one of ['head', 'element']")
+            self._check_layers("attn_gate.layers", g.layers, 1)
+
+    def _validate_xsa(self) -> None:
+        x = self.xsa
+        _check_choice("xsa.per", x.per, _choices(XSAPer))
+        if x.layers is not None:
+            if not x.enabled:
+                raise ValueError("xsa.layers is set but xsa.per is 'none' (no XSA); set xsa.per to one of "
+                                 "['layer', 'head', 'token']")
+            self._check_layers("xsa.layers", x.layers, 1)
+
+    def _validate_satformer(self) -> None:
+        t = self.satformer
+        if not isinstance(t.enabled, bool):
+            raise ValueError(f"satformer.enabled={t.enabled!r} must be true or false")
+        if t.layers is not None:
+            if not t.enabled:
+                raise ValueError("satformer.layers is set but satformer.enabled is false; set satformer.enabled=true")
+            self._check_layers("satformer.layers", t.layers, 2)
+        if not t.enabled:
+            return
+        if self.residual.target == "v":
+            raise ValueError("satformer.enabled and residual.target='v' both mix layer 1's values into V_n; keep one "
+                             "(residual.learnable='token' is ResFormer's own token-gated mix)")
+        for i in self.satformer_layers():
+            self._check_own_values("satformer.layers", "SATFormer's gate on V_1 and V_n", i)
+
+    def _validate_dense_value(self) -> None:
+        dv = self.dense_value
+        if not dv.enabled:
+            changed = [f.name for f in dataclasses.fields(dv) if getattr(dv, f.name) != f.default]
+            if changed:
+                raise ValueError(f"dense_value.{changed[0]} is set but dense_value.layers is null (no dense value "
+                                 "connections); set dense_value.layers to 'all', 'last' or a list of layer numbers")
+            return
+        if isinstance(dv.layers, str):
+            _check_choice("dense_value.layers", dv.layers, ("all", "last"))
+        else:
+            self._check_layers("dense_value.layers", dv.layers, 2)
+        if self.n_layer < 2:
+            raise ValueError("dense_value.layers needs n_layer >= 2: layer 1 has no earlier hidden states to read")
+        _check_choice("dense_value.into", dv.into, _choices(DenseInto))
+        if isinstance(dv.hidden, bool) or not isinstance(dv.hidden, int) or dv.hidden < 1:
+            raise ValueError(f"dense_value.hidden={dv.hidden!r} must be a positive integer (the μ network's width)")
+        if dv.sources is not None:
+            first = min(self.dense_value_layers()) + 1  # 1-based: it reads h_0..h_{first-1}
+            if not isinstance(dv.sources, (list, tuple)) or not dv.sources:
+                raise ValueError(f"dense_value.sources must be a non-empty list of hidden-state numbers in [0, "
+                                 f"{first - 1}] (0 = the embeddings, j = the stream after block j)")
+            for j in dv.sources:
+                if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < first:
+                    raise ValueError(f"dense_value.sources holds {j!r}; layer {first} (the first of dense_value.layers) "
+                                     f"reads h_0..h_{first - 1}, so sources are integers in [0, {first - 1}]")
+            if len(set(dv.sources)) != len(dv.sources):
+                raise ValueError(f"dense_value.sources={list(dv.sources)} repeats a hidden state")
+        if dv.into == "value" and self.n_kv_head != self.n_head:
+            raise ValueError(f"dense_value.into='value' adds hidden states (d_model={self.d_model}) to the values "
+                             f"(n_kv_head*head_dim={self.kv_dim}): it needs n_kv_head == n_head; use "
+                             "dense_value.into='input' under GQA")
+        for i in self.dense_value_layers():
+            self._check_own_values("dense_value.layers", "dense value connections", i)
 
     # ------------------------------------------------------------------ derived layout
     @property
@@ -456,6 +663,40 @@ class ModelConfig:
         """The key of the table layer i (0-based) reads: 'shared', or its own 1-based layer number."""
         return "shared" if self.value_embed.shared else str(i + 1)
 
+    def attn_gate_layers(self) -> list[int]:
+        """0-based layers whose attention output is gated (empty when off; default every layer)."""
+        if not self.attn_gate.enabled:
+            return []
+        return sorted(n - 1 for n in (self.attn_gate.layers or range(1, self.n_layer + 1)))
+
+    def xsa_layers(self) -> list[int]:
+        """0-based layers with exclusive self-attention (empty when off; default every layer)."""
+        if not self.xsa.enabled:
+            return []
+        return sorted(n - 1 for n in (self.xsa.layers or range(1, self.n_layer + 1)))
+
+    def satformer_layers(self) -> list[int]:
+        """0-based layers that add SATFormer's gated V_1 (empty when off; default every layer n >= 2)."""
+        if not self.satformer.enabled:
+            return []
+        return sorted(n - 1 for n in (self.satformer.layers or range(2, self.n_layer + 1)))
+
+    def dense_value_layers(self) -> list[int]:
+        """0-based layers whose value path reads earlier hidden states (empty when off)."""
+        layers = self.dense_value.layers
+        if layers is None:
+            return []
+        if layers == "all":
+            return list(range(1, self.n_layer))
+        if layers == "last":
+            return [self.n_layer - 1]
+        return sorted(n - 1 for n in layers)
+
+    def dense_value_sources(self, i: int) -> list[int]:
+        """The j of the hidden states h_j that layer i (0-based) mixes into its values: h_0 = embeddings, h_j = the
+        stream handed to block j+1; default all j <= i."""
+        return list(self.dense_value.sources) if self.dense_value.sources is not None else list(range(i + 1))
+
     def residual_sources(self, i: int) -> list[int]:
         """0-based layers whose projections form the history term R of layer i."""
         src = self.residual.source
@@ -485,6 +726,16 @@ class ModelConfig:
             return i - i % s.every
         return i
 
+    def cache_heads(self) -> list[tuple[int, int]]:
+        """Per layer: how many K heads and V heads it stores in the KV cache (0: it reuses another layer's).
+        SkipV1Former's layers n >= 2 store only the half of their value heads they compute."""
+        heads = []
+        for i in range(self.n_layer):
+            k = self.n_kv_head if self.producer(i, "k") == i else 0
+            v = self.n_kv_head if self.producer(i, "v") == i else 0
+            heads.append((k, v // 2 if self.share.skip_v1 and i > 0 else v))
+        return heads
+
     def cache_layout(self) -> list[tuple[bool, bool]]:
         """Per layer: (stores K, stores V) in the KV cache."""
-        return [(self.producer(i, "k") == i, self.producer(i, "v") == i) for i in range(self.n_layer)]
+        return [(k > 0, v > 0) for k, v in self.cache_heads()]

@@ -10,7 +10,7 @@ import dataclasses
 
 import torch
 
-from .config import DWAConfig, ModelConfig, ResidualConfig, ShareConfig, ValueEmbedConfig
+from .config import VARIANT_GROUPS, ModelConfig
 from .transformer import Transformer
 
 # lit-resformer name -> Llama name, per layer (`{i}`) and global.
@@ -30,10 +30,9 @@ _GLOBAL_NAMES = {"tok_emb.weight": "model.embed_tokens.weight", "norm.weight": "
 
 
 def non_vanilla_fields(config: ModelConfig) -> list[str]:
-    """Dotted names of every variant field that differs from the plain Llama model."""
-    changed = [f"{group}.{f.name}" for group, plain in (("residual", ResidualConfig()), ("dwa", DWAConfig()),
-                                                        ("share", ShareConfig()), ("value_embed", ValueEmbedConfig()))
-               for f in dataclasses.fields(plain) if getattr(getattr(config, group), f.name) != getattr(plain, f.name)]
+    """Dotted names of every variant field (of every group in VARIANT_GROUPS) that differs from the plain Llama model."""
+    changed = [f"{group}.{f.name}" for group, kind in VARIANT_GROUPS.items() for f in dataclasses.fields(kind)
+               if getattr(getattr(config, group), f.name) != getattr(kind(), f.name)]
     return changed + (["neutreno_lambda"] if config.neutreno_lambda else [])
 
 

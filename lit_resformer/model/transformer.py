@@ -158,6 +158,83 @@ class ValueEmbedMix(nn.Module):
         return weighted + g.transpose(1, 2).unsqueeze(-1) * _heads(rows, v.shape[1])
 
 
+class OutputGate(nn.Module):
+    """Gated attention (Qiu et al. 2025, arXiv 2505.06708: Y' = Y ⊙ σ(X W_θ) at gate position G1, after SDPA):
+    σ(X W_θ) from the layer's normed input X, one gate per head (`head`) or per channel (`element`).
+
+    W_θ starts random (init_std) as in the reference, where it is extra output rows of q_proj, so σ ≈ 1/2 at init.
+    """
+
+    def __init__(self, d_model: int, heads: int, head_dim: int, per: str, init_std: float):
+        super().__init__()
+        self.heads = heads
+        self.weight = nn.Parameter(torch.randn(heads if per == "head" else heads * head_dim, d_model) * init_std)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return torch.sigmoid(F.linear(x, self.weight)).view(b, t, self.heads, -1).transpose(1, 2)  # [B, H, T, 1 or d]
+
+
+class ExclusiveSelfAttention(nn.Module):
+    """Gated XSA (modded-nanogpt train_gpt.py, `CausalSelfAttention.forward`): U <- U - tanh(α) (U·v / ‖v‖²) v per
+    token and head, v the token's own value. α per layer, per head, or per token and head (α = W x); α (W) starts
+    at zero, where tanh(α) = 0 and the layer is vanilla."""
+
+    def __init__(self, config: ModelConfig, heads: int):
+        super().__init__()
+        self.per = config.xsa.per
+        if self.per == "token":
+            self.weight = nn.Parameter(torch.zeros(heads, config.d_model))
+        else:
+            self.alpha = nn.Parameter(torch.zeros(heads if self.per == "head" else ()))
+
+    def forward(self, x: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """x [B, T, D] the normed layer input, u [B, H, T, d] the attention output, v [B, H, T, d] the own values."""
+        if self.per == "token":
+            alpha = F.linear(x, self.weight).transpose(1, 2).unsqueeze(-1)  # [B, H, T, 1]
+        else:
+            alpha = self.alpha.view(-1, 1, 1) if self.per == "head" else self.alpha
+        # (U·v / ‖v‖²) v is U's component along v; the clamp (modded-nanogpt's 1e-8) keeps v = 0 harmless.
+        along = (u * v).sum(-1, keepdim=True) / v.square().sum(-1, keepdim=True).clamp_min(1e-8)
+        return u - torch.tanh(alpha) * along * v
+
+
+class FirstValueGate(nn.Module):
+    """SATFormer (arXiv 2605.03953; SkyeGunasekaran/SATFormer, models/satformer/attn_satformer.py,
+    `ValueResidualMixing`): V'_n = V_n + relu(W_α h_n) · V_1, one gate per KV head and token.
+
+    W_α starts random (init_std) as the reference's nn.Linear: relu has no gradient at 0, so a zero W_α would never
+    learn. W_α = 0 is the vanilla model exactly.
+    """
+
+    def __init__(self, d_model: int, heads: int, init_std: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(heads, d_model) * init_std)
+
+    def forward(self, x: torch.Tensor, v: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
+        """x [B, T, D] the normed layer input h_n; v, v1 [B, Hkv, T, d]."""
+        return v + F.relu(F.linear(x, self.weight)).transpose(1, 2).unsqueeze(-1) * v1
+
+
+class DenseValue(nn.Module):
+    """Dense value connections of one layer n (DenseValueConfig): Σ_j μ_j h_j over earlier hidden states h_j, with
+    μ = W_2 GELU(W_1 RMSNorm(h_{n-1})) per token (MUDDFormer arXiv 2502.12170, its code's `MultiwayDynamicDenseBlock`: an
+    RMSNorm without scale, then a GELU MLP; modded-nanogpt `forward_mudd`). W_2 starts at zero: μ = 0, vanilla."""
+
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        dv = config.dense_value
+        self.sources, self.into, self.eps = config.dense_value_sources(layer), dv.into, config.norm_eps
+        self.w1 = nn.Parameter(torch.randn(dv.hidden, config.d_model) * config.init_std)
+        self.w2 = nn.Parameter(torch.zeros(len(self.sources), dv.hidden))
+
+    def forward(self, streams: list[torch.Tensor]) -> torch.Tensor:
+        """streams h_0..h_{n-1}, each [B, T, D] -> Σ_j μ_j(h_{n-1}) h_j, [B, T, D]."""
+        h = streams[-1]
+        mu = F.linear(F.gelu(F.linear(F.rms_norm(h, (h.shape[-1],), eps=self.eps), self.w1)), self.w2)  # [B, T, S]
+        return sum(mu[..., s, None] * streams[j] for s, j in enumerate(self.sources))
+
+
 @dataclass
 class _Stash:
     """What each layer leaves behind in one forward pass, indexed by 0-based layer."""
@@ -168,11 +245,12 @@ class _Stash:
     values: list = field(default_factory=list)  # full values attended with (cache included)
     new_values: list = field(default_factory=list)  # V'_n of the new tokens (NeuTRENO's term)
     value_rows: dict = field(default_factory=dict)  # value-embedding table key -> its rows of the new tokens
+    streams: list = field(default_factory=list)  # h_j: the residual stream handed to block j+1 (dense value only)
 
     @classmethod
     def empty(cls, n_layer: int) -> _Stash:
         blank = lambda: [None] * n_layer  # noqa: E731
-        return cls({"q": blank(), "k": blank(), "v": blank()}, blank(), blank(), blank(), blank())
+        return cls({"q": blank(), "k": blank(), "v": blank()}, blank(), blank(), blank(), blank(), streams=blank())
 
 
 def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -190,10 +268,13 @@ class Attention(nn.Module):
         self.config, self.layer = config, layer
         d, h, hk = config.d_model, config.n_head, config.n_kv_head
         self.own = {p: config.producer(layer, p) == layer for p in "qkv"}
+        # SkipV1Former: layers n >= 2 compute only half their value heads (ShareConfig.skip_v1).
+        self.skip_v1 = config.share.skip_v1 and layer > 0
+        self.v_heads = hk // 2 if self.skip_v1 else hk
         # Layers that reuse another layer's projection have no weight for it (SVFormer: no W_V, Eq. 10).
         self.wq = nn.Linear(d, d, bias=False) if self.own["q"] else None
         self.wk = nn.Linear(d, config.kv_dim, bias=False) if self.own["k"] else None
-        self.wv = nn.Linear(d, config.kv_dim, bias=False) if self.own["v"] else None
+        self.wv = nn.Linear(d, self.v_heads * config.head_dim, bias=False) if self.own["v"] else None
         self.wo = nn.Linear(d, d, bias=False)
         r = config.residual
         self.residual_target = r.target if layer in config.residual_layers() else None
@@ -205,12 +286,30 @@ class Attention(nn.Module):
         adds_embedding = layer in config.value_embed_layers()
         self.ve_mix = ValueEmbedMix(config, hk) if adds_embedding else None
         self.ve_table = config.value_embed_table(layer) if adds_embedding else None
+        # The field's other answers to attention concentration (one module each, None where the layer has none).
+        gated = layer in config.attn_gate_layers()
+        self.out_gate = OutputGate(d, h, config.head_dim, config.attn_gate.per, config.init_std) if gated else None
+        self.xsa = ExclusiveSelfAttention(config, h) if layer in config.xsa_layers() else None
+        self.sat_gate = FirstValueGate(d, hk, config.init_std) if layer in config.satformer_layers() else None
+        self.dense_value = DenseValue(config, layer) if layer in config.dense_value_layers() else None
 
-    def forward(self, x, rope: Rotary, stash: _Stash, cache: KVCache | None, trace: Trace | None):
+    def forward(self, x, rope: Rotary, stash: _Stash, cache: KVCache | None, trace: Trace | None,
+                norm: nn.Module | None = None):
+        """x [B, T, D] the normed layer input; `norm` the block's attention norm (dense value connections into the
+        value input normalise their mixed stream with it)."""
         cfg, i = self.config, self.layer
         offset = cache.pos if cache is not None else 0
-        proj = {"q": (self.wq, cfg.n_head), "k": (self.wk, cfg.n_kv_head), "v": (self.wv, cfg.n_kv_head)}
-        new = {p: _heads(w(x), heads) for p, (w, heads) in proj.items() if self.own[p]}
+        proj = {"q": (self.wq, cfg.n_head), "k": (self.wk, cfg.n_kv_head), "v": (self.wv, self.v_heads)}
+        inputs = dict.fromkeys("qkv", x)
+        if self.dense_value is not None:
+            dense = self.dense_value(stash.streams[:i + 1])  # Σ_j μ_j(h_{n-1}) h_j
+            if self.dense_value.into == "input":
+                # MUDDFormer's V stream (arXiv 2502.12170): V_n = W_V RMSNorm_n(h_{n-1} + Σ_j μ_j h_j).
+                inputs["v"] = norm(stash.streams[i] + dense)
+        new = {p: _heads(w(inputs[p]), heads) for p, (w, heads) in proj.items() if self.own[p]}
+        if self.dense_value is not None and self.dense_value.into == "value":
+            # modded-nanogpt's last layer (train_gpt.py, `v_mudd` as `aux_v`): V_n = W_V x + Σ_j μ_j h_j.
+            new["v"] = new["v"] + _heads(dense, cfg.n_kv_head)
         for p, t in new.items():
             stash.raw[p][i] = t
 
@@ -231,6 +330,9 @@ class Attention(nn.Module):
                     # Eq. 6 (identity mapping): U_n = A_n (a V_n) + l R_n; the l R_n term is added below.
                     new[t] = a * new[t]
                     identity_weight = l
+        if self.sat_gate is not None:
+            # SATFormer (arXiv 2605.03953): V'_n = V_n + relu(W_α h_n) V_1, V_1 layer 1's raw projection.
+            new["v"] = self.sat_gate(x, new["v"], stash.raw["v"][0])
         if self.ve_mix is not None:
             # Value embeddings, after the residual's mixing and before the cache write.
             new["v"] = self.ve_mix(x, new["v"], stash.value_rows[self.ve_table])
@@ -244,8 +346,15 @@ class Attention(nn.Module):
             k_new = rope(new["k"], offset)
             stash.keys[i] = cache.write(cache.keys, i, k_new) if cache is not None else k_new
         if self.own["v"]:
-            stash.new_values[i] = new["v"]
-            stash.values[i] = cache.write(cache.values, i, new["v"]) if cache is not None else new["v"]
+            v_new = new["v"]
+            v_all = cache.write(cache.values, i, v_new) if cache is not None else v_new
+            if self.skip_v1:
+                # SkipV1Former (arXiv 2510.16807): V_n = [own heads 1..H/2 ; V_1's heads H/2+1..H]. Only the own
+                # half is cached above; layer 1's half is read from its values (cache included).
+                half = cfg.n_kv_head // 2
+                v_new = torch.cat([v_new, stash.new_values[0][:, half:]], dim=1)
+                v_all = torch.cat([v_all, stash.values[0][:, half:]], dim=1)
+            stash.new_values[i], stash.values[i] = v_new, v_all
         k, v = stash.keys[cfg.producer(i, "k")], stash.values[cfg.producer(i, "v")]
 
         blocks = 1
@@ -262,10 +371,16 @@ class Attention(nn.Module):
 
         if identity_weight is not None:
             u = u + _repeat_heads(identity_weight * history, cfg.n_head)
+        v_used = stash.new_values[cfg.producer(i, "v")]  # the values of the new tokens this layer attended with
         if self.neutreno:
             # NeuTRENO (Appendix A.3): U_n <- U_n + mu (V_1 - V'_n), in head space, KV heads repeated for GQA.
-            v_used = stash.new_values[cfg.producer(i, "v")]
             u = u + self.neutreno * _repeat_heads(stash.new_values[0] - v_used, cfg.n_head)
+        if self.xsa is not None:
+            # XSA (modded-nanogpt): U <- U - tanh(α) (U·v / ‖v‖²) v, v each token's own value.
+            u = self.xsa(x, u, _repeat_heads(v_used, cfg.n_head))
+        if self.out_gate is not None:
+            # Gated attention (arXiv 2505.06708): Y' = Y ⊙ σ(X W_θ), last before W_O (position G1).
+            u = u * self.out_gate(x)
         b, _, t, _ = u.shape
         return self.wo(u.transpose(1, 2).reshape(b, t, cfg.d_model))
 
@@ -284,13 +399,17 @@ class SwiGLU(nn.Module):
 class Block(nn.Module):
     def __init__(self, config: ModelConfig, layer: int):
         super().__init__()
+        self.layer = layer
+        self.keeps_stream = config.dense_value.enabled  # later layers' dense value connections read h_layer
         self.attn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.attn = Attention(config, layer)
         self.mlp_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.mlp = SwiGLU(config.d_model, config.ffn_dim)
 
     def forward(self, x, rope, stash, cache, trace):
-        x = x + self.attn(self.attn_norm(x), rope, stash, cache, trace)
+        if self.keeps_stream:
+            stash.streams[self.layer] = x  # h_{n-1}, the stream handed to block n
+        x = x + self.attn(self.attn_norm(x), rope, stash, cache, trace, self.attn_norm)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -416,15 +535,19 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------ accounting
     def mixing_parameters(self) -> list[nn.Parameter]:
-        """Learnable residual weights and gates, value-embedding gates and λs, DenseFormer alphas: logged every step."""
+        """Learnable residual weights and gates, value-embedding gates and λs, attention-output gates, XSA's α,
+        SATFormer's gates, dense value connections' μ networks and DenseFormer alphas: logged every step."""
         return [p for name, p in self.named_parameters() if _in_mix_group(name) or name.startswith("dwa.")]
 
     def param_groups(self, weight_decay: float, decay_embeddings: bool = False,
                      mix_lr: float | None = None) -> list[dict]:
         """AdamW groups: decay on weight matrices (embeddings, value-embedding tables included, optional) and on
         DenseFormer's alphas, as epfml's DenseFormer does; none on norms. The residual's learnable mixing weights
-        and gates and the value embeddings' gates and λs form a third group, never decayed, with learning rate
-        `mix_lr` (None: the optimizer's base lr)."""
+        and gates, the value embeddings' gates and λs, and the gates and mixing weights of gated attention, XSA,
+        SATFormer and dense value connections form a third group, never decayed, with learning rate `mix_lr` (None:
+        the optimizer's base lr). modded-nanogpt trains XSA's α so (records/track_1_short/2026-05-07_XSAGatedLayers);
+        its MUDD matrices it decays, at a quarter of the base lr (train_gpt.py, the `mudd_w1`/`mudd_w2` entries of
+        its parameter table), which this grouping does not reproduce."""
         decay, no_decay, residual_mix = [], [], []
         for name, p in self.named_parameters():
             if _in_mix_group(name):
@@ -470,9 +593,14 @@ class Transformer(nn.Module):
 EMBEDDINGS = ("tok_emb.", "value_embeds.")
 
 
+# Attention submodules whose parameters are mixing weights or gates: the residual's (`mix`), the value embeddings'
+# (`ve_mix`), gated attention's, XSA's, SATFormer's and the dense value connections'.
+MIX_MODULES = ("mix", "ve_mix", "out_gate", "xsa", "sat_gate", "dense_value")
+
+
 def _in_mix_group(name: str) -> bool:
-    """Learnable residual weights and gates (`.mix.`) and value-embedding gates and λs (`.ve_mix.`)."""
-    return ".mix." in name or ".ve_mix." in name
+    """Parameters of the mixing and gating submodules (MIX_MODULES): never decayed, their own learning rate."""
+    return any(f".{module}." in name for module in MIX_MODULES)
 
 
 def _pad_rows(weight: torch.Tensor, rows: int) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Configuration of an exported lit-resformer model: the Llama-like base plus every variant field, as data.
 
 Self-contained (torch and transformers only): it travels inside the exported folder and is loaded with
-`trust_remote_code=True`. The variant groups `residual`, `value_embed`, `dwa` and `share` are stored as the same nested
-dictionaries as the training config, so `config.json` reads like the run's own config.
+`trust_remote_code=True`. The variant groups (GROUP_DEFAULTS: `residual`, `value_embed`, `dwa`, `share`, `attn_gate`,
+`xsa`, `satformer`, `dense_value`) are stored as the same nested dictionaries as the training config, so `config.json`
+reads like the run's own config.
 Layer numbers in the variant fields are 1-based, as in the paper; the methods return 0-based indices.
 
 `config.json` also records the transformers release the folder was exported with and the major versions this code
@@ -27,7 +28,18 @@ RESIDUAL_DEFAULTS = dict(target="none", source="first", mapping="attention", sel
 VALUE_EMBED_DEFAULTS = dict(layers=None, shared=False, gate_width=12, gate_reads_table=False, gate_scale=3.0,
                             value_weight="fixed")
 DWA_DEFAULTS = dict(enabled=False, dilation=1, period=1)
-SHARE_DEFAULTS = dict(svformer=False, anchors=None, num_anchors=None, every=1, what="kv", first="none")
+SHARE_DEFAULTS = dict(svformer=False, anchors=None, num_anchors=None, every=1, what="kv", first="none", skip_v1=False)
+ATTN_GATE_DEFAULTS = dict(per="none", layers=None)
+XSA_DEFAULTS = dict(per="none", layers=None)
+SATFORMER_DEFAULTS = dict(enabled=False, layers=None)
+DENSE_VALUE_DEFAULTS = dict(layers=None, sources=None, into="input", hidden=64)
+# Every variant group: its name (a keyword of ResFormerConfig and a key of config.json) -> its fields' defaults. The
+# training code's ModelConfig has the same groups (lit_resformer.model.config.VARIANT_GROUPS); its tests hold the two equal.
+GROUP_DEFAULTS = {
+    "residual": RESIDUAL_DEFAULTS, "value_embed": VALUE_EMBED_DEFAULTS, "dwa": DWA_DEFAULTS, "share": SHARE_DEFAULTS,
+    "attn_gate": ATTN_GATE_DEFAULTS, "xsa": XSA_DEFAULTS, "satformer": SATFORMER_DEFAULTS,
+    "dense_value": DENSE_VALUE_DEFAULTS,
+}
 CHOICES = {
     "residual.target": ("none", "v", "q", "k"),
     "residual.source": ("first", "previous", "all"),
@@ -37,6 +49,9 @@ CHOICES = {
     "value_embed.value_weight": ("fixed", "learnable"),
     "share.what": ("k", "v", "kv"),
     "share.first": ("none", "q", "k", "v"),
+    "attn_gate.per": ("none", "head", "element"),
+    "xsa.per": ("none", "layer", "head", "token"),
+    "dense_value.into": ("input", "value"),
 }
 
 
@@ -63,19 +78,18 @@ class ResFormerConfig(PretrainedConfig):
 
     def __init__(self, vocab_size: int = 4096, n_layer: int = 6, n_head: int = 4, n_kv_head: int | None = None,
                  d_model: int = 128, ffn_dim: int = 352, max_seq_len: int = 512, rope_theta: float = 10000.0,
-                 norm_eps: float = 1e-5, init_std: float = 0.02, residual: dict | None = None,
-                 value_embed: dict | None = None, neutreno_lambda: float = 0.0, dwa: dict | None = None, share: dict | None = None,
+                 norm_eps: float = 1e-5, init_std: float = 0.02, neutreno_lambda: float = 0.0,
                  use_cache: bool = True, exported_with_transformers: str | None = None,
                  tested_transformers_majors: list[int] | None = None, **kwargs):
+        """The variant groups of GROUP_DEFAULTS come as keyword arguments of their names (dicts; missing fields take
+        their defaults), e.g. `ResFormerConfig(residual={"target": "v"}, attn_gate={"per": "head"})`."""
         self.vocab_size, self.n_layer, self.n_head = vocab_size, n_layer, n_head
         self.n_kv_head = n_head if n_kv_head is None else n_kv_head
         self.d_model, self.ffn_dim, self.max_seq_len = d_model, ffn_dim, max_seq_len
         self.rope_theta, self.norm_eps, self.init_std = float(rope_theta), float(norm_eps), float(init_std)
-        self.residual = _group("residual", residual, RESIDUAL_DEFAULTS)
-        self.value_embed = _group("value_embed", value_embed, VALUE_EMBED_DEFAULTS)
+        for name, defaults in GROUP_DEFAULTS.items():
+            setattr(self, name, _group(name, kwargs.pop(name, None), defaults))
         self.neutreno_lambda = float(neutreno_lambda)
-        self.dwa = _group("dwa", dwa, DWA_DEFAULTS)
-        self.share = _group("share", share, SHARE_DEFAULTS)
         self.use_cache = use_cache  # forward returns its ResFormerCache unless told otherwise
         self.exported_with_transformers = exported_with_transformers
         majors = list(TESTED_TRANSFORMERS_MAJORS if tested_transformers_majors is None else tested_transformers_majors)
@@ -114,6 +128,40 @@ class ResFormerConfig(PretrainedConfig):
     def value_embed_table(self, i: int) -> str:
         """The key of the value-embedding table layer i reads: 'shared', or its own 1-based layer number."""
         return "shared" if self.value_embed["shared"] else str(i + 1)
+
+    def attn_gate_layers(self) -> list[int]:
+        """Layers whose attention output is gated (every layer unless `attn_gate.layers`)."""
+        if self.attn_gate["per"] == "none":
+            return []
+        return sorted(n - 1 for n in (self.attn_gate["layers"] or range(1, self.n_layer + 1)))
+
+    def xsa_layers(self) -> list[int]:
+        """Layers with exclusive self-attention (every layer unless `xsa.layers`)."""
+        if self.xsa["per"] == "none":
+            return []
+        return sorted(n - 1 for n in (self.xsa["layers"] or range(1, self.n_layer + 1)))
+
+    def satformer_layers(self) -> list[int]:
+        """Layers that add SATFormer's gated V_1 (every layer n >= 2 unless `satformer.layers`)."""
+        if not self.satformer["enabled"]:
+            return []
+        return sorted(n - 1 for n in (self.satformer["layers"] or range(2, self.n_layer + 1)))
+
+    def dense_value_layers(self) -> list[int]:
+        """Layers whose value path reads earlier hidden states: the listed ones, 'all' (n >= 2) or 'last'."""
+        layers = self.dense_value["layers"]
+        if layers is None:
+            return []
+        if layers == "all":
+            return list(range(1, self.n_layer))
+        if layers == "last":
+            return [self.n_layer - 1]
+        return sorted(n - 1 for n in layers)
+
+    def dense_value_sources(self, i: int) -> list[int]:
+        """The j of the hidden states h_j layer i mixes into its values (h_0 = embeddings); default every j <= i."""
+        sources = self.dense_value["sources"]
+        return list(sources) if sources is not None else list(range(i + 1))
 
     def residual_sources(self, i: int) -> list[int]:
         """Layers whose projections form the history term R of layer i: {1}, {n-1} or {1..n-1}."""

@@ -11,10 +11,14 @@ field of `ResFormerConfig`; parameter names follow the training code, so its wei
 
 Beyond the paper, the value path researchers use today: value embeddings (per-token tables added to the values of
 chosen layers through a sigmoid gate, as nanochat and modded-nanogpt) and sigmoid gates from the token's hidden state
-per head or per channel, full or low-rank (x-transformers, RWKV-7).
+per head or per channel, full or low-rank (x-transformers, RWKV-7); and the field's other answers to attention
+concentration: gated attention (arXiv 2505.06708), exclusive self-attention (modded-nanogpt's gated XSA), SATFormer
+(arXiv 2605.03953), dense value connections (MUDDFormer arXiv 2502.12170, modded-nanogpt) and SkipV1Former
+(arXiv 2510.16807).
 
 The KV cache holds only what each layer produces: SVFormer keeps K for every layer and V once (per anchor),
-CLA keeps one K/V per group, and a layer that reuses another layer's K or V reads the producer's entry.
+CLA keeps one K/V per group, SkipV1Former's layers n >= 2 keep K and the half of their value heads they compute,
+and a layer that reuses another layer's K or V reads the producer's entry.
 Written against the Cache API of transformers 5 (`Cache(layers=...)`, `DynamicLayer`), and tested with 5.23 and
 5.24, which renamed the cache argument and output field from `past_key_values` to `cache`.
 """
@@ -171,6 +175,68 @@ class ValueEmbedMix(nn.Module):
         return weighted + g.transpose(1, 2).unsqueeze(-1) * split_heads(rows, v.shape[1])
 
 
+class OutputGate(nn.Module):
+    """Gated attention (arXiv 2505.06708): Y' = Y ⊙ σ(X W_θ) after SDPA, one gate per head or per channel."""
+
+    def __init__(self, d_model: int, heads: int, head_dim: int, per: str):
+        super().__init__()
+        self.heads = heads
+        self.weight = nn.Parameter(torch.zeros(heads if per == "head" else heads * head_dim, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return torch.sigmoid(F.linear(x, self.weight)).view(b, t, self.heads, -1).transpose(1, 2)  # [B, H, T, 1 or d]
+
+
+class ExclusiveSelfAttention(nn.Module):
+    """Gated XSA (modded-nanogpt): U <- U - tanh(α) (U·v / ‖v‖²) v per token and head, v the token's own value;
+    α per layer, per head, or per token and head (α = W x)."""
+
+    def __init__(self, config: ResFormerConfig, heads: int):
+        super().__init__()
+        self.per = config.xsa["per"]
+        if self.per == "token":
+            self.weight = nn.Parameter(torch.zeros(heads, config.d_model))
+        else:
+            self.alpha = nn.Parameter(torch.zeros(heads if self.per == "head" else ()))
+
+    def forward(self, x: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.per == "token":
+            alpha = F.linear(x, self.weight).transpose(1, 2).unsqueeze(-1)  # [B, H, T, 1]
+        else:
+            alpha = self.alpha.view(-1, 1, 1) if self.per == "head" else self.alpha
+        along = (u * v).sum(-1, keepdim=True) / v.square().sum(-1, keepdim=True).clamp_min(1e-8)
+        return u - torch.tanh(alpha) * along * v
+
+
+class FirstValueGate(nn.Module):
+    """SATFormer (arXiv 2605.03953): V'_n = V_n + relu(W_α h_n) · V_1, one gate per KV head and token."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(heads, d_model))
+
+    def forward(self, x: torch.Tensor, v: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
+        return v + F.relu(F.linear(x, self.weight)).transpose(1, 2).unsqueeze(-1) * v1
+
+
+class DenseValue(nn.Module):
+    """Dense value connections of one layer n: Σ_j μ_j h_j over earlier hidden states (h_0 = embeddings, h_j the
+    stream handed to block j+1), μ = W_2 GELU(W_1 RMSNorm(h_{n-1})) per token (MUDDFormer, arXiv 2502.12170)."""
+
+    def __init__(self, config: ResFormerConfig, layer: int):
+        super().__init__()
+        dv = config.dense_value
+        self.sources, self.into, self.eps = config.dense_value_sources(layer), dv["into"], config.norm_eps
+        self.w1 = nn.Parameter(torch.zeros(dv["hidden"], config.d_model))
+        self.w2 = nn.Parameter(torch.zeros(len(self.sources), dv["hidden"]))
+
+    def forward(self, streams: list[torch.Tensor]) -> torch.Tensor:
+        h = streams[-1]
+        mu = F.linear(F.gelu(F.linear(F.rms_norm(h, (h.shape[-1],), eps=self.eps), self.w1)), self.w2)  # [B, T, S]
+        return sum(mu[..., s, None] * streams[j] for s, j in enumerate(self.sources))
+
+
 class ResidualMix(nn.Module):
     """Weights (a, l) of X'_n = a X_n + l R_n for one layer: fixed, per layer, per head, per token, or tied."""
 
@@ -211,8 +277,9 @@ class LayerOutputs:
         self.q = blank()  # post-RoPE queries of the new tokens
         self.keys = blank()  # every post-RoPE key attended with (cache included)
         self.values = blank()  # every value attended with (cache included)
-        self.new_values = blank()  # V'_n of the new tokens (NeuTRENO's term)
+        self.new_values = blank()  # V'_n of the new tokens (NeuTRENO's and XSA's term)
         self.value_rows = {}  # value-embedding table key -> its rows of the new tokens
+        self.streams = blank()  # h_j, the residual stream handed to block j+1 (dense value connections)
 
 
 class Attention(nn.Module):
@@ -221,10 +288,13 @@ class Attention(nn.Module):
         self.config, self.layer = config, layer
         d, kv_dim = config.d_model, config.n_kv_head * config.head_dim
         self.own = {p: config.producer(layer, p) == layer for p in "qkv"}
+        # SkipV1Former: layers n >= 2 compute only the first half of their value heads.
+        self.skip_v1 = config.share["skip_v1"] and layer > 0
+        self.v_heads = config.n_kv_head // 2 if self.skip_v1 else config.n_kv_head
         # A layer that reuses another layer's projection has no weight for it (SVFormer: no W_V, Eq. 10).
         self.wq = nn.Linear(d, d, bias=False) if self.own["q"] else None
         self.wk = nn.Linear(d, kv_dim, bias=False) if self.own["k"] else None
-        self.wv = nn.Linear(d, kv_dim, bias=False) if self.own["v"] else None
+        self.wv = nn.Linear(d, self.v_heads * config.head_dim, bias=False) if self.own["v"] else None
         self.wo = nn.Linear(d, d, bias=False)
         r = config.residual
         self.residual_target = r["target"] if layer in config.residual_layers() else None
@@ -236,11 +306,26 @@ class Attention(nn.Module):
         adds_embedding = layer in config.value_embed_layers()
         self.ve_mix = ValueEmbedMix(config, config.n_kv_head) if adds_embedding else None
         self.ve_table = config.value_embed_table(layer) if adds_embedding else None
+        gated = layer in config.attn_gate_layers()
+        self.out_gate = OutputGate(d, config.n_head, config.head_dim, config.attn_gate["per"]) if gated else None
+        self.xsa = ExclusiveSelfAttention(config, config.n_head) if layer in config.xsa_layers() else None
+        self.sat_gate = FirstValueGate(d, config.n_kv_head) if layer in config.satformer_layers() else None
+        self.dense_value = DenseValue(config, layer) if layer in config.dense_value_layers() else None
 
-    def forward(self, x, rope, outputs: LayerOutputs, cache: ResFormerCache | None, offset: int, padding):
+    def forward(self, x, rope, outputs: LayerOutputs, cache: ResFormerCache | None, offset: int, padding,
+                norm: nn.Module | None = None):
         cfg, i = self.config, self.layer
-        proj = {"q": (self.wq, cfg.n_head), "k": (self.wk, cfg.n_kv_head), "v": (self.wv, cfg.n_kv_head)}
-        new = {p: split_heads(w(x), heads) for p, (w, heads) in proj.items() if self.own[p]}
+        proj = {"q": (self.wq, cfg.n_head), "k": (self.wk, cfg.n_kv_head), "v": (self.wv, self.v_heads)}
+        inputs = dict.fromkeys("qkv", x)
+        if self.dense_value is not None:
+            dense = self.dense_value(outputs.streams[:i + 1])  # Σ_j μ_j(h_{n-1}) h_j
+            if self.dense_value.into == "input":
+                # MUDDFormer's V stream: V_n = W_V RMSNorm_n(h_{n-1} + Σ_j μ_j h_j), the block's attention norm.
+                inputs["v"] = norm(outputs.streams[i] + dense)
+        new = {p: split_heads(w(inputs[p]), heads) for p, (w, heads) in proj.items() if self.own[p]}
+        if self.dense_value is not None and self.dense_value.into == "value":
+            # modded-nanogpt's last layer: V_n = W_V x + Σ_j μ_j h_j, hidden states added in value space.
+            new["v"] = new["v"] + split_heads(dense, cfg.n_kv_head)
         for p, t in new.items():
             outputs.raw[p][i] = t
 
@@ -260,6 +345,9 @@ class Attention(nn.Module):
                     # Eq. 6 (identity mapping): U_n = A_n (a V_n) + l R_n; the l R_n term is added after attention.
                     new[t] = a * new[t]
                     identity_weight = l
+        if self.sat_gate is not None:
+            # SATFormer: V'_n = V_n + relu(W_α h_n) V_1, V_1 layer 1's raw projection.
+            new["v"] = self.sat_gate(x, new["v"], outputs.raw["v"][0])
         if self.ve_mix is not None:
             # Value embeddings: added after the residual's mixing, before the cache write.
             new["v"] = self.ve_mix(x, new["v"], outputs.value_rows[self.ve_table])
@@ -274,6 +362,11 @@ class Attention(nn.Module):
             if self.own["k"]:
                 outputs.keys[i] = k_all
             if self.own["v"]:
+                if self.skip_v1:
+                    # SkipV1Former: V_n = [own heads 1..H/2 ; V_1's heads H/2+1..H]; only the own half is cached.
+                    half = cfg.n_kv_head // 2
+                    v_new = torch.cat([v_new, outputs.new_values[0][:, half:]], dim=1)
+                    v_all = torch.cat([v_all, outputs.values[0][:, half:]], dim=1)
                 outputs.values[i], outputs.new_values[i] = v_all, v_new
         k, v = outputs.keys[cfg.producer(i, "k")], outputs.values[cfg.producer(i, "v")]
 
@@ -287,10 +380,16 @@ class Attention(nn.Module):
 
         if identity_weight is not None:
             u = u + repeat_heads(identity_weight * history, cfg.n_head)
+        v_used = outputs.new_values[cfg.producer(i, "v")]  # the values of the new tokens this layer attended with
         if self.neutreno:
             # NeuTRENO (Appendix A.3): U_n <- U_n + mu (V_1 - V'_n), in head space, KV heads repeated for GQA.
-            v_used = outputs.new_values[cfg.producer(i, "v")]
             u = u + self.neutreno * repeat_heads(outputs.new_values[0] - v_used, cfg.n_head)
+        if self.xsa is not None:
+            # XSA: U <- U - tanh(α) (U·v / ‖v‖²) v, v each token's own value.
+            u = self.xsa(x, u, repeat_heads(v_used, cfg.n_head))
+        if self.out_gate is not None:
+            # Gated attention: Y' = Y ⊙ σ(X W_θ), last before W_O.
+            u = u * self.out_gate(x)
         b, _, t, _ = u.shape
         return self.wo(u.transpose(1, 2).reshape(b, t, cfg.d_model))
 
@@ -310,13 +409,17 @@ class SwiGLU(nn.Module):
 class Block(nn.Module):
     def __init__(self, config: ResFormerConfig, layer: int):
         super().__init__()
+        self.layer = layer
+        self.keeps_stream = bool(config.dense_value_layers())  # later layers' dense value connections read h_layer
         self.attn_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.attn = Attention(config, layer)
         self.mlp_norm = nn.RMSNorm(config.d_model, eps=config.norm_eps)
         self.mlp = SwiGLU(config.d_model, config.ffn_dim)
 
     def forward(self, x, rope, outputs, cache, offset, padding):
-        x = x + self.attn(self.attn_norm(x), rope, outputs, cache, offset, padding)
+        if self.keeps_stream:
+            outputs.streams[self.layer] = x  # h_{n-1}, the stream handed to block n
+        x = x + self.attn(self.attn_norm(x), rope, outputs, cache, offset, padding, self.attn_norm)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -380,6 +483,14 @@ class ResFormerForCausalLM(PreTrainedModel, GenerationMixin):
             nn.init.constant_(module.mix_history, module.initial[1])
         elif isinstance(module, ResidualMix) and module.kind == "tied":
             nn.init.constant_(module.lam, 0.5)
+        elif isinstance(module, (OutputGate, FirstValueGate)):  # random, as the references' projections
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+        elif isinstance(module, ExclusiveSelfAttention):  # α = 0: tanh(α) = 0
+            for p in module.parameters(recurse=False):
+                nn.init.zeros_(p)
+        elif isinstance(module, DenseValue):  # μ = 0: W_2 starts at zero
+            nn.init.normal_(module.w1, mean=0.0, std=self.config.init_std)
+            nn.init.zeros_(module.w2)
         elif isinstance(module, DepthWeightedAverage):
             nn.init.zeros_(module.alpha)
             nn.init.ones_(module.alpha[-1:])
