@@ -76,7 +76,7 @@ CODE_CORPUS=${CODE_CORPUS:-/tmp/lit-resformer-code-corpus}
 case ${PREPARE:-embedded} in
     grids)
         if [[ -n ${CODE_CHARS:-} ]]; then
-            "$PY" -m lit_resformer.data.code_corpus "$CODE_CORPUS" --max-chars "$CODE_CHARS" 2>&1 | tee -a "$OUT/.logs/slice.log"
+            "$PY" -m lit_resformer.corpora.code_corpus "$CODE_CORPUS" --max-chars "$CODE_CHARS" 2>&1 | tee -a "$OUT/.logs/slice.log"
         fi
         prepare="import json, sys
 from lit_resformer.grids.spec import load_grid
@@ -91,7 +91,7 @@ for data in sections.values():
     embedded) prepare="from lit_resformer.data import LMDataModule
 LMDataModule(source='embedded', tokenizer='bpe', bpe_vocab_size=4096, seq_len=256).prepare_data()" ;;
     code)
-        "$PY" -m lit_resformer.data.code_corpus "$CODE_CORPUS" --max-chars "${CODE_CHARS:-250000000}" \
+        "$PY" -m lit_resformer.corpora.code_corpus "$CODE_CORPUS" --max-chars "${CODE_CHARS:-250000000}" \
             2>&1 | tee -a "$OUT/.logs/slice.log"
         prepare="from lit_resformer.data import LMDataModule
 LMDataModule(source='local', path='$CODE_CORPUS/python.jsonl', tokenizer='bpe', bpe_vocab_size=32768, seq_len=2048,

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from lit_resformer.data.code_corpus import CORPUS_FILE, MAX_FILE_BYTES, prepare_code_corpus, read_manifest
+from lit_resformer.corpora.code_corpus import CORPUS_FILE, MAX_FILE_BYTES, prepare_code_corpus, read_manifest
+from lit_resformer.corpora.sources import local_documents
 from lit_resformer.data.packing import scan_corpus
-from lit_resformer.data.sources import local_documents
 
 
 def _package_tree(root):

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from helpers.experiments import tiny_experiment
 
-from lit_resformer.data.sources import SNIFF_BYTES
+from lit_resformer.corpora.sources import SNIFF_BYTES
 from lit_resformer.training.run_dir import RunDir
 
 pytestmark = pytest.mark.slurm

@@ -1,19 +1,22 @@
-"""Data layer: corpora (embedded, local, hub), tokenizers, packing + caches, and the resumable LMDataModule."""
+"""Data layer: corpora (embedded, local, hub, pinned), tokenizers, packing + caches, and the resumable LMDataModule."""
 
-from .bigram import BigramCounts, KneserNeyBigram, bigram_counts
-from .datamodule import LMDataModule, PackedSequences
-from .packing import CACHE_ENV, CorpusScan, default_cache_dir, pack_sequences, scan_corpus
-from .sources import (
+from lit_resformer.corpora.data_cache import CACHE_ENV, default_cache_dir
+from lit_resformer.corpora.sources import (
     SLIMPAJAMA,
     SLIMPAJAMA_DOMAIN_FIELD,
     TABLE2_MIXTURE,
     Document,
+    canonical_record,
     embedded_documents,
     hub_documents,
     local_documents,
     stdlib_code_documents,
     wiki_documents,
 )
+
+from .bigram import BigramCounts, KneserNeyBigram, bigram_counts
+from .datamodule import LMDataModule, PackedSequences
+from .packing import CorpusScan, pack_sequences, scan_corpus
 from .tokenizer import EOS_TOKEN, PAPER_TOKENIZER, load_tokenizer, parse_tokenizer_spec, train_bpe
 from .unigram import token_counts, unigram_loss
 
@@ -31,6 +34,7 @@ __all__ = [
     "LMDataModule",
     "PackedSequences",
     "bigram_counts",
+    "canonical_record",
     "default_cache_dir",
     "embedded_documents",
     "hub_documents",

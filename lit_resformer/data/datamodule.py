@@ -21,30 +21,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
 
-from .bigram import BigramCounts, KneserNeyBigram, bigram_counts
-from .packing import (
-    FILES,
-    META,
-    SPLITS,
-    CorpusScan,
-    atomic_directory,
-    atomic_file,
-    atomic_write_text,
-    default_cache_dir,
-    describe_files,
-    digest,
-    entry_problem,
-    files_problem,
-    read_json,
-    read_token_stream,
-    scan_corpus,
-    stream_name,
-    token_dtype,
-    write_meta,
-    write_packed,
-    write_token_streams,
-)
-from .sources import (
+from lit_resformer.corpora.data_cache import atomic_directory, default_cache_dir
+from lit_resformer.corpora.sources import (
     DEFAULT_ENCODING,
     SLIMPAJAMA,
     SLIMPAJAMA_DOMAIN_FIELD,
@@ -57,6 +35,28 @@ from .sources import (
     local_documents,
     local_files,
     utf8_bytes,
+)
+
+from .bigram import BigramCounts, KneserNeyBigram, bigram_counts
+from .packing import (
+    FILES,
+    META,
+    SPLITS,
+    CorpusScan,
+    atomic_file,
+    atomic_write_text,
+    describe_files,
+    digest,
+    entry_problem,
+    files_problem,
+    read_json,
+    read_token_stream,
+    scan_corpus,
+    stream_name,
+    token_dtype,
+    write_meta,
+    write_packed,
+    write_token_streams,
 )
 from .tokenizer import (
     EOS_TOKEN,
@@ -72,7 +72,7 @@ from .unigram import token_counts, unigram_loss
 
 log = logging.getLogger(__name__)
 
-Source = Literal["embedded", "local", "hub"]
+Source = Literal["embedded", "local", "hub", "pinned"]
 # Used only to size the hub snapshot when the tokenizer (a BPE trained on that snapshot) does not exist yet:
 # byte-level BPEs of a few thousand tokens average about 4 bytes of English text per token.
 BYTES_PER_TOKEN_ESTIMATE = 4
@@ -165,9 +165,14 @@ class LMDataModule(L.LightningDataModule):
     """Language-model data: a corpus packed into sequences of `seq_len` inputs + next-token labels.
 
     Args:
-        source: "embedded" (Python stdlib code + Wikipedia leads, offline), "local" (files under `path`) or
-            "hub" (a `datasets` dataset streamed from the hub, SlimPajama by default).
-        path: local source: a .txt/.jsonl/.parquet file or a folder of them.
+        source: "embedded" (Python stdlib code + Wikipedia leads, offline), "local" (files under `path`),
+            "hub" (a `datasets` dataset streamed from the hub, SlimPajama by default) or "pinned" (English prose +
+            Python code built from pinned registry artifacts, the same bytes on every machine: `pinned_corpus.py`).
+        path: local source: a .txt/.jsonl/.parquet file or a folder of them. pinned source (optional): the corpus
+            shard (`python -m lit_resformer.corpora.pinned_corpus build --out FILE`) or a folder holding it; without
+            it the shard is taken from the cache, built there on first use (downloading the artifacts once).
+        pinned_manifest: pinned source: the manifest naming the artifacts and the expected content hash
+            (default: the package's `pinned_corpus.json`).
         domain_field: field of a .jsonl/.parquet/hub record holding its domain (dotted for nested records);
             local default: the file name; hub default: "meta.redpajama_set_name".
         encoding: the text encoding of local .txt/.jsonl files; a file that does not decode in it is refused.
@@ -213,6 +218,7 @@ class LMDataModule(L.LightningDataModule):
         hub_mixture_unit: MixtureUnit = "documents",
         max_hub_tokens: int = 100_000_000,
         hub_seed: int = 0,
+        pinned_manifest: str | None = None,
         tokenizer: str = "bpe",
         bpe_vocab_size: int = 8192,
         eos_token: str = EOS_TOKEN,
@@ -255,6 +261,13 @@ class LMDataModule(L.LightningDataModule):
         self.tokenizer_kind, self.tokenizer_value = parse_tokenizer_spec(tokenizer)
         if source == "local":
             local_files(path, domain_field, encoding)
+        if source == "pinned":
+            from lit_resformer.corpora.pinned_corpus import load_manifest
+
+            load_manifest(pinned_manifest)  # a ValueError naming data.pinned_manifest when it is not one
+            if path is not None and str(path).strip() and not Path(path).expanduser().exists():
+                raise ValueError(f"data.path: {path!r} does not exist (the pinned corpus's shard, or a folder "
+                                 "holding it; leave data.path unset to use the cache)")
         if source == "hub":
             if not hub_name:
                 raise ValueError("data.hub_name: required when source is 'hub'")
@@ -292,12 +305,23 @@ class LMDataModule(L.LightningDataModule):
             return embedded_documents()
         if self.source == "local":
             return local_documents(self.hparams.path, self.hparams.domain_field, self.hparams.encoding)
+        if self.source == "pinned":
+            from lit_resformer.corpora.pinned_corpus import pinned_documents
+
+            return pinned_documents(self.cache_dir, self.hparams.pinned_manifest, self.hparams.path)
         return self._snapshot_documents(self._hub_snapshot())
 
     def corpus_scan(self) -> CorpusScan:
         if self._scan is None:
             self._scan = scan_corpus(self.documents(), self.hparams.holdout_fraction)
         return self._scan
+
+    @property
+    def corpus_hash(self) -> str:
+        """The corpus's content hash: sha256 of its canonical document stream (`sources.canonical_record`), for
+        every source; for "pinned" it equals the manifest's `content_sha256`. Runs of different hashes are
+        different corpora. Costs one pass over the corpus (the scan every run makes anyway)."""
+        return self.corpus_scan().content_sha256
 
     def _lock(self, key: str) -> FileLock:
         (self.cache_dir / "locks").mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -33,15 +32,10 @@ from typing import BinaryIO, TextIO
 import numpy as np
 from tokenizers import Tokenizer
 
-from .sources import Document, stable_hash
+from lit_resformer.corpora.sources import Document, canonical_record, stable_hash
 
-CACHE_ENV = "LIT_RESFORMER_CACHE"
 SPLITS = ("train", "val", "test")
 _ENCODE_BATCH = 512  # documents per encode_batch call: big enough for the Rust thread pool, small in memory
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "lit-resformer").expanduser()
 
 
 def digest(*parts: str) -> str:
@@ -58,22 +52,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 # ---------------------------------------------------------------------------------------------------------
 # atomic cache writes
-
-
-@contextlib.contextmanager
-def atomic_directory(final: Path) -> Iterator[Path]:
-    """Yield a temporary sibling directory to fill; rename it to `final` only if the block succeeds."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-    try:
-        yield temporary
-        try:
-            os.rename(temporary, final)
-        except OSError:
-            if not final.is_dir():  # not a lost race with another process writing the same entry
-                raise
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -162,6 +140,8 @@ class CorpusScan:
     holdout_fraction: float
     documents: dict[str, int] = field(default_factory=dict)  # domain -> number of documents
     held_out: dict[str, dict[int, str]] = field(default_factory=dict)  # domain -> {index in domain: split}
+    # sha256 of the canonical document stream (`canonical_record`): the corpus's name in run summaries
+    content_sha256: str = ""
 
     @property
     def domains(self) -> list[str]:
@@ -183,14 +163,17 @@ class CorpusScan:
 
 def scan_corpus(documents: Iterable[Document], holdout_fraction: float) -> CorpusScan:
     hasher = hashlib.blake2b(digest_size=16)
+    content = hashlib.sha256()
     ranks: dict[str, list[tuple[int, int]]] = {}
     for document in documents:
         hasher.update(document.domain.encode("utf-8") + b"\x00" + document.text.encode("utf-8") + b"\x01")
+        content.update(canonical_record(document.domain, document.text))
         in_domain = ranks.setdefault(document.domain, [])
         in_domain.append((stable_hash(document.text), len(in_domain)))
     if not ranks:
         raise ValueError("data: the corpus has no documents (every document was empty)")
-    scan = CorpusScan(fingerprint=hasher.hexdigest(), holdout_fraction=holdout_fraction)
+    scan = CorpusScan(fingerprint=hasher.hexdigest(), holdout_fraction=holdout_fraction,
+                      content_sha256=content.hexdigest())
     for domain, in_domain in ranks.items():
         count = len(in_domain)
         held_out = max(1, round(holdout_fraction * count))

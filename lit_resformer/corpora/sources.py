@@ -7,6 +7,8 @@ Three kinds:
 - local: .txt / .jsonl / .parquet files or folders of them.
 - hub: a `datasets` dataset streamed from the Hugging Face hub (SlimPajama with the paper's Table 2 mixture by
   default), or any other `load_dataset` builder (e.g. "json" with data files) streamed the same way.
+(The fourth, `pinned`, English prose and Python code built from pinned registry artifacts so that it is the same
+bytes on every machine, lives in `pinned_corpus.py`.)
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from typing import Any, Literal, NamedTuple, get_args
 class Document(NamedTuple):
     text: str
     domain: str
+
+
+def canonical_record(domain: str, text: str) -> bytes:
+    """One document of the canonical stream: `<domain bytes> <text bytes>\\n<domain>\\n<text>\\n` (UTF-8).
+
+    The lengths make it unambiguous whatever the texts hold. A corpus's content hash is the sha256 of its records
+    concatenated in corpus order: `packing.scan_corpus` hashes every corpus (embedded, local, hub, pinned) this way
+    (`LMDataModule.corpus_hash`), and the pinned corpus's shard stores exactly this stream (`pinned_corpus.py`)."""
+    domain_bytes, text_bytes = domain.encode("utf-8"), text.encode("utf-8")
+    return b"%d %d\n%s\n%s\n" % (len(domain_bytes), len(text_bytes), domain_bytes, text_bytes)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .packing import atomic_directory
+from lit_resformer.corpora.data_cache import atomic_directory
 
 CORPUS_FILE = "python.jsonl"
 MANIFEST_FILE = "manifest.json"
