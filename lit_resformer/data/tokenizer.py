@@ -7,11 +7,13 @@ pipeline appends the EOS token itself.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 EOS_TOKEN = "<|endoftext|>"
@@ -103,3 +105,46 @@ def eos_id_of(tokenizer: Tokenizer, eos_token: str) -> int:
 def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
     """Hash of the tokenizer's full serialisation: equal fingerprints encode text identically."""
     return hashlib.blake2b(tokenizer.to_str().encode("utf-8"), digest_size=8).hexdigest()
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte-level BPE's character for every byte -> the byte (GPT-2's `bytes_to_unicode`, which the `tokenizers`
+    ByteLevel pre-tokenizer and decoder use): printable Latin-1 bytes stand for themselves, the other 68 bytes for the
+    characters from U+0100 up, in byte order (so b' ' is 'Ġ', b'\\n' is 'Ċ')."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [byte for byte in range(256) if byte not in printable]
+    return {**{chr(byte): byte for byte in printable}, **{chr(256 + n): byte for n, byte in enumerate(shifted)}}
+
+
+def _decoder_types(spec: dict | None) -> set[str]:
+    """The `type`s of a tokenizer.json decoder, sequences included."""
+    return {spec.get("type"), *(t for part in spec.get("decoders") or [] for t in _decoder_types(part))} if spec else set()
+
+
+def token_bytes(tokenizer: Tokenizer) -> list[bytes]:
+    """The UTF-8 bytes that every token id stands for in decoded text: a byte-level token's characters mapped back to
+    their bytes (one byte each: 'Ġ' is b' ', 'Ã©' is 'é'), a non-special added token's content encoded, and b"" for a
+    special token such as EOS, which is no text. ValueError for a tokenizer that is not byte-level."""
+    decoder = _decoder_types(json.loads(tokenizer.to_str()).get("decoder"))
+    if "ByteLevel" not in decoder:
+        raise ValueError(f"bits per byte need a byte-level BPE tokenizer (its decoder is {sorted(map(str, decoder))})")
+    alphabet, added = _byte_level_alphabet(), tokenizer.get_added_tokens_decoder()
+    out = []
+    for token_id in range(tokenizer.get_vocab_size(with_added_tokens=True)):
+        token = added[token_id].content if token_id in added else tokenizer.id_to_token(token_id)
+        if token is None or (token_id in added and added[token_id].special):
+            out.append(b"")  # a special token, or a hole in the ids (never produced)
+        elif token_id in added:
+            out.append(token.encode("utf-8"))
+        elif any(char not in alphabet for char in token):
+            raise ValueError(f"token {token_id} ({token!r}) is not made of byte-level characters: the tokenizer is "
+                             "not a byte-level BPE")
+        else:
+            out.append(bytes(alphabet[char] for char in token))
+    return out
+
+
+def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
+    """UTF-8 bytes of every token id (`token_bytes`; int64, one per id of the vocabulary with added tokens), for bits
+    per byte: the bytes that ids decode to are the sum of their entries (special tokens such as EOS count 0)."""
+    return np.array([len(b) for b in token_bytes(tokenizer)], dtype=np.int64)

@@ -6,7 +6,10 @@ steps, final_train_loss / best_train_loss (moving average over `train_loss_windo
 final_val_loss / best_val_loss, final_val_loss_by_domain / best_val_loss_by_domain, unigram_val_loss /
 unigram_val_loss_by_domain (the plateau reference: the validation tokens' loss under the training split's
 unigram, logged at step 0), bigram_val_loss / bigram_val_loss_by_domain (the evidence gate: the same tokens
-under the training split's Kneser-Ney bigram), params, kv_cache_bytes_per_token, model_stats_source (checkpoint | config), tokens_per_sec (median over logged steps),
+under the training split's Kneser-Ney bigram), final_val_bpb / best_val_bpb, final_val_bpb_by_domain /
+best_val_bpb_by_domain (bits per UTF-8 byte, `val/bpb`: comparable across tokenizers; overall the mean over domains,
+as the loss), unigram_val_bpb / unigram_val_bpb_by_domain, bigram_val_bpb / bigram_val_bpb_by_domain (the
+references in bits per byte), params, kv_cache_bytes_per_token, model_stats_source (checkpoint | config), tokens_per_sec (median over logged steps),
 tokens_seen, epoch_tokens (the training tokens of one pass over the training split, read where the run went on
 into a second: tokens_seen / epoch_tokens is how many times it saw its data; None for a run that stayed within its
 first pass), wall_time_sec (all attempts), started_at, finished_at, host, pid, slurm_job_id, command,
@@ -14,7 +17,7 @@ provenance (lit_resformer.provenance: code version, library versions, device and
 the bigram reference was computed after the run by `add_references`, and how closely its unigram check matched).
 
 The final and best losses are computed here and nowhere else: the report, the claims and the scaling fits read them
-from the summary (lit_resformer.verdicts.results).
+from the summary (lit_resformer.measures.grid_results).
 """
 
 from __future__ import annotations
@@ -70,11 +73,19 @@ def epoch_tokens(run: RunDir) -> float | None:
 
 
 # The fields of `metric_results`: a summary written without them (results that could not be read when the run
-# ended) has them computed from its logged metrics when it is loaded (lit_resformer.verdicts.results). The bigram reference is
-# not among them: runs summarised before it was logged have no bigram in their metrics either.
+# ended) has them computed from its logged metrics when it is loaded (lit_resformer.measures.grid_results). The bigram reference is
+# not among them: runs summarised before it was logged have no bigram in their metrics either; nor, for the same
+# reason, are the bits per byte (BPB_FIELDS).
 METRIC_FIELDS = ("steps", "final_train_loss", "best_train_loss", "train_loss_window", "final_val_loss", "best_val_loss",
                  "final_val_loss_by_domain", "best_val_loss_by_domain", "unigram_val_loss", "unigram_val_loss_by_domain",
                  "tokens_per_sec", "tokens_seen")
+
+# Bits per byte as the training module logs them (lit_resformer.training.module: `val/bpb`, `val/bpb/<domain>`, and
+# `val/<reference>_bpb[/<domain>]` at step 0).
+VAL_BPB = "val/bpb"
+VAL_BPB_DOMAIN_PREFIX = "val/bpb/"
+BPB_FIELDS = ("final_val_bpb", "best_val_bpb", "final_val_bpb_by_domain", "best_val_bpb_by_domain",
+              "unigram_val_bpb", "unigram_val_bpb_by_domain", "bigram_val_bpb", "bigram_val_bpb_by_domain")
 
 
 def metric_results(metrics) -> dict:
@@ -105,10 +116,33 @@ def metric_results(metrics) -> dict:
             for domain in final_by_domain
             if len(values := M.series(metrics, prefix + domain))
         }
+    out.update(bpb_results(metrics, list(final_by_domain)))
     throughput = M.series(metrics, M.TOKENS_PER_SEC)
     out["tokens_per_sec"] = float(throughput.median()) if len(throughput) else None
     seen = M.series(metrics, M.TOKENS_SEEN)
     out["tokens_seen"] = float(seen.iloc[-1]) if len(seen) else None
+    return out
+
+
+def bpb_results(metrics, domains: list[str]) -> dict:
+    """The summary's bits-per-byte fields (BPB_FIELDS): final and best `val/bpb`, overall and per domain, and the
+    references' (None and {} for a run that logged none: its tokenizer was not byte-level, or it predates them)."""
+    out: dict[str, Any] = {}
+    val = M.series(metrics, VAL_BPB)
+    out["final_val_bpb"] = float(val.iloc[-1]) if len(val) else None
+    out["best_val_bpb"] = float(val.min()) if len(val) else None
+    final, best = {}, {}
+    for domain in domains:
+        values = M.series(metrics, VAL_BPB_DOMAIN_PREFIX + domain)
+        if len(values):
+            final[domain], best[domain] = float(values.iloc[-1]), float(values.min())
+    out["final_val_bpb_by_domain"], out["best_val_bpb_by_domain"] = final, best
+    for name in ("unigram", "bigram"):
+        reference = M.series(metrics, f"val/{name}_bpb")
+        out[f"{name}_val_bpb"] = float(reference.iloc[-1]) if len(reference) else None
+        out[f"{name}_val_bpb_by_domain"] = {
+            domain: float(values.iloc[-1]) for domain in domains if len(values := M.series(metrics, f"val/{name}_bpb/{domain}"))
+        }
     return out
 
 

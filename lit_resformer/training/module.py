@@ -1,17 +1,20 @@
-"""LightningModule: loss, AdamW groups, warmup + cosine schedule, per-step and per-domain logging (paper §4.1.1)."""
+"""LightningModule: loss, AdamW (or Muon + AdamW) groups, warmup + cosine schedule, per-step and per-domain logging
+(paper §4.1.1), validation bits per byte."""
 
 from __future__ import annotations
 
 import math
 import time
+from typing import Literal
 
 import lightning as L
 import torch
 import torchmetrics
 from lightning.pytorch.callbacks import RichProgressBar, ThroughputMonitor, TQDMProgressBar
 from lightning.pytorch.trainer.states import RunningStage, TrainerFn
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
+from lit_resformer.data.tokenizer import token_byte_lengths
 from lit_resformer.model import ModelConfig, Transformer
 from lit_resformer.training.run_dir import RunDir
 
@@ -20,6 +23,28 @@ THROUGHPUT_WINDOW_STEPS = 10
 # Count models of the training split whose validation loss every run logs as a reference (`<name>_val_losses`
 # of the datamodule), from the weakest up.
 REFERENCE_MODELS = ("unigram", "bigram")
+
+OptimizerName = Literal["adamw", "muon"]
+OPTIMIZERS: tuple[str, ...] = OptimizerName.__args__
+# Learning-rate multipliers of the parameter groups under `optimizer: muon`, relative to `lr` (the peak learning rate
+# of the AdamW groups), as KellerJordan/modded-nanogpt trains (train_gpt.py at f411b3d, `TrainingManager.__init__`):
+# its Adam parameters share adam_defaults lr=0.008 (line 2066), each scaled by its `lr_mul` in `param_table`.
+#   muon: NorMuon's lr=0.023 (normuon_defaults, line 2072) / 0.008 = 2.875. (karpathy/nanochat at 92d63d4,
+#     scripts/base_train.py: --matrix-lr 0.02 / --unembedding-lr 0.008 = 2.5.)
+#   head: "lm_head" has no lr_mul (line 2033): 1. (nanochat: the unembedding lr is the reference, 1.)
+#   embed: "embed" has no lr_mul (line 2038): 1. (nanochat: --embedding-lr 0.3 / 0.008 = 37.5, but it normalises
+#     the embedding's output, nanochat/gpt.py `x = norm(x)` after `wte`; this model feeds it to the blocks as is.)
+#   value_embed: "value_embeds" lr_mul 75. (line 2037). (nanochat/gpt.py `setup_optimizer`, line 441: embedding
+#     lr x 0.5 = 0.15 / 0.008 = 18.75.)
+#   mix (the model's mixing weights and gates, `Transformer.param_groups`' third group): "scalars" and
+#     "resid_lambdas" lr_mul 5.0 (lines 2030, 2036); its value-embedding gates ("ve_gate_bank", line 2032) take 1.
+#     (nanochat/gpt.py lines 442-443: resid_lambdas 0.5 x 0.01 / 0.008 = 0.625, x0_lambdas 0.5 / 0.008 = 62.5.)
+# Muon's momentum 0.95: modded-nanogpt normuon_defaults (line 2073) and nanochat/gpt.py `setup_optimizer` (line 451);
+# both warm it up from 0.85 over the first 300 steps (modded-nanogpt `get_muon_momentum`), which is not reproduced.
+MUON_LR_MULTIPLIERS = {"muon": 2.875, "head": 1.0, "embed": 1.0, "value_embed": 75.0, "mix": 5.0}
+# The parameter groups with an optional multiplier of their own under AdamW (None there: they stay in the decayed /
+# undecayed groups, exactly as before the multipliers existed).
+MULTIPLIED_GROUPS = ("head", "embed", "value_embed")
 
 
 class TrainingThroughput(ThroughputMonitor):
@@ -133,6 +158,12 @@ class RichBar(_TrainingBar, RichProgressBar):
         return super()._get_train_description(current_epoch)
 
 
+def bits_per_byte(nats, n_bytes):
+    """Bits per UTF-8 byte of text whose tokens' losses sum to `nats`: nats / (ln 2 x bytes). Unlike the loss per
+    token, it does not depend on how the tokenizer cuts the text."""
+    return nats / (math.log(2) * n_bytes)
+
+
 def warmup_cosine(step: int, *, peak: float, start: float, warmup: int, total: int, final_ratio: float) -> float:
     """Linear warmup from `start` to `peak`, then cosine decay to `final_ratio * peak` at step `total`."""
     if step < warmup:
@@ -140,6 +171,86 @@ def warmup_cosine(step: int, *, peak: float, start: float, warmup: int, total: i
     progress = min(1.0, (step - warmup) / max(total - warmup, 1))
     final = final_ratio * peak
     return final + 0.5 * (peak - final) * (1.0 + math.cos(math.pi * progress))
+
+
+def has_mixing_weights(config: ModelConfig) -> bool:
+    """Whether the model has learnable mixing weights or gates (`Transformer.param_groups`' mixing group): the
+    residual's learnable weights, value embeddings, gated attention, XSA, SATFormer or dense value connections."""
+    return (config.residual.learnable != "none" or config.value_embed.enabled or config.attn_gate.enabled
+            or config.xsa.enabled or config.satformer.enabled or config.dense_value.enabled)
+
+
+MIXING_SETTINGS = ("model.config.residual.learnable (one of ['scalar', 'head', 'token', 'tied']), "
+                   "model.config.value_embed.layers, model.config.attn_gate.per, model.config.xsa.per, "
+                   "model.config.satformer.enabled or model.config.dense_value.layers")
+
+
+def _check_optimizer_settings(config: ModelConfig, *, lr, eps, mix_lr, optimizer, muon_lr_mult, muon_momentum,
+                              multipliers: dict) -> None:
+    """Every optimizer setting of LitResFormer, refused with the field and what it allows (before any compute)."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"model.optimizer={optimizer!r} is not allowed; choose one of {list(OPTIMIZERS)}")
+    positive = {"lr": lr, "eps": eps, "mix_lr": mix_lr, "muon_lr_mult": muon_lr_mult,
+                **{f"{name}_lr_mult": value for name, value in multipliers.items()}}
+    for name, value in positive.items():
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"model.{name}={value} must be a finite number > 0")
+    if not 0 <= muon_momentum < 1:
+        raise ValueError(f"model.muon_momentum={muon_momentum} must be in [0, 1)")
+    if optimizer == "adamw" and muon_lr_mult is not None:
+        raise ValueError("model.muon_lr_mult is set but model.optimizer='adamw'; set model.optimizer to 'muon' "
+                         "or leave model.muon_lr_mult unset")
+    if mix_lr is not None and not has_mixing_weights(config):
+        raise ValueError(f"model.mix_lr is set but the model has no learnable mixing weights; set {MIXING_SETTINGS}")
+    if multipliers.get("value_embed") is not None and not config.value_embed.enabled:
+        raise ValueError("model.value_embed_lr_mult is set but the model has no value-embedding tables; set "
+                         "model.config.value_embed.layers")
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """torch.optim.Muon on the parameter groups marked `"muon": True`, torch.optim.AdamW on the others, as one
+    optimizer: Lightning's automatic optimisation steps exactly one, and the warmup + cosine schedule, gradient
+    clipping, checkpoints and DDP all see one list of groups.
+
+    The two inner optimizers hold the very group dicts of `param_groups` and share one `state`, so whatever sets a
+    group's lr (the schedule) sets it for the optimizer that steps it, and `state_dict` / `load_state_dict` are the
+    standard ones (re-linked after a load, which replaces the group dicts). Muon is per process: under DDP the
+    gradients are all-reduced before the step, so every rank orthogonalises the same matrices.
+    """
+
+    def __init__(self, groups: list[dict], *, lr: float, betas: tuple[float, float], eps: float, momentum: float,
+                 fused: bool | None = None):
+        muon = [g for g in groups if g.get("muon")]
+        adamw = [g for g in groups if not g.get("muon")]
+        if not muon or not adamw:
+            raise ValueError("MuonWithAdamW needs Muon groups and AdamW groups")
+        if [g for g in groups if g.get("muon")] != groups[:len(muon)]:
+            raise ValueError("MuonWithAdamW: the Muon groups come first")
+        self._muon = torch.optim.Muon(muon, lr=lr, momentum=momentum, nesterov=True)
+        self._adamw = torch.optim.AdamW(adamw, lr=lr, betas=betas, eps=eps, fused=fused)
+        super().__init__(self._muon.param_groups + self._adamw.param_groups, {})
+        self._link()
+
+    def _link(self) -> None:
+        n = len(self._muon.param_groups)
+        self._muon.param_groups, self._adamw.param_groups = self.param_groups[:n], self.param_groups[n:]
+        self._muon.state = self._adamw.state = self.state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._link()
+        # AdamW's own load fills in group defaults and keeps its `step` counters as tensors; nothing to add for
+        # state saved by this class.
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._muon.step()
+        self._adamw.step()
+        return loss
 
 
 class LitResFormer(L.LightningModule):
@@ -152,27 +263,36 @@ class LitResFormer(L.LightningModule):
         weight_decay: AdamW decay on weight matrices and DenseFormer's alphas (never on norms or the residual's
             learnable mixing weights).
         decay_embeddings: whether the input embedding matrix is decayed too.
-        mix_lr: peak learning rate of the residual's learnable mixing weights (their own optimizer group, on the
-            same warmup + cosine schedule); None = `lr`. modded-nanogpt trains its tied λ at a far larger lr
-            than its matrices.
-        betas, eps: AdamW moments.
+        mix_lr: peak learning rate of the model's learnable mixing weights and gates (their own optimizer group, on
+            the same warmup + cosine schedule); None = `lr` under AdamW, `lr` x MUON_LR_MULTIPLIERS["mix"] under
+            Muon. modded-nanogpt trains its tied λ at a far larger lr than its matrices.
+        betas, eps: AdamW moments (of every AdamW group, Muon's neighbours included).
         compile: wrap the model in torch.compile.
+        optimizer: `adamw` (the paper's: every parameter under AdamW) or `muon`: torch.optim.Muon on the blocks'
+            2-D hidden matrices (attention and MLP projections), AdamW on the LM head, the embedding, the
+            value-embedding tables, the mixing weights and gates, norms and DenseFormer's alphas. `lr` is the AdamW
+            groups' peak learning rate in both; the other groups' peaks are multiples of it.
+        muon_lr_mult: Muon's peak learning rate / `lr` (muon only; None = MUON_LR_MULTIPLIERS["muon"]).
+        muon_momentum: Muon's (Nesterov) momentum (muon only).
+        head_lr_mult, embed_lr_mult, value_embed_lr_mult: the LM head's, the input embedding's and the
+            value-embedding tables' peak learning rate / `lr`, each group weight-decayed as under AdamW. None: under
+            AdamW the parameters stay in the decayed / undecayed groups at `lr` (the paper's training, unchanged),
+            under Muon MUON_LR_MULTIPLIERS (from modded-nanogpt; its value-embedding tables take 75x).
     """
 
     def __init__(self, config: ModelConfig, lr: float = 6e-4, warmup_start_lr: float = 1e-7,
                  warmup_steps: int = 120, final_lr_ratio: float = 0.1, weight_decay: float = 0.1,
                  decay_embeddings: bool = False, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
-                 compile: bool = False, mix_lr: float | None = None):
+                 compile: bool = False, mix_lr: float | None = None, optimizer: OptimizerName = "adamw",
+                 muon_lr_mult: float | None = None, muon_momentum: float = 0.95, head_lr_mult: float | None = None,
+                 embed_lr_mult: float | None = None, value_embed_lr_mult: float | None = None):
         super().__init__()
         if isinstance(config, dict):  # from a checkpoint's hyper-parameters
             config = ModelConfig(**config)
-        for name, value in (("lr", lr), ("eps", eps), ("mix_lr", lr if mix_lr is None else mix_lr)):
-            if not value > 0:
-                raise ValueError(f"model.{name}={value} must be > 0")
-        if mix_lr is not None and config.residual.learnable == "none" and not config.value_embed.enabled:
-            raise ValueError("model.mix_lr is set but the model has no learnable mixing weights; set "
-                             "model.config.residual.learnable to one of ['scalar', 'head', 'token', 'tied'] or "
-                             "model.config.value_embed.layers")
+        _check_optimizer_settings(config, lr=lr, eps=eps, mix_lr=mix_lr, optimizer=optimizer,
+                                  muon_lr_mult=muon_lr_mult, muon_momentum=muon_momentum,
+                                  multipliers={"head": head_lr_mult, "embed": embed_lr_mult,
+                                               "value_embed": value_embed_lr_mult})
         if warmup_steps < 0 or not 0 <= final_lr_ratio <= 1:
             raise ValueError("model.warmup_steps must be >= 0 and model.final_lr_ratio in [0, 1]")
         self.config = config
@@ -181,6 +301,12 @@ class LitResFormer(L.LightningModule):
         self.model = Transformer(config)
         self.domains: list[str] = []
         self.val_loss = torch.nn.ModuleList()
+        # Bits per byte: per domain, the validation tokens' summed loss (nats) and their UTF-8 bytes, and the bytes
+        # of every token id (`token_byte_lengths`, set up from the data's tokenizer; None without one).
+        self.val_nats = torch.nn.ModuleList()
+        self.val_bytes = torch.nn.ModuleList()
+        self.register_buffer("token_bytes", None, persistent=False)
+        self.group_names: list[str] = []  # the optimizer's parameter groups, in order (`lr/<name>` in the logs)
         self._loss_sum = 0.0
         self._micro_batches = 0
         self._divergence: _DivergenceWatch | None = None
@@ -194,8 +320,24 @@ class LitResFormer(L.LightningModule):
         dm = self.trainer.datamodule if self.trainer is not None else None
         self.domains = list(getattr(dm, "domains", None) or ["all"])
         self.val_loss = torch.nn.ModuleList(torchmetrics.MeanMetric() for _ in self.domains)
+        self.val_nats = torch.nn.ModuleList(torchmetrics.SumMetric() for _ in self.domains)
+        self.val_bytes = torch.nn.ModuleList(torchmetrics.SumMetric() for _ in self.domains)
+        self.token_bytes = self._token_byte_table(dm)
         if self.trainer is not None and self.trainer.strategy.root_device.type == "cuda":
             torch.set_float32_matmul_precision("high")  # TF32 for what runs in fp32 (bf16-mixed leaves little)
+
+    def _token_byte_table(self, dm) -> torch.Tensor | None:
+        """UTF-8 bytes of every token id of the data's tokenizer (`token_byte_lengths`), on this module's device;
+        None (no bits per byte logged) without a tokenizer or for one that is not byte-level."""
+        tokenizer = getattr(dm, "tokenizer", None) if dm is not None else None
+        if tokenizer is None:
+            return None
+        try:
+            table = token_byte_lengths(tokenizer)
+        except ValueError as err:
+            rank_zero_warn(f"val/bpb is not logged: {err}")
+            return None
+        return torch.as_tensor(table, dtype=torch.long, device=self.device)
 
     def configure_callbacks(self):
         # tokens/s and FLOP/s from Lightning's own monitor; items = tokens because length_fn counts them.
@@ -221,12 +363,71 @@ class LitResFormer(L.LightningModule):
     def _core(self) -> Transformer:
         return getattr(self.model, "_orig_mod", self.model)
 
+    def parameter_groups(self) -> tuple[list[str], list[dict]]:
+        """The optimizer's parameter groups and their names. Under AdamW: `Transformer.param_groups` (decay,
+        no_decay, mix), then a group of its own for each of head / embed / value_embed whose multiplier is set. Under
+        Muon: muon (the blocks' 2-D hidden matrices), head, embed, value_embed, mix, decay (DenseFormer's alphas),
+        no_decay (norms); empty groups left out. Muon groups carry `"muon": True`."""
+        h = self.hparams
+        core = self._core
+        base = core.param_groups(h.weight_decay, decay_embeddings=h.decay_embeddings, mix_lr=h.mix_lr)
+        multipliers = {name: h.get(f"{name}_lr_mult") for name in MULTIPLIED_GROUPS}
+        members = {"head": lambda n: n == "lm_head.weight", "embed": lambda n: n == "tok_emb.weight",
+                   "value_embed": lambda n: n.startswith("value_embeds.")}
+        if h.get("optimizer", "adamw") == "adamw":
+            names = ["decay", "no_decay", "mix"][:len(base)]
+            named = dict(core.named_parameters())
+            for group_name in MULTIPLIED_GROUPS:
+                if multipliers[group_name] is None:
+                    continue
+                picked = {id(p) for n, p in named.items() if members[group_name](n)}
+                source = next(g for g in base if any(id(p) in picked for p in g["params"]))
+                source["params"] = [p for p in source["params"] if id(p) not in picked]
+                base.append({"params": [p for p in named.values() if id(p) in picked],
+                             "weight_decay": source["weight_decay"], "lr": h.lr * multipliers[group_name]})
+                names.append(group_name)
+            return names, base
+        mixing = {id(p) for p in base[2]["params"]} if len(base) == 3 else set()
+        embed_decay = h.weight_decay if h.decay_embeddings else 0.0
+        mult = {name: MUON_LR_MULTIPLIERS[name] if value is None else value for name, value in multipliers.items()}
+        specs = {  # name -> (weight decay, peak lr)
+            "muon": (h.weight_decay, h.lr * (MUON_LR_MULTIPLIERS["muon"] if h.muon_lr_mult is None
+                                             else h.muon_lr_mult)),
+            "head": (h.weight_decay, h.lr * mult["head"]),
+            "embed": (embed_decay, h.lr * mult["embed"]),
+            "value_embed": (embed_decay, h.lr * mult["value_embed"]),
+            "mix": (0.0, h.lr * MUON_LR_MULTIPLIERS["mix"] if h.mix_lr is None else h.mix_lr),
+            "decay": (h.weight_decay, h.lr),
+            "no_decay": (0.0, h.lr),
+        }
+        params: dict[str, list] = {name: [] for name in specs}
+        for n, p in core.named_parameters():
+            if id(p) in mixing:
+                params["mix"].append(p)
+            elif group := next((g for g in MULTIPLIED_GROUPS if members[g](n)), None):
+                params[group].append(p)
+            elif p.ndim == 2 and n.startswith("blocks."):
+                params["muon"].append(p)  # attention (wq, wk, wv, wo) and MLP (w_gate, w_up, w_down) matrices
+            elif n.startswith("dwa.") or p.ndim >= 2:
+                params["decay"].append(p)  # DenseFormer's alphas are decayed, as under AdamW
+            else:
+                params["no_decay"].append(p)
+        names = [name for name in specs if params[name]]
+        groups = [{"params": params[name], "weight_decay": specs[name][0], "lr": specs[name][1],
+                   **({"muon": True} if name == "muon" else {})} for name in names]
+        return names, groups
+
     def configure_optimizers(self):
         h = self.hparams
-        groups = self._core.param_groups(h.weight_decay, decay_embeddings=h.decay_embeddings, mix_lr=h.mix_lr)
-        optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas), eps=h.eps, fused=self._fused_adamw())
+        self.group_names, groups = self.parameter_groups()
+        if h.get("optimizer", "adamw") == "muon":
+            optimizer = MuonWithAdamW(groups, lr=h.lr, betas=tuple(h.betas), eps=h.eps,
+                                      momentum=h.muon_momentum, fused=self._fused_adamw())
+        else:
+            optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas), eps=h.eps, fused=self._fused_adamw())
         total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 \
             else self.trainer.estimated_stepping_batches
+        # One factor for every group: each group's peak (its initial lr) is scaled by the same warmup + cosine.
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(
             step, peak=h.lr, start=h.warmup_start_lr, warmup=h.warmup_steps, total=int(total),
             final_ratio=h.final_lr_ratio) / h.lr)
@@ -241,7 +442,7 @@ class LitResFormer(L.LightningModule):
         # Lightning's mixed-precision plugin refuses to clip for any optimizer that unscales gradients itself, which
         # guards fp16's GradScaler; bf16 has no scaler (and fp16 never gets the fused optimizer), so the gradients
         # here are the true ones and are clipped directly.
-        if getattr(optimizer, "defaults", {}).get("fused") and gradient_clip_val:
+        if any(group.get("fused") for group in getattr(optimizer, "param_groups", ())) and gradient_clip_val:
             if gradient_clip_algorithm not in (None, "norm"):
                 raise ValueError(f"trainer.gradient_clip_algorithm={gradient_clip_algorithm!r} is not supported with "
                                  "the fused AdamW; allowed: ['norm']")
@@ -267,7 +468,10 @@ class LitResFormer(L.LightningModule):
             tokens_per_step = batch["input_ids"].numel() * self._micro_batches * self.trainer.world_size
             self.log("train/loss", self._loss_sum / self._micro_batches, sync_dist=True)
             self.log("train/tokens_seen", torch.tensor((self.global_step + 1) * tokens_per_step, dtype=torch.float64))
-            self.log("train/lr", torch.tensor(self.lr_schedulers().get_last_lr()[0]))
+            rates = self.lr_schedulers().get_last_lr()
+            self.log("train/lr", torch.tensor(rates[0]))
+            for name, rate in zip(self.group_names, rates, strict=True):
+                self.log(f"lr/{name}", torch.tensor(rate))
             self._loss_sum, self._micro_batches = 0.0, 0
         return loss
 
@@ -284,6 +488,11 @@ class LitResFormer(L.LightningModule):
             self._divergence.check()  # a diverged model is never saved
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        saved = (checkpoint.get("hyper_parameters") or {}).get("optimizer", "adamw")
+        if self._trainer is not None and self._trainer.state.fn == TrainerFn.FITTING \
+                and saved != self.hparams.optimizer:
+            raise ValueError(f"this checkpoint was trained with model.optimizer={saved!r}: training resumes only "
+                             f"under the same optimizer, not {self.hparams.optimizer!r} (its state would not fit)")
         rows = next(v.shape[0] for k, v in checkpoint["state_dict"].items() if k.endswith("tok_emb.weight"))
         padded = self.config.padded_vocab_size
         resuming = self._trainer is not None and self._trainer.state.fn == TrainerFn.FITTING
@@ -300,7 +509,8 @@ class LitResFormer(L.LightningModule):
 
     def mixing_weights(self) -> dict[str, torch.Tensor]:
         """Learnable residual weights per layer (heads averaged; a gate's weight norm), value-embedding gate norms
-        and λs, and DenseFormer self-weights, on the device."""
+        and λs, gated attention's, SATFormer's and dense value connections' gate norms, XSA's α, and DenseFormer
+        self-weights, on the device."""
         values: dict[str, torch.Tensor] = {}
         for n, block in enumerate(self._core.blocks, start=1):
             ve_mix = block.attn.ve_mix
@@ -320,6 +530,19 @@ class LitResFormer(L.LightningModule):
             else:
                 values[f"mix/layer{n}/self"] = mix.mix_self.detach().mean()
                 values[f"mix/layer{n}/history"] = mix.mix_history.detach().mean()
+        for n, block in enumerate(self._core.blocks, start=1):
+            attn = block.attn
+            if attn.out_gate is not None:  # gated attention's W_θ
+                values[f"mix/layer{n}/attn_gate_weight_norm"] = attn.out_gate.weight.detach().norm()
+            if attn.xsa is not None:  # XSA's α (per layer, or per head averaged), or the norm of its per-token W
+                if attn.xsa.per == "token":
+                    values[f"mix/layer{n}/xsa_weight_norm"] = attn.xsa.weight.detach().norm()
+                else:
+                    values[f"mix/layer{n}/xsa_alpha"] = attn.xsa.alpha.detach().mean()
+            if attn.sat_gate is not None:  # SATFormer's W_α
+                values[f"mix/layer{n}/satformer_gate_norm"] = attn.sat_gate.weight.detach().norm()
+            if attn.dense_value is not None:  # the μ network's output weights W_2 (zero: the vanilla layer)
+                values[f"mix/layer{n}/dense_value_mu_norm"] = attn.dense_value.w2.detach().norm()
         for b, dwa in self._core.dwa.items():
             values[f"dwa/block{b}/self"] = dwa.alpha[-1].detach()
         return values
@@ -337,30 +560,55 @@ class LitResFormer(L.LightningModule):
         loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
         was_training = self.training
         self.eval()
-        metrics = {}
+        metrics, bpb, tokens, n_bytes = {}, {}, {}, {}
         for domain, loader in zip(self.domains, loaders, strict=True):
-            losses = [self._eval_loss(self._to_device(b)) for b in loader]
+            losses, counts = [], []
+            for batch in loader:
+                batch = self._to_device(batch)
+                losses.append(self._eval_loss(batch))
+                if self.token_bytes is not None:
+                    counts.append(torch.stack(self._tokens_and_bytes(batch["labels"])))
             metrics[f"val/loss/{domain}"] = torch.stack(losses).mean().item()
+            if counts:  # bits per byte: every token's loss summed (the mean loss x tokens of each batch)
+                counts = torch.stack(counts)
+                tokens[domain], n_bytes[domain] = (int(n) for n in counts.sum(0))
+                nats = (torch.stack(losses).double() * counts[:, 0]).sum().item()
+                bpb[f"val/bpb/{domain}"] = bits_per_byte(nats, n_bytes[domain])
         metrics["val/loss"] = sum(metrics.values()) / len(metrics)
-        metrics.update(self._reference_losses())
+        if bpb:
+            metrics.update(bpb)
+            metrics["val/bpb"] = sum(bpb.values()) / len(bpb)
+        metrics.update(self._reference_losses(tokens, n_bytes))
         for logger in self.loggers:
             logger.log_metrics(metrics, step=0)
         self.train(was_training)
 
-    def _reference_losses(self) -> dict[str, float]:
+    def _reference_losses(self, tokens: dict[str, int] | None = None,
+                          n_bytes: dict[str, int] | None = None) -> dict[str, float]:
         """The losses of count models of the training split on the same validation tokens, per domain and averaged
         like val/loss: the unigram (context-free: the plateau a model must get well below) and the bigram (the
         previous token only: what a model must beat to show more than pair statistics). Constant, so logged once,
-        with the step-0 validation."""
+        with the step-0 validation. With the validation tokens' count and bytes per domain, also in bits per byte
+        (`val/<name>_bpb`): the reference's mean loss x tokens / (ln 2 x bytes), averaged over domains."""
         metrics = {}
         for name in REFERENCE_MODELS:
             reference = getattr(self.trainer.datamodule, f"{name}_val_losses", None)
             if reference is None:  # a datamodule without a training split to count
                 continue
-            per_domain = {f"val/{name}_loss/{domain}": loss for domain, loss in reference().items()}
+            losses = reference()
+            per_domain = {f"val/{name}_loss/{domain}": loss for domain, loss in losses.items()}
             metrics.update(per_domain)
             metrics[f"val/{name}_loss"] = sum(per_domain.values()) / len(per_domain)
+            if tokens and n_bytes and set(losses) <= set(n_bytes):
+                bpb = {f"val/{name}_bpb/{d}": bits_per_byte(loss * tokens[d], n_bytes[d]) for d, loss in losses.items()}
+                metrics.update(bpb)
+                metrics[f"val/{name}_bpb"] = sum(bpb.values()) / len(bpb)
         return metrics
+
+    def _tokens_and_bytes(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """How many tokens of `labels` are scored (not -100) and their UTF-8 bytes (`token_bytes`), on the device."""
+        scored = labels != -100
+        return scored.sum(), (self.token_bytes[labels.clamp_min(0)] * scored).sum()
 
     def _to_device(self, batch):
         return {k: v.to(self.device) for k, v in batch.items()}
@@ -369,7 +617,12 @@ class LitResFormer(L.LightningModule):
         return self.model(batch["input_ids"], labels=batch["labels"])
 
     def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        self.val_loss[dataloader_idx].update(self._eval_loss(batch), weight=batch["labels"].numel())
+        loss = self._eval_loss(batch)
+        self.val_loss[dataloader_idx].update(loss, weight=batch["labels"].numel())
+        if self.token_bytes is not None:
+            tokens, n_bytes = self._tokens_and_bytes(batch["labels"])
+            self.val_nats[dataloader_idx].update(loss.float() * tokens)  # the mean loss x tokens: their summed nats
+            self.val_bytes[dataloader_idx].update(n_bytes)
 
     test_step = validation_step
 
@@ -383,7 +636,13 @@ class LitResFormer(L.LightningModule):
         per_domain = {f"{prefix}/loss/{d}": m.compute() for d, m in zip(self.domains, self.val_loss, strict=True)}
         self.log_dict(per_domain)
         self.log(f"{prefix}/loss", torch.stack(list(per_domain.values())).mean(), prog_bar=prefix == "val")
-        for metric in self.val_loss:
+        if self.token_bytes is not None:
+            # bits per byte per domain; overall, the mean over domains, as val/loss is
+            bpb = {f"{prefix}/bpb/{d}": bits_per_byte(nats.compute(), n_bytes.compute())
+                   for d, nats, n_bytes in zip(self.domains, self.val_nats, self.val_bytes, strict=True)}
+            self.log_dict(bpb)
+            self.log(f"{prefix}/bpb", torch.stack(list(bpb.values())).mean())
+        for metric in (*self.val_loss, *self.val_nats, *self.val_bytes):
             metric.reset()
 
 
