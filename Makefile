@@ -18,7 +18,7 @@ EVAL_DATA ?= eval_data
 GRID_NAME = $(basename $(notdir $(GRID)))
 CLI      := $(VENV)/bin/lit-resformer
 
-.PHONY: install latest-env test-latest lock install-offline test test-slow test-slurm test-gpu lint demo ablation-grid report eval eval-data bench \
+.PHONY: install latest-env test-latest lock install-offline test test-all test-slow test-slurm test-gpu lint demo ablation-grid report eval eval-data bench \
 	bench-gpu clean
 
 install: $(VENV)/.installed
@@ -61,15 +61,20 @@ latest-env:
 		('transformers', 'lightning', 'lm_eval', 'datasets', 'tokenizers', 'torch')))"
 
 test-latest: latest-env
-	$(LATEST_PY) -m pytest -q $(THIRD_PARTY_TESTS)
+	$(LATEST_PY) -m pytest -q -m 'not slow and not slurm and not gpu' $(THIRD_PARTY_TESTS)
 
 # Refresh the lock from the newest releases (the latest env, upgraded), then run `make test-latest`; commit the new
 # lock only when that passed.
 lock: latest-env
 	$(LATEST_PY) scripts/lock.py write $(LOCK)
 
+# The unit tier and the fast integration checks (pyproject's addopts: a few minutes); test-all adds the integration
+# tier (real training, the repository's grids and committed results), as CI runs it (.ci/run).
 test: install
 	$(PY) -m pytest -q --durations=20
+
+test-all: install
+	$(PY) -m pytest -q --durations=20 -m 'not slow and not slurm and not gpu'
 
 test-slow: install
 	$(PY) -m pytest -q -m slow

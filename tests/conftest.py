@@ -76,3 +76,22 @@ def tiny_datamodule(tiny_corpus, data_cache):
         return LMDataModule(**args)
 
     return make
+
+
+# The integration tier (`make test-all`) is marked where each test is written (@pytest.mark.integration); these are
+# marked here, their module being in other hands: each reads every repository grid, or the committed results.
+INTEGRATION = {
+    "test_claims.py": {
+        "test_every_shipped_grid_states_its_claims",  # every grid file of the repository, loaded and resolved
+        "test_reproduction_tier_trains_a_million_tokens_and_validates_on_the_whole_split",  # every repro grid
+        "test_fig10_judges_the_identity_mapping_against_eq4_and_eq2",  # repository grids
+        "test_committed_results_keep_their_verdicts_deltas_and_intervals",  # the scoreboard over docs/results
+    },
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.originalname in INTEGRATION.get(item.path.name, ()):
+            item.add_marker(pytest.mark.integration)

@@ -24,6 +24,7 @@ import yaml
 from lit_resformer.grids import GridError, GridOptions, LocalExecutor, PoolOptions, run_grid
 from lit_resformer.grids.directory import MANIFEST_VERSION
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
+from lit_resformer.reports import write_report
 from lit_resformer.training.curves import read_metrics
 from lit_resformer.training.run_dir import RunConflict, RunDir
 
@@ -149,6 +150,7 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+@pytest.mark.integration
 def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path, fake, monkeypatch):
     grid = write_grid(tmp_path, THREE_CELLS)
     runs = tmp_path / "runs"
@@ -156,7 +158,7 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
 
     monkeypatch.setenv("FAKE_KILL_CELL", "resformer")
     monkeypatch.setenv("FAKE_KILL_AFTER", "10")
-    first = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
+    first = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=write_report), progress=False)
     assert summary(g / "vanilla/seed0")["status"] == "done"
     killed = summary(g / "resformer/seed0")
     assert killed["status"] == "failed" and killed["error"].startswith("killed by SIGKILL")
@@ -218,6 +220,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the trainer's parent-death signal is Linux-only")
 def test_killing_the_runner_stops_its_trainer_and_a_rerun_resumes(tmp_path, fake, monkeypatch):
     monkeypatch.setenv("FAKE_STEP_SLEEP", "0.2")  # 20 steps: ~4 s, long enough to be killed mid-run
@@ -278,6 +281,7 @@ def test_dry_run_lists_runs_and_writes_nothing(tmp_path, fake):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.integration
 def test_local_pool_gives_concurrent_runs_distinct_devices(tmp_path, fake, monkeypatch):
     device_dir = tmp_path / "devices"
     device_dir.mkdir()
@@ -301,6 +305,7 @@ def test_local_pool_slots():
         LocalExecutor(devices=["0", "1"], gpus_per_run=4)
 
 
+@pytest.mark.integration
 def test_slurm_executor_job_is_requeued_on_preemption_and_resumes(tmp_path, fake, monkeypatch):
     """Through submitit's local executor: SIGUSR2 (what SLURM sends before preemption or the time
     limit) makes the job checkpoint itself and requeue; the requeued job resumes training from
@@ -416,6 +421,7 @@ def _exit_code(command: list[str]) -> int:
     return stop.value.code or 0
 
 
+@pytest.mark.integration
 def test_cli_grid_and_report(tmp_path, fake, monkeypatch):
     monkeypatch.setenv("LIT_RESFORMER_TRAIN_CMD", " ".join(fake))
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})

@@ -242,3 +242,31 @@ def test_a_tier_changes_cells_in_place_and_adds_claims(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"name": "b", "extends": "fig.yaml", "cells": ["vanilla"]}))
     with pytest.raises(GridError, match="bad.yaml: cells must be a mapping"):
         load_grid(tmp_path / "bad.yaml")
+
+
+def test_a_loaded_grid_keeps_its_cells_resolved_and_resolves_none_again(tmp_path, monkeypatch):
+    """load_grid resolves each cell once, while checking it; the runs, changes(), identity() and same_run() read
+    that, and only a config from elsewhere is resolved again (once)."""
+    grid = load_grid(write_grid(tmp_path, {
+        "baseline": "vanilla", "seeds": [0, 1],
+        "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}},
+    }))
+    runs = grid.runs()
+    for run in runs:
+        assert run.resolved == grid.checker.resolved(run.config)
+
+    calls = []
+    resolved = type(grid.checker).resolved
+    monkeypatch.setattr(type(grid.checker), "resolved", lambda self, config, checked=True: (
+        calls.append(config), resolved(self, config, checked))[1])
+    assert grid.identity(runs[0].config) != grid.identity(runs[2].config)
+    assert grid.identity(runs[0].config) != grid.identity(runs[1].config)  # the seed is part of what a run is
+    assert not grid.same_run(runs[0].config, runs[2].config, finished=True)
+    assert grid.changes()["resformer"] == {"model.config.residual.target": ("none", "v")}
+    assert calls == [grid.base]  # the base, which is no cell, once
+    assert grid.changes() and calls == [grid.base]
+
+    elsewhere = {**runs[0].config, "trainer": {**runs[0].config["trainer"], "accelerator": "cpu"}}
+    assert grid.same_run(elsewhere, runs[0].config, finished=True)
+    assert grid.same_run(elsewhere, runs[0].config, finished=True)
+    assert calls == [grid.base, elsewhere]  # resolved once, then known

@@ -137,6 +137,7 @@ class ChunkWatcher(AnalysisTrace):
         self.peak_held = max(self.peak_held, _held_numel(self))
 
 
+@pytest.mark.integration
 def test_long_sequence_memory_stays_bounded():
     t = 2048
     model = build(n_layer=2, n_head=2, d_model=32, max_seq_len=t)
@@ -366,6 +367,7 @@ def _fit_tiny_run(tmp_path, corpus, cache, residual) -> Path:
     return run
 
 
+@pytest.mark.integration
 def test_analyze_run_dir_on_a_trained_checkpoint(tmp_path, tiny_corpus, data_cache):
     run = _fit_tiny_run(tmp_path, tiny_corpus, data_cache, {"target": "v", "learnable": "scalar"})
     out = analyze_run_dir(run, num_seqs=3)

@@ -26,6 +26,9 @@ from benchmarks.harness import (
     update_markdown,
 )
 
+# The tests read one run of every benchmark (quick_run: all of them, --quick, about 15 s on an idle 2-core machine).
+pytestmark = pytest.mark.integration
+
 METRIC_KEYS = {"metric", "value", "unit", "target", "better"}
 META_KEYS = {"machine", "cpu_model", "torch", "threads", "date", "device"}
 

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from lit_resformer.grids import load_grid
+from lit_resformer.measures.grid_results import load_results
 from lit_resformer.reports.budget import budget_rows, budget_section
 from lit_resformer.reports.grid_report import write_report
 from lit_resformer.training.run_dir import RunDir
-from lit_resformer.verdicts.results import load_results
 
 # tiny (lit_resformer/model/config.py PRESETS) with the CPU presets' vocabulary, trained at 64 tokens
 LAYERS, HEADS, D_MODEL, FFN, VOCAB, SEQ_LEN = 6, 4, 128, 352, 4096, 64
@@ -117,6 +117,7 @@ def test_section_renders_each_cell_with_ratios_to_its_baseline(grid_dir, rows):
     assert "| deeper | – | – | – | – | – | 0 |" in section
 
 
+@pytest.mark.integration
 def test_the_grid_report_holds_the_budget_section(grid_dir):
     write_report(grid_dir)
     report = (grid_dir / "report.md").read_text()

@@ -68,6 +68,7 @@ def test_every_command_has_its_own_help(capsys, argv):
         assert "lit-resformer eval prepare-data DIR" in " ".join(text.split())  # where offline data comes from
 
 
+@pytest.mark.integration
 def test_lm_eval_help_adds_lm_evals_own():
     # in a process of its own: lm-eval's command line sets up logging handlers on the streams it is given
     shown = subprocess.run([sys.executable, "-m", "lit_resformer.cli", "lm-eval", "--help"], capture_output=True,
@@ -115,6 +116,7 @@ def test_diverged_run_is_reported_without_a_doubled_prefix(tmp_path, fake, capsy
     assert outcome.failed == []
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and the parent-death signal")
 def test_ctrl_c_on_a_grid_marks_the_run_interrupted_and_a_rerun_resumes_it(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})

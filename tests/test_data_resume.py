@@ -59,6 +59,7 @@ def _fit(datamodule, max_steps, ask_estimated_steps, checkpoint_dir=None, ckpt_p
     return model.seen
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("ask_estimated_steps", [False, True])
 def test_resume_continues_the_exact_batch_order(tiny_datamodule, tmp_path, ask_estimated_steps):
     # 561 train sequences / 64 = 8 batches per epoch: 20 steps cross two epoch boundaries.
@@ -137,6 +138,7 @@ def test_resume_keeps_the_checkpoints_training_order(tiny_datamodule, run_seed):
     assert torch.equal(next(iter(resumed.train_dataloader()))["input_ids"], expected)
 
 
+@pytest.mark.integration
 def test_a_run_trains_in_the_order_of_its_seed_everything(tmp_path, tiny_corpus, data_cache, monkeypatch):
     monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
     config = tiny_experiment(tmp_path / "experiment.yaml", tiny_corpus, data_cache, seed_everything=3,

@@ -32,6 +32,7 @@ def offline(monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
 
 
+@pytest.mark.integration
 def test_embedded_corpus_end_to_end(tmp_path):
     """The one test over the full embedded corpus: both domains, then tokenizer + packing + per-domain loaders."""
     documents = collections.Counter()

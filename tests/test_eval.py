@@ -256,6 +256,7 @@ def test_task_sets_expand_and_keep_order():
         resolve_tasks(" , ")
 
 
+@pytest.mark.integration
 def test_online_task_manager_knows_the_paper_tasks_by_their_standard_names():
     # One index build (seconds): the six paper tasks resolve, only the made-up name is reported.
     with pytest.raises(ValueError, match=r"unknown lm-eval task\(s\) \['no_such_task'\];"):
@@ -431,6 +432,7 @@ def trained_run(tmp_path_factory, tiny_corpus, data_cache):
     return root / "vanilla"
 
 
+@pytest.mark.integration
 def test_checkpoint_through_simple_evaluate_run_eval_and_export(trained_run, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -456,6 +458,7 @@ def test_checkpoint_through_simple_evaluate_run_eval_and_export(trained_run, tmp
         torch.testing.assert_close(hf_model(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.integration
 def test_grid_eval_hook_scores_a_run_dir(trained_run, tmp_path, monkeypatch):
     """The `--eval` plug-in of the grid runner writes <run>/eval/results.json that the grid report reads."""
     import shutil

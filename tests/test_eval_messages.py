@@ -12,6 +12,7 @@ from lit_resformer.eval.run import evaluate_run_dir
 from lit_resformer.training.run_dir import RunDir
 
 
+@pytest.mark.integration
 def test_eval_without_network_or_offline_data_says_how_to_prepare_it(trained_run, tmp_path, monkeypatch, capsys):
     go_offline(monkeypatch)
     with pytest.raises(SystemExit) as exit_info:

@@ -65,6 +65,7 @@ def grid_accepts(tmp_path: Path, overrides: dict) -> bool:
     return True
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", [*REFUSED, *ACCEPTED])
 def test_grid_and_fit_accept_the_same_configs(tmp_path, tiny_corpus, data_cache, case):
     overrides = REFUSED.get(case, ACCEPTED.get(case))
@@ -133,6 +134,7 @@ def test_grid_base_may_be_a_list_of_configs(tmp_path, monkeypatch):
     assert loaded.manifest()["grid_file"] == "g.yaml"
 
 
+@pytest.mark.integration
 def test_composition_mistakes_are_named(tmp_path, capsys):
     (tmp_path / "a.yaml").write_text("compose: [b.yaml]\n")
     (tmp_path / "b.yaml").write_text("compose: [a.yaml]\n")
@@ -144,6 +146,7 @@ def test_composition_mistakes_are_named(tmp_path, capsys):
     assert "compose names 'missing.yaml'" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("grid", sorted(p.name for p in (CONFIGS / "grids").glob("*.yaml")))
 def test_every_shipped_grid_validates(grid):
     assert load_grid(CONFIGS / "grids" / grid).runs()

@@ -170,6 +170,7 @@ def checked(tmp_path_factory, bpe, svformer_run):
     return {name: (expected[name], results["folders"][name]) for name in models}, root
 
 
+@pytest.mark.integration
 def test_at_least_twelve_variants_and_every_extra_case_were_checked(checked):
     outcomes, root = checked
     assert set(outcomes) == {*VARIANTS, "vanilla", "padded-vocab", "checkpoint"}
@@ -183,6 +184,7 @@ def test_at_least_twelve_variants_and_every_extra_case_were_checked(checked):
     assert config["share"]["svformer"] is True and (root / "svformer" / "model.safetensors").is_file()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", [*VARIANTS, "vanilla", "padded-vocab", "checkpoint"])
 def test_exported_folder_computes_what_the_project_model_computes(checked, name):
     expected, got = checked[0][name]
@@ -195,6 +197,7 @@ def test_exported_folder_computes_what_the_project_model_computes(checked, name)
     assert got["cache_bytes"] == expected["cache_bytes"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", [*VARIANTS, "vanilla", "padded-vocab", "checkpoint"])
 def test_beam_search_through_the_cache_equals_beam_search_recomputing_everything(checked, name):
     with_cache, without_cache = checked[0][name][1]["beam_sequences"]
@@ -203,6 +206,7 @@ def test_beam_search_through_the_cache_equals_beam_search_recomputing_everything
 
 @pytest.mark.parametrize("name", ["resformer", "cross-attention-gqa", "svformer-anchors-gqa", "denseformer",
                                   "identity-all", "first-k", "value-embed-shared-lambda-resformer-gqa"])
+@pytest.mark.integration
 def test_left_padded_batch_generates_what_each_prompt_generates_alone(checked, name):
     expected, got = checked[0][name]
     new_tokens = got["padded_sequences"][:, PROMPT_LEN:]
@@ -210,6 +214,7 @@ def test_left_padded_batch_generates_what_each_prompt_generates_alone(checked, n
         assert torch.equal(new_tokens[row], alone), row
 
 
+@pytest.mark.integration
 def test_exported_tokenizer_is_the_runs_tokenizer(checked, bpe, svformer_run):
     _, run_tokenizer = load_checkpoint(svformer_run)
     for name, tokenizer in (("svformer", bpe), ("vanilla", bpe), ("checkpoint", run_tokenizer)):

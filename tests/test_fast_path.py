@@ -142,6 +142,7 @@ def test_the_loss_path_is_chunked_on_a_gpu_or_past_the_memory_budget_and_plain_f
 
 
 # ---------------------------------------------------------------------------- the padded head is never seen
+@pytest.mark.integration
 def test_padding_rows_are_never_predicted_or_scored(loss_path):
     model = build(small())
     x, y = tokens(), tokens(seed=2)
@@ -191,6 +192,7 @@ def test_a_state_dict_saved_before_padding_still_loads(tmp_path):
         assert torch.equal(loaded(x), model(x))
 
 
+@pytest.mark.integration
 def test_resuming_training_from_a_checkpoint_saved_before_padding_is_refused(tmp_path, tiny_corpus, data_cache):
     run = tmp_path / "run"
     config = tiny_experiment(tmp_path / "e.yaml", tiny_corpus, data_cache, trainer={"max_steps": 2})
@@ -207,6 +209,7 @@ def test_resuming_training_from_a_checkpoint_saved_before_padding_is_refused(tmp
 
 
 # ---------------------------------------------------------------------------- static-shape decoding
+@pytest.mark.integration
 @pytest.mark.parametrize("name", list(DECODE_VARIANTS))
 def test_static_decode_step_matches_full_forward(name):
     """Prefill on the growing cache, then decode with the position on the device and attention over the whole
@@ -276,6 +279,7 @@ def golden_run(tmp_path, corpus, cache, log_every: int) -> dict:
     return RunDir(tmp_path / f"run{log_every}").read_metrics()
 
 
+@pytest.mark.integration
 def test_training_curve_is_the_golden_one(tmp_path, tiny_corpus, data_cache):
     metrics = golden_run(tmp_path, tiny_corpus, data_cache, log_every=1)
     for name, expected in GOLDEN.items():
@@ -343,6 +347,7 @@ def fit_tiny(tmp_path, datamodule, max_steps: int, callbacks, log_every: int = 3
     return trainer
 
 
+@pytest.mark.integration
 def test_nothing_is_read_to_the_host_between_logging_steps(tmp_path, tiny_datamodule):
     """Logs every 3 steps, the progress bar on: the loss, gradient norm, mixing weights, divergence check,
     throughput clock and bar are read on steps 3 and 6 only (global steps 2 and 5 when they start)."""
@@ -365,6 +370,7 @@ class PoisonAt(L.Callback):
                 pl_module._core.norm.weight.fill_(float("nan"))
 
 
+@pytest.mark.integration
 def test_divergence_names_the_step_where_it_happened(tmp_path, tiny_datamodule):
     """The loss turns NaN in micro-batch 7 (optimizer step 3 with 2 micro-batches a step); it is read on the next
     logging step (6), the error names step 3, and no checkpoint of the diverged weights is written."""

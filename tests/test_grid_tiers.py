@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Each test reads the repository's grid files (a LightningCLI parser and every cell resolved, per grid).
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 GRIDS = REPO / "configs" / "grids"
 FIGURES = REPO / "configs" / "figures"

@@ -205,7 +205,7 @@ def tree_state(root: Path) -> dict[str, tuple[int, int]]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_corpus, data_cache):
     """A tiny run trained 2 steps with a tokenizer.json file (so swapping the file's contents can be tried)."""
-    from lit_resformer.data.sources import local_documents
+    from lit_resformer.corpora.sources import local_documents
     from lit_resformer.data.tokenizer import train_bpe
 
     root = tmp_path_factory.mktemp("trained")
@@ -228,6 +228,7 @@ RESUME_MISMATCHES = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(RESUME_MISMATCHES))
 def test_resuming_with_another_model_or_data_config_is_refused(trained, capsys, case):
     arguments, message = RESUME_MISMATCHES[case]
@@ -242,6 +243,7 @@ def test_resuming_with_another_model_or_data_config_is_refused(trained, capsys, 
     assert tree_state(trained / "run") == before
 
 
+@pytest.mark.integration
 def test_resuming_with_a_swapped_tokenizer_file_is_refused(trained, tmp_path, capsys):
     from tokenizers import Tokenizer
 
@@ -321,7 +323,7 @@ def test_local_data_that_is_not_text_is_refused_before_compute(tmp_path, case):
 
 
 def test_a_bad_byte_past_the_checked_head_is_refused_when_read(tmp_path):
-    from lit_resformer.data.sources import SNIFF_BYTES, local_documents
+    from lit_resformer.corpora.sources import SNIFF_BYTES, local_documents
 
     corpus = tmp_path / "a.txt"
     corpus.write_bytes(b"words and more words.\n\n" * (SNIFF_BYTES // 10) + b"caf\xe9\n")
@@ -330,8 +332,8 @@ def test_a_bad_byte_past_the_checked_head_is_refused_when_read(tmp_path):
 
 
 def test_other_encodings_are_read_when_named(tmp_path):
+    from lit_resformer.corpora.sources import local_documents
     from lit_resformer.data import LMDataModule
-    from lit_resformer.data.sources import local_documents
 
     (tmp_path / "a.txt").write_bytes("un café noir\n\nune crème brûlée".encode("latin-1"))
     LMDataModule(source="local", path=str(tmp_path / "a.txt"), encoding="latin-1")
@@ -421,12 +423,14 @@ def four_steps(tmp_path, tiny_corpus, data_cache, monkeypatch):
     return experiment
 
 
+@pytest.mark.integration
 def test_a_moved_run_keeps_last_ckpt_the_newest_and_no_stale_checkpoints(tmp_path, four_steps):
     (tmp_path / "run").rename(tmp_path / "moved")
     fit(four_steps, tmp_path / "moved", "--ckpt_path", "last", "--trainer.max_steps", "6")
     assert checkpoint_steps(tmp_path / "moved") == {"last.ckpt": 6, "step000006.ckpt": 6}
 
 
+@pytest.mark.integration
 def test_resuming_from_a_step_checkpoint_prunes_it_once_a_newer_one_is_saved(tmp_path, four_steps):
     _truncate(tmp_path / "run/checkpoints/last.ckpt")  # killed while writing it: the step checkpoint is resumed
     with pytest.warns(UserWarning, match="resuming from .*step000004.ckpt: last.ckpt: .*not a readable checkpoint"):
@@ -434,6 +438,7 @@ def test_resuming_from_a_step_checkpoint_prunes_it_once_a_newer_one_is_saved(tmp
     assert checkpoint_steps(tmp_path / "run") == {"last.ckpt": 6, "step000006.ckpt": 6}
 
 
+@pytest.mark.integration
 def test_partial_files_of_killed_writes_are_cleaned_and_nothing_is_staged_elsewhere(tmp_path, four_steps):
     leftover = tmp_path / "run/checkpoints/.last.ckpt.x1y2z3.tmp"  # what a write killed midway leaves
     leftover.write_bytes(b"\0" * 1000)
@@ -539,6 +544,7 @@ def test_a_run_taken_between_planning_and_starting_is_reported_busy_not_failed(t
     assert not run.summary_file.exists()
 
 
+@pytest.mark.integration
 def test_two_runners_on_one_grid(tmp_path):
     """The second, started while the first trains, skips its busy runs and exits 0; the first ends with its report."""
     import os
@@ -588,6 +594,7 @@ def plant_task(folder: Path, marker: Path) -> None:
                                        "def process_docs(docs):\n    return docs\n")
 
 
+@pytest.mark.integration
 def test_eval_loads_only_the_task_files_it_wrote_in_that_call(tmp_path, tiny_lm):
     from test_eval import ARC_ROWS, arc_data_dir
 
@@ -684,6 +691,7 @@ def test_report_escapes_everything_it_quotes(tmp_path):
         assert __import__("html").escape(payload, quote=False) in text
 
 
+@pytest.mark.integration
 def test_report_payloads_stay_text_in_headless_chromium(tmp_path):
     from lit_resformer.reports.grid_report import write_report
 

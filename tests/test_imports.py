@@ -17,15 +17,17 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("lit_resformer", "benchmarks")
 # Suites over the core library: each may import the core, the core none of them.
-PERIPHERY = ("lit_resformer.grids", "lit_resformer.verdicts", "lit_resformer.reports", "lit_resformer.eval",
-             "lit_resformer.export", "benchmarks")
+PERIPHERY = ("lit_resformer.grids", "lit_resformer.measures", "lit_resformer.verdicts", "lit_resformer.reports",
+             "lit_resformer.eval", "lit_resformer.export", "benchmarks")
 # The rooms, bottom up: a module imports only from its own layer or the layers below it.
 LAYERS = (
-    ("lit_resformer.config", "lit_resformer.model", "lit_resformer.data", "lit_resformer.writing",
+    ("lit_resformer.config", "lit_resformer.model", "lit_resformer.corpora", "lit_resformer.writing",
      "lit_resformer.provenance"),
+    ("lit_resformer.data",),
     ("lit_resformer.training",),
     ("lit_resformer.analysis", "lit_resformer.eval", "lit_resformer.export"),
     ("lit_resformer.grids",),
+    ("lit_resformer.measures",),
     ("lit_resformer.verdicts",),
     ("lit_resformer.reports",),
     ("lit_resformer.cli", "benchmarks"),
@@ -90,7 +92,7 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_graph_is_read(graph):
     """The reading itself: known imports are found, relative ones resolved, a circle is seen."""
-    assert "lit_resformer.verdicts.results" in graph["lit_resformer.reports.grid_report"]  # from .results import ...
+    assert "lit_resformer.measures.grid_results" in graph["lit_resformer.reports.grid_report"]  # from .results import ...
     assert "lit_resformer.writing" in graph["lit_resformer.training.run_dir"]  # from .reporting import ...
     assert "lit_resformer.config.files" in graph["lit_resformer.grids.spec"]  # from lit_resformer.config.files import ...
     assert "lit_resformer.reports.attention" in graph["lit_resformer.reports.grid_report"]  # inside a function
@@ -111,7 +113,7 @@ def test_no_import_circle(graph):
 
 def layer(module: str) -> int:
     if module == "lit_resformer":  # the package's face: load_checkpoint
-        return 1
+        return layer("lit_resformer.training")
     return next(i for i, packages in enumerate(LAYERS) if within(module, packages))
 
 
@@ -162,5 +164,6 @@ def test_only_the_project_s_own_names_are_installed():
     installed = set(setuptools_config["packages"])  # the package list find resolves to
     assert {name.split(".")[0] for name in installed} == INSTALLED_TOP_LEVEL
     assert {"lit_resformer.eval", "lit_resformer.export.hf_remote"} <= installed
-    assert setuptools_config["package-data"] == {"lit_resformer.eval": ["tasks_data/**/*"]}
+    assert setuptools_config["package-data"] == {"lit_resformer.eval": ["tasks_data/**/*"],
+                                                 "lit_resformer.corpora": ["pinned_corpus.json"]}
     assert (REPO / "lit_resformer/eval/tasks_data").is_dir()

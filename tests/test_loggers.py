@@ -39,6 +39,7 @@ def test_chosen_loggers_replace_tensorboard_and_keep_the_runs_csv(tmp_path):
     assert run_loggers(False, run) is False
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (extra [wandb])")
 def test_wandb_offline(tmp_path, tiny_corpus, data_cache, monkeypatch):
     for name, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": tmp_path / "wandb-dir",
@@ -61,6 +62,7 @@ def test_wandb_offline(tmp_path, tiny_corpus, data_cache, monkeypatch):
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None or importlib.util.find_spec("sqlalchemy") is None,
                     reason="mlflow is not installed (extra [mlflow])")
+@pytest.mark.integration
 def test_mlflow_local_sqlite_store(tmp_path, tiny_corpus, data_cache):
     from mlflow.tracking import MlflowClient
 

@@ -252,6 +252,7 @@ def _denseformer_reference(model, idx, alphas, dilation, period):
     return model.lm_head(model.norm(x))[..., : model.config.vocab_size]  # the padded head rows are never logits
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("dilation,period", [(1, 1), (2, 1), (1, 2), (2, 2), (3, 1), (2, 3)])
 def test_denseformer_matches_reference_on_random_alphas(dilation, period):
     model = build(small(dwa={"enabled": True, "dilation": dilation, "period": period}))
@@ -432,6 +433,7 @@ DECODE_VARIANTS = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", list(DECODE_VARIANTS))
 def test_incremental_decode_matches_full_forward(name):
     config = small(**DECODE_VARIANTS[name])

@@ -10,6 +10,9 @@ import pytest
 from lit_resformer.model import ModelConfig
 from lit_resformer.model.config import ResidualConfig
 
+# Each test reads the repository's grid files (a LightningCLI parser and every cell resolved, per grid).
+pytestmark = pytest.mark.integration
+
 GRIDS = Path(__file__).resolve().parents[1] / "configs" / "grids"
 
 

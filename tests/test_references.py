@@ -120,6 +120,7 @@ def test_datamodule_bigram_reference_matches_an_independent_count(tiny_datamodul
     assert "train_bigrams.npz has" in caplog.text and "counting again" in caplog.text
 
 
+@pytest.mark.integration
 def test_add_references_fills_in_a_run_trained_before_the_bigram_only_on_its_own_data(tmp_path, tiny_datamodule,
                                                                                        capsys):
     """`lit-resformer add-references`: the bigram reference of a finished run that predates it, computed from its

@@ -15,8 +15,8 @@ import yaml
 from helpers import chromium
 
 from lit_resformer.grids import load_grid
+from lit_resformer.measures.stats import critical_point
 from lit_resformer.reports.grid_report import write_report
-from lit_resformer.verdicts.stats import critical_point
 
 BASE = {
     "seed_everything": 0,

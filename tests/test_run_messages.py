@@ -24,6 +24,7 @@ def experiment(tmp_path, tiny_corpus, data_cache):
                            trainer={"enable_progress_bar": True, "max_steps": 4, "val_check_interval": 4})
 
 
+@pytest.mark.integration
 def test_progress_bar_counts_steps_across_resumes_and_accumulation(tmp_path, experiment, monkeypatch):
     run = tmp_path / "run"
     common = ["--config", str(experiment), "--trainer.default_root_dir", str(run)]
@@ -58,6 +59,7 @@ def test_progress_bar_counts_steps_across_resumes_and_accumulation(tmp_path, exp
     assert seen == [(14, 14, "Epoch 0")]  # not Lightning's "Epoch 0/-2" for a run bounded by steps
 
 
+@pytest.mark.integration
 def test_a_fresh_run_into_a_used_checkpoint_folder_still_warns(tmp_path, experiment):
     """Only a resume silences the warning: a new run pointed at another run's checkpoints should hear of it."""
     used = tmp_path / "used"
@@ -68,6 +70,7 @@ def test_a_fresh_run_into_a_used_checkpoint_folder_still_warns(tmp_path, experim
              "--checkpoint.dirpath", str(used), "--trainer.max_steps", "1", "--trainer.enable_progress_bar", "false"])
 
 
+@pytest.mark.integration
 def test_validate_and_test_leave_the_runs_config_alone(tmp_path, experiment):
     run = tmp_path / "run"
     cli(["fit", "--config", str(experiment), "--trainer.default_root_dir", str(run), "--trainer.max_steps", "2",

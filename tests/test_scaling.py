@@ -1,4 +1,4 @@
-"""Scaling-law fits, per-seed intervals and equivalence savings (lit_resformer.verdicts.scaling), from synthetic laws and
+"""Scaling-law fits, per-seed intervals and equivalence savings (lit_resformer.measures.scaling), from synthetic laws and
 synthetic run directories whose answers are known in closed form."""
 
 import csv
@@ -16,10 +16,7 @@ from lit_resformer.cli import main
 from lit_resformer.grids import load_grid
 from lit_resformer.grids.spec import GridError
 from lit_resformer.grids.summary import epoch_tokens
-from lit_resformer.model import ModelConfig
-from lit_resformer.reports.grid_report import write_report
-from lit_resformer.training.run_dir import RunDir
-from lit_resformer.verdicts.scaling import (
+from lit_resformer.measures.scaling import (
     LadderPoint,
     OutsideRange,
     PowerLaw,
@@ -34,7 +31,10 @@ from lit_resformer.verdicts.scaling import (
     non_embedding_params,
     scaling_claims,
 )
-from lit_resformer.verdicts.stats import verdict
+from lit_resformer.measures.stats import verdict
+from lit_resformer.model import ModelConfig
+from lit_resformer.reports.grid_report import write_report
+from lit_resformer.training.run_dir import RunDir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -347,6 +347,7 @@ def write_run(path, config, final, epoch_steps=None):
                                                   "unigram_val_loss": final + 3.0, "bigram_val_loss": final + 1.5}))
 
 
+@pytest.mark.integration
 def test_sweep_reads_n_from_each_run_and_d_from_its_metrics(tmp_path):
     sweep = load_sweep(make_sweep_dir(tmp_path))
     assert sweep.axis == "params" and sweep.baseline == "vanilla"
@@ -356,6 +357,7 @@ def test_sweep_reads_n_from_each_run_and_d_from_its_metrics(tmp_path):
     assert analytic_n(192) / analytic_n(64) > 8
 
 
+@pytest.mark.integration
 def test_savings_are_given_over_all_parameters_and_without_the_embeddings(tmp_path):
     grid_dir = make_sweep_dir(tmp_path, variants={k: VARIANTS[k] for k in ("vanilla", "resformer")})
     sweep = load_sweep(grid_dir)
@@ -386,6 +388,7 @@ def test_the_papers_table_5_gives_its_headline_under_its_size_names():
     assert saving.mean() == pytest.approx(0.104, abs=0.002)
 
 
+@pytest.mark.integration
 def test_cli_end_to_end_on_synthetic_runs(tmp_path, capsys):
     grid_dir = make_sweep_dir(tmp_path)
     main(["scaling", str(grid_dir)])
@@ -413,6 +416,7 @@ def test_cli_end_to_end_on_synthetic_runs(tmp_path, capsys):
         assert f"({name})" in markdown
 
 
+@pytest.mark.integration
 def test_curve_reading_on_run_folders_matches_the_written_curves(tmp_path):
     grid_dir = make_sweep_dir(tmp_path, variants={k: VARIANTS[k] for k in ("vanilla", "resformer")})
     result = analyse(load_sweep(grid_dir))
@@ -431,6 +435,7 @@ def test_curve_reading_on_run_folders_matches_the_written_curves(tmp_path):
         assert row["train"]["mean"] > 0  # resformer is lower all along, so it gets there early
 
 
+@pytest.mark.integration
 def test_report_has_a_scaling_section_for_a_sweep_grid(tmp_path, monkeypatch):
     analyses = []
     original = analyse
@@ -439,7 +444,7 @@ def test_report_has_a_scaling_section_for_a_sweep_grid(tmp_path, monkeypatch):
         analyses.append(args[0].grid)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("lit_resformer.verdicts.scaling.analyse", counted)
+    monkeypatch.setattr("lit_resformer.measures.scaling.analyse", counted)
     grid_dir = make_sweep_dir(tmp_path, variants={k: VARIANTS[k] for k in ("vanilla", "resformer")})
     write_report(grid_dir)
     report = (grid_dir / "report.md").read_text()
@@ -449,6 +454,7 @@ def test_report_has_a_scaling_section_for_a_sweep_grid(tmp_path, monkeypatch):
     assert (grid_dir / "plots/scaling_sweep_fit_total.png").read_bytes().startswith(PNG_MAGIC)
 
 
+@pytest.mark.integration
 def test_report_of_a_sweep_that_cannot_be_fitted_says_why(tmp_path):
     grid_dir = make_sweep_dir(tmp_path, matrix=width_matrix((64, 128)))
     write_report(grid_dir)
@@ -480,6 +486,7 @@ def test_fewer_than_three_sizes(tmp_path):
         load_sweep(make_sweep_dir(tmp_path, matrix=width_matrix((64, 128))))
 
 
+@pytest.mark.integration
 def test_non_monotone_ladder(tmp_path):
     def undertrained(variant, config):  # the largest model ends above the next one
         return size_law(variant, config) + (0.5 if config["model"]["config"]["d_model"] == 192 else 0.0)
@@ -488,6 +495,7 @@ def test_non_monotone_ladder(tmp_path):
         load_sweep(make_sweep_dir(tmp_path, loss=undertrained))
 
 
+@pytest.mark.integration
 def test_missing_variant(tmp_path):
     grid_dir = make_sweep_dir(tmp_path, skip={f"svformer,d_model={d}" for d in WIDTHS})
     with pytest.raises(ScalingError, match=r"\['svformer'\] have no finished runs"):
@@ -503,6 +511,7 @@ def test_missing_size_of_one_variant(tmp_path):
         load_sweep(grid_dir)
 
 
+@pytest.mark.integration
 def test_both_axes_varying(tmp_path):
     steps = {64: {"trainer.max_steps": 20}, 96: {"trainer.max_steps": 40}}
     grid_dir = make_sweep_dir(tmp_path, matrix=width_matrix(extra=steps), scaling=None)
@@ -544,6 +553,7 @@ def test_scaling_claims_for_the_scoreboard(tmp_path):
     assert claim["ci_low"] - 1e-9 <= claim["delta"] <= claim["ci_high"] + 1e-9 and claim["ci_low"] > 0
 
 
+@pytest.mark.integration
 def test_the_claims_scoreboard_judges_a_sweep_on_its_fitted_saving(tmp_path):
     from lit_resformer.verdicts.claims import scoreboard
 
@@ -565,6 +575,7 @@ def test_epoch_tokens_come_from_lightnings_epoch_column(tmp_path):
     assert epoch_tokens(RunDir(tmp_path / "no-logs")) is None
 
 
+@pytest.mark.integration
 def test_a_sweep_that_repeats_data_says_how_many_epochs_it_saw(tmp_path):
     def token_law(variant, config):
         return float(direct(2.0, 500.0, 0.35, config["trainer"]["max_steps"] * TOKENS_PER_STEP))
@@ -596,6 +607,7 @@ def tokens_per_run(config):
     return config["trainer"]["max_steps"] * per_step
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("grid_file", ["scaling-size.yaml", "scaling-size-small.yaml"])
 def test_cpu_size_ladder_grid(grid_file):
     grid = load_grid(REPO / "configs/grids" / grid_file)
@@ -612,6 +624,7 @@ def test_cpu_size_ladder_grid(grid_file):
     assert len({tokens_per_run(grid.configs[c.name]) for c in grid.cells}) == 1  # one budget: L(N) at fixed D
 
 
+@pytest.mark.integration
 def test_cpu_token_budget_grid():
     grid = load_grid(REPO / "configs/grids/scaling-tokens.yaml")
     assert grid.report["scaling"] == "tokens" and len(grid.seeds) >= 2 and grid.baseline == "vanilla"
@@ -623,6 +636,7 @@ def test_cpu_token_budget_grid():
         assert len({non_embedding_params(grid.configs[c.name]["model"]["config"]) for c in cells}) == 1
 
 
+@pytest.mark.integration
 def test_paper_size_ladder_grid():
     grid = load_grid(REPO / "configs/grids/scaling-size-paper.yaml")
     assert grid.report["scaling"] == "params" and {c.family for c in grid.cells} == VARIANT_NAMES

@@ -1,5 +1,5 @@
 """The scaling savings' intervals mean what they say: synthetic size ladders with a known parameter saving and seed
-noise, analysed end to end by lit_resformer.verdicts.scaling (per-seed fits, the measured-range rule, the t interval over
+noise, analysed end to end by lit_resformer.measures.scaling (per-seed fits, the measured-range rule, the t interval over
 seeds), are covered at the nominal 95% rate within Monte-Carlo error."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lit_resformer.verdicts.scaling import LadderPoint, PowerLaw, Sweep, analyse
+from lit_resformer.measures.scaling import LadderPoint, PowerLaw, Sweep, analyse
 
 LEVEL = 0.95
 SAVING = 0.15  # the variant reaches the baseline's loss at x with (1 - SAVING) x, at every x: the truth
@@ -33,6 +33,7 @@ def _assert_nominal(covered: list[bool], what: str) -> None:
     assert p > IMPLAUSIBLE, f"{what}: covered {k / n:.3f} of {n}, nominal {LEVEL} (binomial p = {p:.1e})"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("seeds", [2, 3])
 def test_per_seed_t_intervals_of_the_savings_cover_the_true_saving(seeds):
     rng = np.random.default_rng(100 + seeds)
@@ -52,6 +53,7 @@ def test_per_seed_t_intervals_of_the_savings_cover_the_true_saving(seeds):
     _assert_nominal(largest_covered, f"saving at the largest size, {seeds} seeds")
 
 
+@pytest.mark.integration
 def test_the_check_fails_an_interval_too_narrow_for_two_seeds():
     """The check has power: a normal-quantile interval (1.96 standard errors in place of t's 12.7 at one degree of
     freedom) over the same per-seed savings covers about 70% at 2 seeds, and the check rejects it."""

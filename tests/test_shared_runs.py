@@ -14,8 +14,9 @@ from test_ablations import calls, fake, summary, write_grid  # noqa: F401  (fake
 from lit_resformer.grids.archive import export_grid, merge_export
 from lit_resformer.grids.directory import GridDir
 from lit_resformer.grids.runner import GridOptions, run_grid
+from lit_resformer.measures.grid_results import load_results
+from lit_resformer.reports import write_report
 from lit_resformer.verdicts.claims import scoreboard
-from lit_resformer.verdicts.results import load_results
 
 CLAIM = {"claim": "ResFormer beats vanilla", "a": "resformer", "b": "vanilla", "metric": "val_loss",
          "direction": "lower"}
@@ -57,7 +58,7 @@ def test_a_run_trained_in_another_grid_is_shared_not_trained_again(tmp_path, fak
     assert last == "dry run: 2 of 8 runs would start"
     assert not (runs / "second").exists()  # a dry run links nothing
 
-    outcome = run_grid(second, GridOptions(runs_dir=runs, train_command=fake), progress=False)
+    outcome = run_grid(second, GridOptions(runs_dir=runs, train_command=fake, report=write_report), progress=False)
     assert outcome.failed == []
     grid = GridDir(runs / "second")
     for cell in ("vanilla", "resformer", "vanilla-again"):

@@ -151,6 +151,7 @@ def merge_slice(tmp_path: Path, name: str) -> list[str]:
     return merge_export(unpacked / "sliced.tar.gz", tmp_path / "results")["added"]
 
 
+@pytest.mark.integration
 def test_slice_script_stops_at_its_time_limit_and_the_next_call_finishes_the_grid(tmp_path, tiny_corpus, data_cache):
     grid = slice_grid(tmp_path, tiny_corpus, data_cache)
     first = run_slice(tmp_path, grid, budget=40, name="slice1")  # room for a run or two, not four

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lit_resformer.verdicts.scaling import PowerLaw, equivalence_saving, fit_power_law
-from lit_resformer.verdicts.stats import (
+from lit_resformer.measures.scaling import PowerLaw, equivalence_saving, fit_power_law
+from lit_resformer.measures.stats import (
     benjamini_hochberg,
     compare_seeds,
     holm,

@@ -1,4 +1,4 @@
-"""Time to target (lit_resformer.verdicts.time_to_target): the reading of a validation curve at a target loss
+"""Time to target (lit_resformer.measures.time_to_target): the reading of a validation curve at a target loss
 (interpolated in log tokens, with its bracket), the log-ratio t interval of the data saving and its coverage in
 simulated experiments read at the committed runs' evaluation density, the verdict rule for seeds whose variant never
 reaches the target (false savings kept at the nominal rate where substituting or dropping them is not), and the
@@ -17,9 +17,9 @@ import pytest
 import yaml
 from scipy import stats
 
-from lit_resformer.verdicts.results import load_results
-from lit_resformer.verdicts.stats import verdict
-from lit_resformer.verdicts.time_to_target import (
+from lit_resformer.measures.grid_results import load_results
+from lit_resformer.measures.stats import verdict
+from lit_resformer.measures.time_to_target import (
     Reading,
     combine,
     decide,

@@ -46,6 +46,7 @@ def test_warmup_cosine_schedule():
     assert all(a >= b for a, b in zip(steps, steps[1:], strict=False))
 
 
+@pytest.mark.integration
 def test_fit_writes_a_complete_run(tmp_path, tiny_corpus, data_cache):
     run = tmp_path / "run"
     fit(experiment(tmp_path, tiny_corpus, data_cache), run)
@@ -67,6 +68,7 @@ def test_fit_writes_a_complete_run(tmp_path, tiny_corpus, data_cache):
     assert model.config.residual.target == "v"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("learnable,kinds", [("scalar", ("self", "history")), ("tied", ("lambda",))])
 def test_learnable_mixing_weights_are_logged(tmp_path, tiny_corpus, data_cache, learnable, kinds):
     run = tmp_path / "run"
@@ -86,6 +88,7 @@ def test_learnable_mixing_weights_are_logged(tmp_path, tiny_corpus, data_cache, 
     assert mixing["initial_lr"] == mix_lr.get("mix_lr", 3e-3) and groups[0]["initial_lr"] == 3e-3
 
 
+@pytest.mark.integration
 def test_resume_after_sigkill_is_exact(tmp_path, tiny_corpus, data_cache):
     """SIGKILL after the step-4 checkpoint, resume with --ckpt_path last: same losses, bit for bit."""
     config = experiment(tmp_path, tiny_corpus, data_cache)
@@ -106,6 +109,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, tiny_corpus, data_cache):
     assert a["val/loss"] == b["val/loss"]
 
 
+@pytest.mark.integration
 def test_resume_skips_a_truncated_last_checkpoint(tmp_path, tiny_corpus, data_cache):
     """A run killed while writing last.ckpt resumes from its newest intact step checkpoint, and says so."""
     config = experiment(tmp_path, tiny_corpus, data_cache, trainer={"max_steps": 4})
@@ -164,6 +168,7 @@ def test_domain_without_documents_is_refused(tmp_path, tiny_corpus, data_cache, 
     assert "gamma" in err
 
 
+@pytest.mark.integration
 def test_existing_run_is_not_overwritten(tmp_path, tiny_corpus, data_cache, capsys):
     run = tmp_path / "run"
     config = experiment(tmp_path, tiny_corpus, data_cache, trainer={"max_steps": 2})
@@ -193,6 +198,7 @@ def test_ddp_matches_single_process(tmp_path, tiny_corpus, data_cache):
     assert not math.isclose(a[0][1], a[-1][1])  # it trained
 
 
+@pytest.mark.integration
 def test_fused_adamw_is_clipped_directly_under_bf16(tmp_path, tiny_corpus, data_cache, monkeypatch):
     """On CUDA the optimizer is fused AdamW and Lightning's mixed-precision plugin would refuse to clip for it;
     the module clips itself. Forced here on the CPU under bf16-mixed: the update equals clip-then-step."""

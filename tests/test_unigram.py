@@ -60,6 +60,7 @@ def test_datamodule_reference_matches_an_independent_count(tiny_datamodule, val_
     assert again.unigram_val_losses() == reference
 
 
+@pytest.mark.integration
 def test_every_run_logs_the_reference_at_step_zero_and_summarises_it(tmp_path, tiny_corpus, data_cache, tiny_datamodule):
     run = tmp_path / "run"
     config = tiny_experiment(tmp_path / "experiment.yaml", tiny_corpus, data_cache,

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -131,13 +130,13 @@ class PlannedRun:
 
 class Twins:
     """Finds, for a run not started yet, the same run trained elsewhere: a finished run of another grid in the same
-    runs folder, or an earlier run of this grid, whose config has the same identity (Grid.identity: every field's
-    value, seed included). Identical configs are matched as written; others are resolved (a fraction of a second
-    each), and only against candidates of the same seed."""
+    runs folder, or an earlier run of this grid, whose config has the same identity (Grid.identity, the grid spec's
+    run_identity: every field's value, seed included, where a run trains and writes left out). Identical configs
+    are matched as written; others are resolved (a fraction of a second each, once: the grid keeps what it resolved),
+    and only against candidates of the same seed."""
 
     def __init__(self, grid: Grid, grid_dir: Path):
         self.grid = grid
-        self._identities: dict[str, str | None] = {}  # a config as written -> its identity
         self._elsewhere: dict[int, list[tuple[dict, RunDir]]] = {}  # seed -> finished runs of other grids
         for trained in finished_elsewhere(Path(grid_dir).parent, GridDir(grid_dir)):
             config = trained.read_experiment()
@@ -146,10 +145,8 @@ class Twins:
         self._in_grid: dict[str, RunDir] = {}  # identity -> the first run of this grid with it
 
     def identity(self, config: dict) -> str | None:
-        written = json.dumps(config, sort_keys=True, default=str)
-        if written not in self._identities:
-            self._identities[written] = self.grid.identity(config)
-        return self._identities[written]
+        """The config's run identity as the grid knows it (Grid.identity; each config resolved once)."""
+        return self.grid.identity(config)
 
     def register(self, run: Run, run_dir: RunDir) -> None:
         """A run of the grid that exists already (trained here, or through a link): later twins are linked to it."""
@@ -326,7 +323,6 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
     # The grid file is read and its cells resolved once, here; what follows works on the resolved grid.
     spec = load_grid(grid, seeds=options.seeds, forced=dict(options.forced), allow_any_class=options.allow_any_class)
     runs = spec.runs()
-    changes = spec.changes() if options.dry_run else None
     grid_dir = GridDir.of(options.runs_dir, spec.name).path
     for kind in options.post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here
@@ -350,7 +346,7 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
         print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
     outcome = GridOutcome(spec, grid_dir)
     if options.dry_run:
-        print(describe_changes(changes), file=out)
+        print(describe_changes(spec.changes()), file=out)
         if isinstance(pool, SlurmExecutor) and jobs:
             print(f"\nsbatch script of the first job ({jobs[0].name}); the others differ only in the name:", file=out)
             print(pool.sbatch_script(jobs[0]), file=out)

@@ -18,7 +18,7 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
       data.seq_len: [64, 256]                    # or value -> overrides that go with it:
       # data.seq_len: {64: {data.micro_batch_size: 32}, 256: {data.micro_batch_size: 8}}
     report: {critical_point_window: 10}          # optional report settings; scaling: params | tokens
-                                                 # marks a size or token-budget sweep (lit_resformer.verdicts.scaling)
+                                                 # marks a size or token-budget sweep (lit_resformer.measures.scaling)
     claims: [...]                                # optional: the paper's claims to judge (lit_resformer/grids/claim_spec.py)
 
 Everything is checked before any run starts; a problem raises `GridError` naming it.
@@ -31,7 +31,7 @@ import dataclasses
 import itertools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,15 +45,18 @@ from lit_resformer.config.files import load_experiment
 from lit_resformer.grids.claim_spec import parse_claims
 from lit_resformer.training.checker import ConfigChecker
 
-# Where a run trains, not what it computes (precision and strategy do change the numbers, so they are not here).
+# What a run is (run_identity): its resolved config less where it trains and where it writes.
+# Where it trains (precision and strategy do change the numbers, so they are not here):
 PLACEMENT = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes")
+# Where it writes: these keys at any depth (the run folder, the checkpoints' folder, a logger's folder).
+OUTPUT_LOCATIONS = frozenset({"default_root_dir", "dirpath", "save_dir"})
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
                "claims"}
 REPORT_FIELDS = {"critical_point_window", "scaling"}
-SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (lit_resformer.verdicts.scaling)
+SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (lit_resformer.measures.scaling)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
 
 
@@ -75,7 +78,8 @@ class Run:
     grid: str
     cell: str
     seed: int
-    config: dict  # the resolved experiment config, ready to be written as YAML
+    config: dict  # the experiment config with the grid's overrides applied, ready to be written as YAML
+    resolved: dict | None = field(default=None, compare=False, repr=False)  # every field's value (load_grid's check)
 
     @property
     def name(self) -> str:
@@ -93,57 +97,74 @@ class Grid:
     overrides: dict[str, Any]
     description: str = ""
     report: dict[str, Any] = field(default_factory=dict)
-    configs: dict[str, dict] = field(default_factory=dict)  # cell name -> resolved config (no seed)
+    configs: dict[str, dict] = field(default_factory=dict)  # cell name -> its config as written (no seed)
+    resolved: dict[str, dict] = field(default_factory=dict, repr=False)  # cell name -> every field's value (no seed)
     claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (lit_resformer.grids.claim_spec.Claim)
     checker: ConfigChecker | None = field(default=None, repr=False)  # the parser and checks of `fit`
     base: dict = field(default_factory=dict, repr=False)  # the base experiment, its configs merged
+    # a config as written (JSON) -> its resolved form (None: it no longer validates); load_grid's cells and the runs
+    # are entered as they are made, so that only a config from elsewhere (another grid's run) is ever resolved again
+    _known: dict[str, dict | None] = field(default_factory=dict, init=False, repr=False)
+    _base_identity: dict | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._known.update((_written(self.configs[cell]), resolved) for cell, resolved in self.resolved.items())
+
+    def resolve(self, config: dict) -> dict | None:
+        """Every field of `config` with its value, defaults included; None for a config that no longer validates."""
+        key = _written(config)
+        if key not in self._known:
+            try:
+                self._known[key] = self.checker.resolved(config)
+            except (argparse.ArgumentError, ValueError):
+                self._known[key] = None
+        return self._known[key]
 
     def same_run(self, old: dict, new: dict, finished: bool = False) -> bool:
-        """Whether two configs run the same (equal once every field has its value, defaults included). For a
-        `finished` run, where it trained (PLACEMENT) does not count: its results stand wherever they came from (a
-        slice on a lent GPU, merged into a folder that a CPU run of the same grid then completes)."""
+        """Whether two configs run the same: equal run identities (run_identity), and for a run not `finished`
+        equal placement too (it resumes where it started). A finished run's results stand wherever they came from (a
+        slice on a lent GPU, merged into a folder that a CPU run of the same grid then completes). A config that no
+        longer validates runs differently."""
         if old == new:
             return True
-        try:
-            old, new = self.checker.resolved(old), self.checker.resolved(new)
-        except (argparse.ArgumentError, ValueError):  # a config that no longer validates runs differently
+        old, new = self.resolve(old), self.resolve(new)
+        if old is None or new is None:
             return False
-        if finished:
-            old, new = _without_placement(old), _without_placement(new)
-        return old == new
+        return run_identity(old) == run_identity(new) and (finished or _placement(old) == _placement(new))
 
     def identity(self, config: dict) -> str | None:
-        """What a run computes, as one string: its config with every field's value (defaults included, seed
-        included), where it trains (PLACEMENT) left out. Two runs with the same identity train the same model on the
-        same data order; None for a config that no longer validates (it is only itself)."""
-        try:
-            resolved = self.checker.resolved(config)
-        except (argparse.ArgumentError, ValueError):
-            return None
-        return json.dumps(_without_placement(resolved), sort_keys=True, default=str)
+        """run_identity of `config` as one string (seed included); None for a config that no longer validates (it is
+        only itself). Two runs with the same identity train the same model on the same data order."""
+        resolved = self.resolve(config)
+        return None if resolved is None else json.dumps(run_identity(resolved), sort_keys=True, default=str)
 
     def changes(self) -> dict[str, dict[str, tuple[Any, Any]]]:
-        """cell name -> {dotted key: (base value, cell value)} for every field the cell's config sets to another value
-        than the base experiment, defaults filled in on both sides: what the cell effectively changes, the grid's
-        own overrides and values derived from others (e.g. trainer.accumulate_grad_batches) included; where a run
-        trains (PLACEMENT) left out, as it is no part of what the run computes (the report's Provenance says where
-        each run ran: a grid's runs may come from a GPU slice and a CPU runner)."""
-        try:
-            base = self.checker.resolved(self.base)
-        except ValueError:  # a base that does not run by itself: its cells fit the corpus's sequence length to the model
-            base = self.checker.resolved(self.base, checked=False)
-        base = _without_placement(base)
-        return {cell.name: changed_fields(base, _without_placement(self.checker.resolved(self.configs[cell.name])))
+        """cell name -> {dotted key: (base value, cell value)} for every field of the run identity (run_identity: where
+        a run trains and writes left out, as no part of what it computes; the report's Provenance says where each run
+        ran) that the cell sets to another value than the base experiment, defaults filled in on both sides: what the
+        cell effectively changes, the grid's own overrides and values derived from others (e.g.
+        trainer.accumulate_grad_batches) included. The cells' configs are those load_grid resolved; the base is
+        resolved once."""
+        if self._base_identity is None:
+            try:
+                base = self.checker.resolved(self.base)
+            except ValueError:  # a base that does not run by itself: its cells fit the corpus's sequence length to the model
+                base = self.checker.resolved(self.base, checked=False)
+            self._base_identity = run_identity(base)
+        return {cell.name: changed_fields(self._base_identity, run_identity(self.resolved[cell.name]))
                 for cell in self.cells}
 
     def runs(self, seeds: Sequence[int] | None = None) -> list[Run]:
         """One run per (cell, seed), cells in grid order, seeds inner."""
         chosen = list(self.seeds if seeds is None else seeds)
-        return [
-            Run(self.name, cell.name, seed, {**self.configs[cell.name], "seed_everything": seed})
+        runs = [
+            Run(self.name, cell.name, seed, {**self.configs[cell.name], "seed_everything": seed},
+                {**self.resolved[cell.name], "seed_everything": seed})  # the seed enters no check
             for cell in self.cells
             for seed in chosen
         ]
+        self._known.update((_written(run.config), run.resolved) for run in runs)
+        return runs
 
     def manifest(self) -> dict:
         """What the report needs to know about the grid, written next to its runs."""
@@ -164,13 +185,34 @@ class Grid:
         }
 
 
-def _without_placement(resolved: dict) -> dict:
-    """A resolved config without where it trains (PLACEMENT), which is no part of what the run computes. Strips in
-    place: every caller passes the fresh dict `ConfigChecker.resolved` returns."""
-    for key in PLACEMENT:
-        section, name = key.split(".")
-        resolved.get(section, {}).pop(name, None)
-    return resolved
+def run_identity(resolved: Mapping[str, Any]) -> dict:
+    """What makes a run what it is: its resolved config (every field with its value, defaults and seed included:
+    `ConfigChecker.resolved`, or the config.yaml Lightning wrote) less where it trains (PLACEMENT) and where it
+    writes (OUTPUT_LOCATIONS). Runs with equal identities train the same model on the same data in the same order, so
+    a finished one stands for the others: the runner shares them (Grid.identity, Grid.same_run), the scoreboard
+    counts their comparisons once (lit_resformer.verdicts.claims) and the grids that reuse another's runs are checked
+    with it (tests/test_shared_configs.py). A new dict; `resolved` is left as it is."""
+    placement = {tuple(key.split(".")) for key in PLACEMENT}
+
+    def strip(value: Any, path: tuple | None) -> Any:
+        if isinstance(value, Mapping):
+            return {k: strip(v, None if path is None else (*path, k)) for k, v in value.items()
+                    if k not in OUTPUT_LOCATIONS and (path is None or (*path, k) not in placement)}
+        if isinstance(value, list):
+            return [strip(v, None) for v in value]  # PLACEMENT names sections' fields, never a list's items
+        return value
+
+    return strip(resolved, ())
+
+
+def _placement(resolved: dict) -> tuple:
+    """Where a resolved config trains: its PLACEMENT values."""
+    return tuple((resolved.get(key.split(".")[0]) or {}).get(key.split(".")[1]) for key in PLACEMENT)
+
+
+def _written(config: dict) -> str:
+    """A config as written, as a key."""
+    return json.dumps(config, sort_keys=True, default=str)
 
 
 def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict[str, Any] | None = None,
@@ -217,7 +259,11 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
 
     checker = ConfigChecker(allow_any_class=allow_any_class)
     forced = _flatten_overrides(forced or {}, "--set")
-    configs = _cell_configs(checker, base, overrides, cells, where, forced)
+    configs, resolved = _cell_configs(checker, base, overrides, cells, where, forced)
+    try:  # the grid's `claims:`, checked against its cells
+        claims = [claim.to_dict() for claim in parse_claims(spec.get("claims"), [dataclasses.asdict(c) for c in cells])]
+    except ValueError as e:
+        raise GridError(f"{where}: {e}") from e
     return Grid(
         name=name,
         path=path.resolve(),
@@ -229,18 +275,11 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         description=str(spec.get("description", "")),
         report={"critical_point_window": window, **({"scaling": scaling} if scaling else {})},
         configs=configs,
-        claims=_load_claims(spec.get("claims"), cells, where),
+        resolved=resolved,
+        claims=claims,
         checker=checker,
         base=base,
     )
-
-
-def _load_claims(raw: Any, cells: list[Cell], where: str) -> list[dict]:
-    """The grid's `claims:`, checked against its cells."""
-    try:
-        return [claim.to_dict() for claim in parse_claims(raw, [dataclasses.asdict(c) for c in cells])]
-    except ValueError as e:
-        raise GridError(f"{where}: {e}") from e
 
 
 # ----------------------------------------------------------------------------------------------
@@ -461,32 +500,31 @@ def _resolve_config(base: dict, overrides: dict[str, Any], where: str) -> dict:
 
 
 def _cell_configs(checker: ConfigChecker, base: dict, overrides: dict[str, Any], cells: list[Cell],
-                  where: str, forced: dict[str, Any]) -> dict[str, dict]:
-    """cell name -> the base with the grid's, the cell's and the forced overrides, each config checked as `fit`
-    checks it."""
-    _check_keys(checker, overrides, f"{where}: overrides")
-    _check_keys(checker, forced, "--set")
-    configs = {}
+                  where: str, forced: dict[str, Any]) -> tuple[dict[str, dict], dict[str, dict]]:
+    """cell name -> the base with the grid's, the cell's and the forced overrides, and cell name -> that config
+    resolved, each config checked as `fit` checks it."""
+    configs, resolved = {}, {}
     for cell in cells:
         cell_where = f"{where}: cell '{cell.name}'"
-        _check_keys(checker, cell.overrides, cell_where)
         cell_overrides = {**overrides, **cell.overrides, **forced}
         configs[cell.name] = _resolve_config(base, cell_overrides, cell_where)
-        _check_cell(checker, configs[cell.name], cell_overrides, cell_where)
-    return configs
+        written = {f"{where}: overrides": overrides, "--set": forced, cell_where: cell.overrides}
+        resolved[cell.name] = _check_cell(checker, configs[cell.name], cell_overrides, cell_where, written)
+    return configs, resolved
 
 
-def _check_keys(checker: ConfigChecker, overrides: dict[str, Any], where: str) -> None:
-    for key in overrides:
-        problem = checker.unknown_field(key)
-        if problem:
-            raise GridError(f"{where}: unknown override key '{key}': {problem}")
-
-
-def _check_cell(checker: ConfigChecker, config: dict, overrides: dict[str, Any], where: str) -> None:
-    """The cell's config through `fit`'s parser and checks (nothing is trained or written)."""
+def _check_cell(checker: ConfigChecker, config: dict, overrides: dict[str, Any], where: str,
+                written: dict[str, dict[str, Any]]) -> dict:
+    """The cell's config through `fit`'s parser and checks (nothing is trained or written), resolved: every field
+    with its value. The keys of its overrides, as `written` holds them (where -> overrides), are checked first, so
+    that a misspelt one is named as such."""
+    for place, keys in written.items():
+        for key in keys:
+            problem = checker.unknown_field(key)
+            if problem:
+                raise GridError(f"{place}: unknown override key '{key}': {problem}")
     try:
-        checker.check(config)
+        return checker.resolved(config)
     except argparse.ArgumentError as e:  # a value of the wrong type, or outside its choices
         message = str(e)
         # the parser names the field it refused; say what that field takes

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lit_resformer.grids.summary import model_stats
-from lit_resformer.verdicts.results import GridResults, RunResult
-from lit_resformer.verdicts.scaling import non_embedding_params
+from lit_resformer.measures.grid_results import GridResults, RunResult
+from lit_resformer.measures.scaling import non_embedding_params
 from lit_resformer.writing import markdown_table
 
 

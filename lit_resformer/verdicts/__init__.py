@@ -1,3 +1,3 @@
-"""Judging a grid's finished runs: its results loaded once (results), the statistics (stats), the paper's claims and
-the scoreboard across grids (claims) and scaling-law fits with their savings (scaling). Nothing here writes a
-report: lit_resformer.reports does."""
+"""Judging the paper's claims: each comparison a grid file declares, judged on its runs under one error-control
+rule (claims), and the paper's claims derived from their comparisons, the scoreboard's unit (paper_claims).
+Nothing here writes a report: lit_resformer.reports does."""

@@ -1,17 +1,17 @@
 """Time to target: the training tokens a variant needs to first reach a target validation loss, against the baseline's,
 seed by seed, and the data saving 1 - tokens(variant) / tokens(baseline) with an interval over the seeds.
 
-    from lit_resformer.verdicts.time_to_target import time_to_target, decide
+    from lit_resformer.measures.time_to_target import time_to_target, decide
     result = time_to_target(load_results("docs/results/fig7-evidence"), "resformer", "vanilla")
     result["saving"], result["ci_low"], result["ci_high"]      # 1 - tokens ratio; > 0: the variant needs less data
     decide(result, "higher")                                    # (verdict, note) of "the variant needs less data"
 
-    python -m lit_resformer.verdicts.time_to_target docs/results/fig7-evidence --variant resformer --baseline vanilla
+    python -m lit_resformer.measures.time_to_target docs/results/fig7-evidence --variant resformer --baseline vanilla
 
 The target, per seed: the baseline's final validation loss (its last evaluation, the summary's final_val_loss) of the
 same seed, or a stated loss (`target=`) for every seed. It is the paper's reading of "less data" (ResFormer reaches
 vanilla's loss with 20.3% less data, paper v5), made within one run: a run stopped at the variant's crossing has not
-finished its learning-rate decay, so it is not the run trained on that budget (lit_resformer.verdicts.scaling gives the
+finished its learning-rate decay, so it is not the run trained on that budget (lit_resformer.measures.scaling gives the
 separate-budget saving of a token sweep).
 
 Tokens. An evaluation at logged step s > 0 follows the (s + 1)-th optimizer step; its tokens are the run's logged
@@ -88,8 +88,8 @@ import numpy as np
 import pandas as pd
 
 import lit_resformer.training.curves as M
-from lit_resformer.verdicts.results import VAL_DOMAIN, GridResults, RunResult, load_results
-from lit_resformer.verdicts.stats import paired_t, run_data_seed, seed_design, verdict, welch_t
+from lit_resformer.measures.grid_results import VAL_DOMAIN, GridResults, RunResult, load_results
+from lit_resformer.measures.stats import paired_t, run_data_seed, seed_design, verdict, welch_t
 from lit_resformer.writing import markdown_table
 
 METRIC = "time_to_target"  # the claim metric: a's data saving against b at b's final loss (direction higher)
@@ -436,7 +436,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lit_resformer.verdicts.time_to_target",
+    parser = argparse.ArgumentParser(prog="python -m lit_resformer.measures.time_to_target",
                                      description="Tokens a variant needs to first reach a target validation loss, "
                                                  "and its data saving against the baseline with an interval.")
     parser.add_argument("grid_dir", type=Path)

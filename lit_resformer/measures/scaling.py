@@ -30,7 +30,7 @@ reaches the baseline's final loss; that *curve reading* is reported beside the s
 such, because a run stopped early has not finished its learning-rate decay and so is not a run trained on that
 budget. A sweep whose runs pass over their training split more than once says how many times.
 
-    from lit_resformer.verdicts.scaling import analyse_grid, scaling_claims
+    from lit_resformer.measures.scaling import analyse_grid, scaling_claims
     result = analyse_grid("runs/scaling-size")          # JSON-able dict: fits, savings, claims
     scaling_claims("runs/scaling-size")                  # [{claim, grid, verdict, delta, ci_low, ...}]
 
@@ -51,8 +51,8 @@ from scipy.optimize import OptimizeWarning, curve_fit
 
 from lit_resformer.grids.spec import SCALING_AXES as AXES
 from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.verdicts.results import GridResults, RunResult, load_results
-from lit_resformer.verdicts.stats import (
+from lit_resformer.measures.grid_results import GridResults, RunResult, load_results
+from lit_resformer.measures.stats import (
     PLATEAU_MARGIN,
     RunLosses,
     evidence_gate,
@@ -223,7 +223,7 @@ class LadderPoint:
     x: dict[str, float]  # what x counts (CONVENTIONS) -> its value at this point
     losses: dict[int, float]  # seed -> final loss
     curves: dict[str, dict[int, Any]] = field(default_factory=dict)  # "train" / "val" -> seed -> loss by step
-    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary (lit_resformer.verdicts.results)
+    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary (lit_resformer.measures.grid_results)
     data_seeds: dict[int, int | None] = field(default_factory=dict)  # seed -> the seed of its training order
     epochs: float | None = None  # passes over the training split; None: the runs stayed within their first
 

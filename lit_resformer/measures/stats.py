@@ -23,6 +23,10 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
 PLATEAU_MARGIN = 1.0  # nats below the unigram loss a final validation loss must be to count as evidence
 VERDICTS = ("reproduced", "contradicted", "inconclusive", "not tested")
 ALPHA = 0.05  # the claims' error rate: 95% intervals, and adjusted p-values that must fall below it
+# The suite's one error-control rule (README): a comparison is reproduced or contradicted when its two-sided 95%
+# interval excludes zero (or its margin's bound) on that side AND its two-sided p, Holm-adjusted within its grid's
+# family of comparisons, is below ALPHA -- the same test and the same alpha for either direction; the grid report and
+# the scoreboard show that one verdict. Benjamini-Hochberg is kept for callers that want it; no verdict uses it.
 
 
 def plateau_gap(final_val_loss: float | None, unigram_loss: float | None) -> float | None:
@@ -91,6 +95,12 @@ def verdict(low: float | None, high: float | None, n: int, direction: str, evide
     if claimed * low < 0 and claimed * high < 0:
         return "contradicted"
     return "inconclusive"
+
+
+def fragile(decided: str, p_adjusted: float | None) -> bool:
+    """A reproduced or contradicted verdict whose adjusted p is in [ALPHA/2, ALPHA): decided, but near enough the line
+    that one more comparison in its family would undo it. Every display labels it "(fragile)"."""
+    return decided in ("reproduced", "contradicted") and p_adjusted is not None and ALPHA / 2 <= p_adjusted < ALPHA
 
 
 def adjusted_verdict(unadjusted: str, p_adjusted: float | None) -> str:
