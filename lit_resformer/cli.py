@@ -232,22 +232,59 @@ def report_command(argv: list[str]) -> None:
 def claims_command(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="lit-resformer claims",
-        description="One scoreboard of the paper's claims (the grid files' `claims:`) across grid run directories: "
-                    "reproduced / contradicted / inconclusive / not tested, with the difference, its 95%% CI, n, the design "
-                    "(paired or unpaired by seed), raw and adjusted p-values and the paper's own effect.")
+        description="The scoreboard of the paper's claims (configs/claims.yaml) across grid run directories: each "
+                    "claim's verdict (reproduced / contradicted / mixed / inconclusive / not tested), derived from its "
+                    "comparisons (the grid files' `claims:`), each shown with its grid, tier, difference, 95%% CI, n, "
+                    "two-sided and Holm-adjusted p (its grid's verdict) and regime.")
     parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
                         help="a grid's run directory (RUNS/<grid>) or a folder of them")
-    parser.add_argument("--json", action="store_true", help="print the verdicts as a JSON list instead of markdown")
+    parser.add_argument("--json", action="store_true", help="print the claims (with their comparisons) as JSON")
+    parser.add_argument("--markdown", action="store_true", help="the scoreboard as a markdown page (docs/SCOREBOARD.md)")
+    parser.add_argument("--comparisons", action="store_true", help="the flat table of comparisons instead of claims")
+    parser.add_argument("--preconditions", action="store_true",
+                        help="list when each claim and precondition was introduced (git) beside the first run it judged")
+    parser.add_argument("--out", type=Path, help="write the output to this file instead of printing it")
     args = parser.parse_args(argv)
     import json
 
+    from lit_resformer.verdicts import paper_claims as pc
     from lit_resformer.verdicts.claims import markdown, scoreboard
 
-    verdicts = scoreboard(args.runs_dirs)
-    if args.json:
-        print(json.dumps([v.to_dict() for v in verdicts], indent=2))
+    rows = scoreboard(args.runs_dirs)
+    claims = pc.paper_claims(rows)
+    counts = pc.claim_counts(claims)
+    if args.preconditions:
+        root = args.runs_dirs[0]
+        listed = pc.precondition_report(claims, root)
+        text = "\n".join(f"{r['kind']:12} {r['id']:28} introduced {r['commit']} {r['date'][:10] or '-':10} first run "
+                         f"judged {r['first_run'][:10] or '-':10}" + ("  AFTER" + ("" if r["justification"] or
+                                                                                  r["kind"] == "claim" else
+                                                                                  " (NO JUSTIFICATION)")
+                                                                       if r["after_results"] else "")
+                         for r in listed) + "\n"
+    elif args.json and args.comparisons:
+        text = json.dumps([v.to_dict() for v in rows], indent=2) + "\n"
+    elif args.json:
+        text = json.dumps({"counts": counts, "headline_regime": pc.headline_regime(claims),
+                           "claims": [c.to_dict() for c in claims]}, indent=2, default=str) + "\n"
+    elif args.comparisons:
+        text = markdown(rows)
+    elif args.markdown:
+        text = pc.markdown(claims)
     else:
-        print(markdown(verdicts), end="")
+        text = (pc.counts_line(counts, "paper") + "\n" + pc.counts_line(counts, "beyond") + "\n"
+                + f"regime: {pc.headline_regime(claims)}\n\n")
+        for c in claims:
+            text += f"{c.id}: {c.verdict} [{', '.join(c.tiers) or '-'}] — {c.statement} ({c.where}); {c.reason}\n"
+            for e in c.evidence:
+                v = e.row
+                text += (f"    {', '.join(v.grids)}: {v.claim.claim}: {v.verdict}{' (fragile)' if v.fragile else ''}"
+                         f"{'' if e.counted else ' — ' + e.status}\n")
+    if args.out:
+        args.out.write_text(text)
+        print(f"{args.out} written: {pc.counts_line(counts, 'paper')}")
+    else:
+        print(text, end="")
 
 
 def add_references_command(argv: list[str]) -> None:
@@ -291,7 +328,7 @@ def scaling_command(argv: list[str]) -> None:
 
 
 def prepare_corpus_command(argv: list[str]) -> None:
-    from lit_resformer.data.code_corpus import main as prepare_corpus
+    from lit_resformer.corpora.code_corpus import main as prepare_corpus
 
     prepare_corpus(argv)
 
@@ -311,7 +348,7 @@ COMMAND_SUMMARIES = {
     "test": "test-split loss of a checkpoint, per domain (--ckpt_path)",
     "grid": "train every run of an ablation grid (idempotent, resumable), then write its report",
     "report": "report.md + index.html with plots for a grid's run directory",
-    "claims": "scoreboard of the paper's claims across grid run directories",
+    "claims": "scoreboard of the paper's claims (each with its comparisons) across grid run directories",
     "scaling": "fit scaling laws L(N) / L(D) over size or token sweeps, with equivalence savings",
     "export-results": "pack grids' finished runs (no checkpoints) into archives, e.g. from a lent GPU machine",
     "merge-results": "add an exported archive's finished runs to a results folder (e.g. docs/results)",

@@ -30,6 +30,25 @@ grid is loaded (lit_resformer.grids.spec) and judged on its runs by lit_resforme
       - claim: a learnable mixing scalar beats the fixed mix
         ...
         beyond_paper: true      # optional: a claim from outside the paper (its own section of the scoreboard)
+      - claim: a residual on queries gives no gain over vanilla (Fig. 9)
+        a: residual-q
+        b: vanilla
+        metric: val_loss
+        direction: higher       # with a margin: a - b is above -margin (no gain larger than the margin)
+        margin: 0.0272          # optional, nats: the gain half of an equivalence test (see MARGIN below)
+        paper_claim: fig9-only-values   # the paper claim (configs/claims.yaml) this comparison is evidence for
+      - claim: ResFormer reaches vanilla's final validation loss with less data
+        a: resformer
+        b: vanilla
+        metric: time_to_target  # a's data saving 1 - tokens(a) / tokens(b) to first reach the target loss
+        direction: higher       # higher: a needs less data
+        target: 4.2             # optional, this metric only: the loss to reach (default: each seed's b final loss)
+
+Every comparison names its paper claim (`paper_claim:`, an id of configs/claims.yaml, lit_resformer.verdicts.
+paper_claims): the claim is the unit of the scoreboard, and its verdict is derived from its comparisons there.
+MARGIN: a comparison with `margin: m` tests a bound, not zero: direction higher claims a - b > -m ("no gain of
+more than m"), lower claims a - b < +m. It is judged by the same two-sided interval and alpha as any other:
+reproduced when the interval lies on the claimed side of the bound, contradicted when it lies on the other side.
 
 METRICS (each judged per seed; lit_resformer.verdicts.claims says how):
   val_loss, train_loss, val_loss/<domain>   the run's final values (its summary)
@@ -37,17 +56,27 @@ METRICS (each judged per seed; lit_resformer.verdicts.claims says how):
   val_loss_gap_slope       slope of the final validation-loss gap a - b against log2 of `over`
   analysis/<name>          a per-layer attention metric of the run's analysis results (`lit-resformer analyze`),
                            averaged over the middle layers; names in ANALYSIS_METRICS
-  equivalence_saving       a size sweep's fitted parameter saving of a over b (judged by lit_resformer.verdicts.scaling)
+  equivalence_saving       a size sweep's fitted parameter saving of a over b (judged by lit_resformer.measures.scaling)
+  time_to_target, time_to_target/<domain>
+                           a's data saving against b at a target loss, read along each run's validation curve (the
+                           whole or one domain's): 1 - tokens(a) / tokens(b) to first reach it, per seed
+                           (lit_resformer.measures.time_to_target); the target is each seed's b final loss, or a
+                           stated `target: <loss>` (only for this metric); direction higher = a needs less data;
+                           no `at` or `over`
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 CRITICAL_POINT_GROWTH = "critical_point_growth"
 GAP_SLOPE = "val_loss_gap_slope"
 EQUIVALENCE_SAVING = "equivalence_saving"
+# time_to_target[/<domain>]: a's data saving against b at b's final (or a stated) loss. The same string as
+# lit_resformer.measures.time_to_target.METRIC (a test checks it): grids do not import the verdicts.
+TIME_TO_TARGET = "time_to_target"
 ANALYSIS_PREFIX = "analysis/"
 # analysis/<name>: what each reads from a run's analysis.json (lit_resformer.analysis.analyze) and why it is a claim
 ANALYSIS_METRICS = {
@@ -55,8 +84,14 @@ ANALYSIS_METRICS = {
     "first_token_importance": "first token's importance / the other tokens' (lower = a weaker attention sink)",
     "first_token_value_norm": "first token's value norm / the other tokens' (higher = no value-state drain)",
     "first_token_hidden_norm": "first token's hidden-state norm / the other tokens' (lower = no hidden-state peak)",
-    "top_eigenvalue": "largest eigenvalue of the value states' second moment (Eq. 12)",
+    "top_eigenvalue": "largest eigenvalue of the value states' second moment (Eq. 12), on the mixed value",
+    "raw_value_top_eigenvalue": "largest eigenvalue of the raw V_n's second moment (Eq. 12, before any mixing)",
+    # Fig. 4, within each run of one cell (a = b): cosine of the Eq. 2 output to the Eq. 4 output (a's side) and to the
+    # Eq. 6 output (b's side), mean over layers 2..L
+    "fig4_cos_eq4_vs_eq6": "cosine of the Eq. 2 (cross-layer attention) output to the Eq. 4 output, against its "
+                           "cosine to the Eq. 6 (identity) output, layers 2..L (Fig. 4)",
 }
+SAME_CELL_METRICS = ("analysis/fig4_cos_eq4_vs_eq6",)  # compare two quantities of the same runs (a = b)
 OVER_METRICS = (CRITICAL_POINT_GROWTH, GAP_SLOPE)  # metrics across a matrix key (`over`)
 SUMMARY_METRICS = ("val_loss", "train_loss")  # and val_loss/<domain>: final values in each run's summary.json
 DIRECTIONS = ("lower", "higher")
@@ -65,7 +100,8 @@ REQUIREMENTS = ("crossing",)  # preconditions a claim may name: `requires: cross
 # evaluation (val_loss) or logged step (train_loss, smoothed) at or after the end of warm-up; `throughout` (val_loss)
 # every evaluation after warm-up.
 AT = {"end": SUMMARY_METRICS, "warmup": SUMMARY_METRICS, "throughout": ("val_loss",)}
-CLAIM_FIELDS = {"claim", "a", "b", "metric", "direction", "over", "requires", "at", "paper", "beyond_paper"}
+CLAIM_FIELDS = {"claim", "a", "b", "metric", "direction", "over", "requires", "at", "paper", "beyond_paper",
+                "paper_claim", "margin", "target"}
 REQUIRED_FIELDS = {"claim", "a", "b", "metric", "direction"}
 
 
@@ -81,14 +117,23 @@ class Claim:
     at: str | None = None  # where on the run (AT); None is the end
     paper: str | None = None  # the effect the paper (or, beyond it, the claim's source) reports, in words
     beyond_paper: bool | None = None  # a claim from outside the paper
+    paper_claim: str | None = None  # the id of the paper claim (configs/claims.yaml) this comparison is evidence for
+    margin: float | None = None  # nats: the claim is a bound -margin (higher) / +margin (lower), not zero (MARGIN)
+    target: float | None = None  # time_to_target only: the loss to reach (None: each seed's b final loss)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+def is_time_to_target(metric: object) -> bool:
+    """time_to_target, or time_to_target/<domain> (one domain's validation curve)."""
+    return isinstance(metric, str) and (metric == TIME_TO_TARGET or (
+        metric.startswith(TIME_TO_TARGET + "/") and len(metric) > len(TIME_TO_TARGET) + 1))
+
+
 def _metric_error(where: str, metric: object) -> ValueError:
     allowed = [*SUMMARY_METRICS, "val_loss/<domain>", *OVER_METRICS, *(ANALYSIS_PREFIX + n for n in ANALYSIS_METRICS),
-               EQUIVALENCE_SAVING]
+               EQUIVALENCE_SAVING, TIME_TO_TARGET, f"{TIME_TO_TARGET}/<domain>"]
     return ValueError(f"{where}.metric must be one of {allowed}, got {metric!r}")
 
 
@@ -128,7 +173,7 @@ def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
                 if getattr(claim, side) not in names:
                     raise ValueError(f"{where}.{side}: {getattr(claim, side)!r} is not a cell of this grid; "
                                      f"cells: {names} (or, for a claim at every matrix point, families: {families})")
-        if claim.a == claim.b:
+        if claim.a == claim.b and claim.metric not in SAME_CELL_METRICS:
             raise ValueError(f"{where}: a and b are both {claim.a!r}; a claim compares two cells")
         claims.append(claim)
     return claims
@@ -144,6 +189,11 @@ def _check_fields(claim: Claim, where: str) -> None:
     if claim.beyond_paper not in (None, True):
         raise ValueError(f"{where}.beyond_paper must be true (or left out for a claim of the paper), "
                          f"got {claim.beyond_paper!r}")
+    if claim.paper_claim is not None and (not isinstance(claim.paper_claim, str) or not claim.paper_claim.strip()):
+        raise ValueError(f"{where}.paper_claim must be an id of configs/claims.yaml, got {claim.paper_claim!r}")
+    if claim.margin is not None and (isinstance(claim.margin, bool) or not isinstance(claim.margin, (int, float))
+                                     or not claim.margin > 0):
+        raise ValueError(f"{where}.margin must be a positive number of nats, got {claim.margin!r}")
     if claim.requires is not None and claim.requires not in REQUIREMENTS:
         raise ValueError(f"{where}.requires must be one of {list(REQUIREMENTS)}, got {claim.requires!r}")
     if claim.direction not in DIRECTIONS:
@@ -153,6 +203,7 @@ def _check_fields(claim: Claim, where: str) -> None:
         raise _metric_error(where, metric)
     known = (metric in (*SUMMARY_METRICS, *OVER_METRICS, EQUIVALENCE_SAVING)
              or (metric.startswith("val_loss/") and len(metric) > len("val_loss/"))
+             or is_time_to_target(metric)
              or metric.removeprefix(ANALYSIS_PREFIX) in ANALYSIS_METRICS and metric.startswith(ANALYSIS_PREFIX))
     if not known:
         raise _metric_error(where, metric)
@@ -163,6 +214,18 @@ def _check_fields(claim: Claim, where: str) -> None:
             raise ValueError(f"{where}.at must be one of {list(AT)}, got {claim.at!r}")
         if metric not in AT[claim.at]:
             raise ValueError(f"{where}.at: {claim.at!r} applies to metric(s) {list(AT[claim.at])}, not {metric!r}")
+    if claim.target is not None:
+        if not is_time_to_target(metric):
+            raise ValueError(f"{where}.target applies only to metric {TIME_TO_TARGET} (or {TIME_TO_TARGET}/<domain>), "
+                             f"not {metric!r}")
+        if isinstance(claim.target, bool) or not isinstance(claim.target, (int, float)) or not math.isfinite(
+                claim.target) or not claim.target > 0:
+            raise ValueError(f"{where}.target must be a positive loss in nats, got {claim.target!r}")
+    if is_time_to_target(metric):
+        for name in ("at", "over", "margin"):
+            if getattr(claim, name) is not None:
+                raise ValueError(f"{where}.{name} does not apply to {metric} (it reads the whole validation curve "
+                                 "against the target)")
     if metric == CRITICAL_POINT_GROWTH and claim.direction != "higher":
         raise ValueError(f"{where}.direction: {CRITICAL_POINT_GROWTH} claims growth, so its direction is 'higher'")
 

@@ -1,5 +1,5 @@
 """The scaling sections of a report and `lit-resformer scaling`: a sweep's fits, savings and claims
-(lit_resformer.verdicts.scaling) as tables and plots."""
+(lit_resformer.measures.scaling) as tables and plots."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import numpy as np
 
 from lit_resformer.grids.directory import grid_dirs
 from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.reports.document import Document, Plotter
-from lit_resformer.verdicts.scaling import (
+from lit_resformer.measures.scaling import (
     CONVENTION_WORDS,
     PAPER_SAVING,
     SAVING_WORDS,
@@ -21,7 +20,8 @@ from lit_resformer.verdicts.scaling import (
     analyse_grid,
     count_text,
 )
-from lit_resformer.verdicts.stats import PLATEAU_MARGIN, mean_std
+from lit_resformer.measures.stats import PLATEAU_MARGIN, mean_std
+from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.writing import atomic_write, atomic_write_json
 
 
@@ -198,11 +198,14 @@ def render(result: dict, doc: Any, images: dict[str, Path], level: int = 2) -> N
     doc.table(["variant", "ladder point", "training loss", "validation loss"], rows)
     if result["claims"]:
         doc.heading(level + 1, "Claim")
-        doc.table(["claim", "verdict", "saving [CI]", "paper", "p (one-sided)", "n", "note"],
-                  [[c["claim"], f"**{c['verdict']}**", _saving_text(c | {"saving": c["delta"]}), f"{c['paper']:.1%}",
-                    "–" if c["p_raw"] is None else f"{c['p_raw']:.3g}", str(c["n"]), c["note"]]
+        doc.table(["claim", "verdict", "saving [CI]", "paper", "p (two-sided)", "p Holm", "n", "note"],
+                  [[c["claim"], f"**{c['verdict']}**" + (" (fragile)" if c.get("fragile") else ""),
+                    _saving_text(c | {"saving": c["delta"]}), f"{c['paper']:.1%}",
+                    "–" if c.get("p_two_sided") is None else f"{c['p_two_sided']:.3g}",
+                    "–" if c.get("p_holm") is None else f"{c['p_holm']:.3g}", str(c["n"]), c["note"]]
                    for c in result["claims"]])
-        doc.text("Reproduced when the interval of the mean saving excludes zero on the saving side, contradicted "
+        doc.text("In a grid report the verdict is the grid's (Holm-adjusted with its other claims, as in its Claims "
+                 "section). Reproduced when the interval of the mean saving excludes zero on the saving side, contradicted "
                  "when it excludes zero on the other side, else inconclusive (also with fewer than 2 seeds, or "
                  f"when a run is not {PLATEAU_MARGIN:g} nat below its validation split's unigram loss); not tested "
                  "when a run ends above its bigram reference, or the saving can have no interval.")

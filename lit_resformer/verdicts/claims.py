@@ -1,5 +1,5 @@
 """The paper's claims judged on a grid's runs, and the scoreboard across grids. The claims are declared in the grid
-file (lit_resformer.grids.claim_spec); a size or token sweep adds its scaling claim (lit_resformer.verdicts.scaling).
+file (lit_resformer.grids.claim_spec); a size or token sweep adds its scaling claim (lit_resformer.measures.scaling).
 
 Metrics (lit_resformer.grids.claim_spec), per seed: `val_loss` is the final validation loss (the mean over domains),
 `val_loss/<domain>` one domain's, `train_loss` the final training loss (moving average, `train_loss_window`).
@@ -14,7 +14,11 @@ log2 of the `over` value, where the critical step is where b's training loss ove
 (`stats.critical_point_growth`, with the grid's critical_point_window); it needs the runs' logged metrics.
 `val_loss_gap_slope` is, per seed, the slope of the final validation-loss gap a - b against log2 of `over`.
 `analysis/<name>` reads the runs' analysis results (`--analyze`), averaged over the middle layers
-(`analysis_value`); without them the claim is not tested. A grid's own `equivalence_saving` claim is not tested
+(`analysis_value`); without them the claim is not tested. `time_to_target` (and `time_to_target/<domain>`) is a's
+data saving against b, 1 - tokens(a) / tokens(b) to first reach b's final validation loss (or the claim's `target`)
+along each seed's curve, with the log-ratio interval of lit_resformer.measures.time_to_target and its `decide` (a seed
+that never reaches the target enters at its bound, and only what the bound supports is concluded); its evidence gate
+is checked at the runs' ends, and its p-values enter the Holm family like any other. A grid's own `equivalence_saving` claim is not tested
 unless the scaling fit judges that variant.
 
 Design: a comparison is paired by seed only when its runs' data seeds (`stats.run_data_seed` of each run's config)
@@ -33,11 +37,16 @@ Verdict (`stats.verdict`, then `stats.adjusted_verdict`):
                 has an SVFormer run that vanilla never overtook in training loss, a critical point's growth whose
                 baseline never overtakes the cell at a short length in some seed, or the runs lack what the metric
                 reads (analysis results, an evaluation after warm-up).
-Many comparisons are tested at once, so by chance alone some would pass: the p-values are adjusted for that.
-A grid's report adjusts within the grid (Holm, `p_holm`: no false verdict in the figure with 95% probability);
-the scoreboard adjusts across its distinct claims (Benjamini-Hochberg, `p_bh`: at most 5% of its decisive
-verdicts false on average), and per-domain sub-rows keep their grid's Holm p-value. A sweep's scaling claim is
-judged on the t test over its per-seed fitted savings (lit_resformer.verdicts.scaling) and adjusted like the others.
+Many comparisons are tested at once, so by chance alone some would pass: the p-values are adjusted for that, by the
+suite's one rule (stats.ALPHA): Holm within each grid's family of comparisons (`p_holm`: no false verdict in the
+figure with 95% probability). The grid report and the scoreboard show the same verdict and p for a comparison; the
+scoreboard does not adjust again across grids. "Contradicted" needs exactly what "reproduced" needs (the two-sided
+test at the same alpha). A decisive verdict with its Holm p in [ALPHA/2, ALPHA) is labelled "(fragile)". A sweep's
+scaling claim is judged on the t test over its per-seed fitted savings (lit_resformer.measures.scaling) and adjusted
+like the others; a comparison with a `margin` is tested against that bound. The evidence gate is checked where the
+claim is measured (the end, the end of warm-up, or each evaluation used); a mechanism claim (analysis/first_token_*)
+needs the baseline to show the phenomenon at the paper's threshold (BASELINE_PHENOMENA). The paper's claims, each
+with these comparisons as its evidence, are derived in lit_resformer.verdicts.paper_claims.
 Each verdict carries the paper's own effect (`paper:`) where the claim gives it, and its grid's regime
 (`grid_regime`: parameters, tokens, tokens per parameter, final losses against the unigram and bigram references).
 Claims from outside the paper (`beyond_paper: true`) stand in their own section of the scoreboard.
@@ -66,33 +75,37 @@ from lit_resformer.grids.claim_spec import (
     EQUIVALENCE_SAVING,
     GAP_SLOPE,
     OVER_METRICS,
+    SAME_CELL_METRICS,
+    TIME_TO_TARGET,
     Claim,
+    is_time_to_target,
 )
 from lit_resformer.grids.directory import grid_dirs
 from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.verdicts.results import (
+from lit_resformer.measures.grid_results import (
     GridResults,
     RunResult,
     load_results,
     provenance_differences,
     relative_curves,
 )
-from lit_resformer.verdicts.scaling import PAPER_CLAIMS, ScalingError, analyse_grid
-from lit_resformer.verdicts.stats import (
+from lit_resformer.measures.scaling import PAPER_CLAIMS, ScalingError, analyse_grid
+from lit_resformer.measures.stats import (
     VERDICTS,
     RunLosses,
     adjusted_verdict,
-    benjamini_hochberg,
     compare_seeds,
     critical_point,
     critical_point_growth,
     evidence_gate,
+    fragile,
     holm,
     per_seed_t,
     run_data_seed,
     seed_design,
     verdict,
 )
+from lit_resformer.measures.time_to_target import TimeToTargetError, decide, time_to_target
 from lit_resformer.writing import markdown_table
 
 DOMAIN_PREFIX = "val_loss/"  # per-domain claims: sub-rows of their claim on the scoreboard
@@ -113,12 +126,20 @@ class Verdict:
     p_raw: float | None = None  # one-sided, in the claimed direction
     p_two_sided: float | None = None
     p_holm: float | None = None  # the two-sided p adjusted within the grid (the largest over the grids it is in)
-    p_bh: float | None = None  # the two-sided p adjusted across the scoreboard (None for sub-rows and lone grids)
+    p_bh: float | None = None  # kept for old records: the scoreboard no longer adjusts across grids (always None)
     unadjusted: str = ""  # the verdict before adjustment for multiple comparisons
     grids: tuple[str, ...] = ()  # every grid the same comparison was seen in (the scoreboard's rows)
+    texts: tuple[str, ...] = ()  # the comparison's words in each of those grids (how paper claims find it)
+    disagree: str = ""  # the grids' verdicts when they differ (never in committed results: tests/test_paper_claims.py)
     evidence: bool = True  # every run in the comparison is past the unigram plateau
     regime: dict = field(default_factory=dict, compare=False)  # the grid's regime (grid_regime)
     runs: tuple | None = field(default=None, compare=False, repr=False)  # identity of the runs compared
+
+    @property
+    def fragile(self) -> bool:
+        """A decisive verdict whose adjusted p is in [ALPHA/2, ALPHA): one more comparison in its family, or a
+        slightly different seed, could undo it. Shown as "(fragile)" beside the verdict."""
+        return fragile(self.verdict, self.p_holm)
 
     @property
     def adjustable(self) -> bool:
@@ -131,8 +152,9 @@ class Verdict:
         return {"grid": self.grid, "grids": list(self.grids or (self.grid,)), **self.claim.to_dict(),
                 "verdict": self.verdict, "verdict_unadjusted": self.unadjusted, "design": self.design,
                 "delta": self.delta, "ci_low": self.low, "ci_high": self.high, "n": self.n, "p_raw": self.p_raw,
-                "p_two_sided": self.p_two_sided, "p_holm": self.p_holm, "p_bh": self.p_bh, "note": self.note,
-                "trained_on": self.trained_on, "regime": self.regime}
+                "p_two_sided": self.p_two_sided, "p_holm": self.p_holm, "fragile": self.fragile, "note": self.note,
+                "trained_on": self.trained_on, "regime": self.regime, "regime_text": regime_text(self.regime)
+                if self.regime else ""}
 
 
 def data_seeds(runs: dict[int, RunResult]) -> dict[int, int | None]:
@@ -142,12 +164,17 @@ def data_seeds(runs: dict[int, RunResult]) -> dict[int, int | None]:
 
 def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, float] | None,
           runs: Sequence[RunResult], grid: str, note: str = "", design: str = "per-seed",
-          not_tested: str = "") -> Verdict:
+          not_tested: str = "", measured: dict[str, float] | None = None) -> Verdict:
     """The unadjusted verdict on per-seed values: a difference a − b in `design` (b given) or one estimate per seed
-    (b None, per-seed). `not_tested` is the reason a precondition failed ("" when none did)."""
+    (b None, per-seed). `not_tested` is the reason a precondition failed ("" when none did). `measured`: run name
+    -> its loss where the claim is measured (the evidence gate is checked there; the final validation loss when
+    not given). A claim with a `margin` is tested against the bound -margin (higher) / +margin (lower), by the same
+    interval: its p-values are those of the shifted test."""
     claimed = "less" if claim.direction == "lower" else "greater"
     notes = [note] if note else []
-    gate = evidence_gate([RunLosses(r.name, r.final("val_loss"), r.unigram_loss, r.bigram_loss) for r in runs])
+    measured = measured or {}
+    gate = evidence_gate([RunLosses(r.name, measured.get(r.name, r.final("val_loss")), r.unigram_loss, r.bigram_loss)
+                          for r in runs])
     stuck = gate.stuck
     if gate.not_tested:
         not_tested = gate.not_tested
@@ -161,17 +188,28 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
         else:
             notes.append("no seed gave a value" if runs else "no finished runs")
         return Verdict(grid, claim, decided, None, None, None, 0, "; ".join(notes), unadjusted=decided)
+    bound = 0.0 if claim.margin is None else (claim.margin if claim.direction == "lower" else -claim.margin)
     if per_seed_b is None:
-        two_sided, one_sided = (per_seed_t(list(per_seed_a.values()), alt) for alt in ("two-sided", claimed))
+        shifted = [v - bound for v in per_seed_a.values()]
+        two_sided, one_sided = (per_seed_t(shifted, alt) for alt in ("two-sided", claimed))
     else:
-        two_sided, one_sided = (compare_seeds(per_seed_a, per_seed_b, design, alt) for alt in ("two-sided", claimed))
+        shifted_b = {s: v + bound for s, v in per_seed_b.items()}
+        two_sided, one_sided = (compare_seeds(per_seed_a, shifted_b, design, alt) for alt in ("two-sided", claimed))
+    if bound:
+        # report a − b itself; the test (and its interval's side) is against the bound
+        two_sided = replace(two_sided, estimate=two_sided.estimate + bound, low=two_sided.low + bound
+                            if two_sided.low is not None else None,
+                            high=two_sided.high + bound if two_sided.high is not None else None)
+        notes.append(f"tested against the bound {bound:+.4f} (margin {claim.margin:g} nats), not zero")
     if two_sided.n < 2:
         notes.append("fewer than 2 seeds")
     if not_tested:
         notes.insert(0, f"not tested: {not_tested}")
         decided = "not tested"
     else:
-        decided = verdict(two_sided.low, two_sided.high, two_sided.n, claim.direction, not stuck)
+        low, high = ((two_sided.low - bound, two_sided.high - bound) if two_sided.low is not None
+                     else (None, None))
+        decided = verdict(low, high, two_sided.n, claim.direction, not stuck)
     return Verdict(grid, claim, decided, two_sided.estimate, two_sided.low, two_sided.high, two_sided.n,
                    "; ".join(notes), design=two_sided.design, p_raw=one_sided.p, p_two_sided=two_sided.p,
                    unadjusted=decided, evidence=not stuck)
@@ -192,21 +230,62 @@ def provenance_note(runs: Iterable[RunResult]) -> list[str]:
 
 def evaluate_grid(grid: str | Path | GridResults, sweep: dict | ScalingError | None = None) -> list[Verdict]:
     """Verdicts on every claim of a grid's runs (its manifest lists them), decided on p-values adjusted within the
-    grid (Holm). `sweep` is the scaling analysis of a sweep grid (lit_resformer.verdicts.scaling.analyse_grid) when the caller
+    grid (Holm). `sweep` is the scaling analysis of a sweep grid (lit_resformer.measures.scaling.analyse_grid) when the caller
     has it already, else it is made here."""
     results = grid if isinstance(grid, GridResults) else load_results(grid)
     verdicts = []
-    for claim in results.claims:
+    for claim in current_claims(results):
         if claim.metric in OVER_METRICS:
             verdicts.append(_judge_over(claim, results))
         elif claim.metric == EQUIVALENCE_SAVING:
-            verdicts.append(_declared_saving(claim, results))
+            verdicts.append(_declared_saving(claim, results, None))
+        elif is_time_to_target(claim.metric):
+            verdicts.append(_judge_time_to_target(claim, results))
         else:
             verdicts.append(_judge_pair(claim, results))
     if results.report_settings.get("scaling"):
+        if sweep is None:
+            try:
+                sweep = analyse_grid(results)
+            except ScalingError as err:
+                sweep = err
+        verdicts = [_declared_saving(v.claim, results, sweep) if v.claim.metric == EQUIVALENCE_SAVING else v
+                    for v in verdicts]
         verdicts.extend(_scaling_verdicts(results, sweep))
     regime = grid_regime(results)
-    return [replace(v, trained_on=results.trained_on, regime=regime) for v in _adjust(verdicts, holm, "p_holm")]
+    return [replace(v, trained_on=results.trained_on, regime=regime, texts=(v.claim.claim,))
+            for v in _adjust(verdicts, holm, "p_holm")]
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def current_claims(results: GridResults) -> list[Claim]:
+    """The claims a grid is judged on: those its grid file (the manifest's grid_file, in this checkout) declares
+    now, so that a claim is written once in configs/ and applies to committed runs too (git dates each change:
+    `lit-resformer claims --preconditions`); the manifest's own claims when the file is gone, does not load, or
+    names a cell the grid's runs do not have."""
+    recorded = results.claims
+    grid_file = results.manifest.get("grid_file")
+    # only a grid file of this checkout's configs/ (the manifest's relative path): a grid written elsewhere (a
+    # user's own file, a test's) is judged on the claims its manifest recorded
+    path = REPO / grid_file if grid_file and str(grid_file).startswith("configs/") else None
+    if path is None or not path.is_file():
+        return recorded
+    try:
+        from lit_resformer.grids.claim_spec import parse_claims
+        from lit_resformer.grids.spec import _read_grid_file
+
+        raw = _read_grid_file(path).get("claims")
+        declared = parse_claims(raw, [{"name": c["name"], "family": c.get("family"), "coords": c.get("coords") or {}}
+                                      for c in results.manifest["cells"]])
+    except Exception:  # noqa: BLE001 - a grid file that no longer reads: judge what the manifest recorded
+        return recorded
+    cells = set(results.cell_info)
+    families = {info.get("family") for info in results.cell_info.values()}
+    if all(c.a in cells | families and c.b in cells | families for c in declared):
+        return declared
+    return recorded
 
 
 def _judge_pair(claim: Claim, results: GridResults) -> Verdict:
@@ -219,11 +298,56 @@ def _judge_pair(claim: Claim, results: GridResults) -> Verdict:
     not_tested = values.not_tested
     if not not_tested and claim.requires == "crossing":
         not_tested = _missing_crossing(results, claim, seeds)
-    judged = judge(claim, values.a, values.b, [*sides[0].values(), *sides[1].values()], results.name,
-                   "; ".join(values.notes), design, not_tested)
+    runs = [*sides[0].values(), *sides[1].values()]
+    if claim.a == claim.b:  # two quantities of the same runs (SAME_CELL_METRICS)
+        runs = list(sides[0].values())
+    judged = judge(claim, values.a, values.b, runs, results.name, "; ".join(values.notes), design, not_tested,
+                   values.measured)
     if values.against and judged.unadjusted == "reproduced":  # the mean holds, not every point of the curve
         judged = replace(judged, verdict="inconclusive", unadjusted="inconclusive")
     return replace(judged, runs=_identity(claim, sides))
+
+
+def _judge_time_to_target(claim: Claim, results: GridResults) -> Verdict:
+    """a's data saving against b (lit_resformer.measures.time_to_target): per seed 1 - tokens(a) / tokens(b) to
+    first reach the target (each seed's b final loss, or the claim's `target`) along the validation curve (the whole
+    or one domain's), over the seeds both cells finished, with the log-ratio interval of their design; `decide`
+    draws only the conclusion its bounded seeds support. The evidence gate is checked where the claim is measured:
+    the runs' ends (the target is b's final loss, and a's curve is read up to its end)."""
+    a, b = results.done[claim.a], results.done[claim.b]
+    seeds = sorted(set(a) & set(b))
+    sides = {s: a[s] for s in seeds}, {s: b[s] for s in seeds}
+    runs = [*sides[0].values(), *sides[1].values()]
+    identity = _identity(claim, sides)
+    gate = evidence_gate([RunLosses(r.name, r.final("val_loss"), r.unigram_loss, r.bigram_loss) for r in runs])
+    domain = claim.metric.removeprefix(TIME_TO_TARGET)  # "" or "/<domain>"
+    try:
+        res = time_to_target(results, claim.a, claim.b, target=claim.target, metric="val_loss" + domain)
+    except TimeToTargetError as err:
+        return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {err}",
+                       unadjusted="not tested", evidence=not gate.stuck, runs=identity)
+    decided, why = decide(res, claim.direction, evidence=not gate.stuck)
+    target = (f"{claim.b}'s final validation loss{' on ' + domain[1:] if domain else ''} in each seed"
+              if claim.target is None else f"validation loss{' on ' + domain[1:] if domain else ''} {claim.target:g}")
+    notes = [f"saving 1 - tokens({claim.a}) / tokens({claim.b}) to first reach {target} (geometric mean over seeds; "
+             "> 0: a needs less data)"]
+    if gate.not_tested:
+        decided, why = "not tested", f"not tested: {gate.not_tested}"
+    if why.startswith("not tested"):
+        notes.insert(0, why)
+    elif why:
+        notes.append(why)
+    if gate.stuck and not gate.not_tested:
+        notes.append(f"not past the unigram plateau: {', '.join(gate.stuck)}")
+    if res["unmatched_seeds"]:
+        notes.append(f"left out seed(s) {', '.join(map(str, res['unmatched_seeds']))}: finished by one cell only")
+    if res["n"] < 2 and res["status"] != "no seeds":
+        notes.append("fewer than 2 seeds")
+    notes += provenance_note(runs)
+    p_raw = res["p_greater"] if claim.direction == "higher" else res["p_less"]
+    return Verdict(results.name, claim, decided, res["saving"], res["ci_low"], res["ci_high"], res["n"],
+                   "; ".join(notes), design=res["design"] if res["saving"] is not None else "", p_raw=p_raw,
+                   p_two_sided=res["p_two_sided"], unadjusted=decided, evidence=not gate.stuck, runs=identity)
 
 
 @dataclass(frozen=True)
@@ -235,13 +359,21 @@ class SideValues:
     notes: list[str]
     not_tested: str = ""  # a precondition that failed ("" when none did)
     against: bool = False  # a point of the curve where the claimed side does not hold (at: throughout)
+    measured: dict[str, float] | None = None  # run name -> its loss where the claim is measured (evidence gate)
 
 
 def _side_values(claim: Claim, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
     """The per-seed values a claim is judged on: the runs' final metric (`at` end), the value at the end of warm-up,
     the mean over the validation curve after warm-up (`at: throughout`), or an analysis metric."""
+    if claim.metric in SAME_CELL_METRICS:
+        return _fig4_values(a)
     if claim.metric.startswith(ANALYSIS_PREFIX):
-        return _analysis_values(claim.metric.removeprefix(ANALYSIS_PREFIX), a, b)
+        values = _analysis_values(claim.metric.removeprefix(ANALYSIS_PREFIX), a, b)
+        if not values.not_tested:
+            missing = baseline_phenomenon(claim.metric.removeprefix(ANALYSIS_PREFIX), b)
+            if missing:
+                return replace(values, not_tested=missing)
+        return values
     if claim.at in ("warmup", "throughout"):
         return _curve_values(claim, a, b)
     values = [{s: v for s, run in side.items() if (v := run.final(claim.metric)) is not None} for side in (a, b)]
@@ -278,17 +410,32 @@ def _curve_values(claim: Claim, a: dict[int, RunResult], b: dict[int, RunResult]
     if claim.at == "warmup":
         step = steps[0]
         values = [{s: float(curves[id(run)][step]) for s, run in side.items()} for side in (a, b)]
-        return SideValues(*values, [f"at step {step} (warm-up ends at {warmup})"])
+        # the evidence gate at the measurement point: each run's loss at that step against its bigram reference
+        measured = {run.name: float(curves[id(run)][step]) for run in runs}
+        return SideValues(*values, [f"at step {step} (warm-up ends at {warmup}); evidence gate checked at that step"],
+                          measured=measured)
+    # the evidence gate at each evaluation used: only those where every run is below its bigram reference
+    below = [step for step in steps if all(r.bigram_loss is None or float(curves[id(r)][step]) < r.bigram_loss
+                                           for r in runs)]
+    gated = [step for step in steps if step not in below]
+    if not below:
+        return SideValues({}, {}, [], f"early-training regime: no {what} after warm-up where every run is below its "
+                                      "bigram reference")
+    steps = below
     values = [{s: float(curves[id(run)][steps].mean()) for s, run in side.items()} for side in (a, b)]
     gaps = {step: np.mean([curves[id(r)][step] for r in a.values()]) - np.mean([curves[id(r)][step] for r in b.values()])
             for step in steps}
     claimed = -1 if claim.direction == "lower" else 1
     against = [step for step, gap in gaps.items() if claimed * gap <= 0]
     notes = [f"mean over {len(steps)} evaluations, steps {steps[0]}-{steps[-1]} (warm-up ends at {warmup})"]
+    if gated:
+        notes.append(f"left out {len(gated)} evaluation(s) where a run was above its bigram reference (steps "
+                     f"{gated[0]}-{gated[-1]})")
     if against:
         notes.append("not " + claim.direction + " at step(s) " + ", ".join(
             f"{step} ({gaps[step]:+.4f})" for step in against))
-    return SideValues(*values, notes, against=bool(against))
+    measured = {run.name: max(float(curves[id(run)][step]) for step in steps) for run in runs}
+    return SideValues(*values, notes, against=bool(against), measured=measured)
 
 
 def _analysis_values(name: str, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
@@ -327,18 +474,94 @@ def analysis_value(result: dict | None, name: str) -> float | None:
     return float(np.mean(finite)) if finite else None
 
 
-def _declared_saving(claim: Claim, results: GridResults) -> Verdict:
-    """A grid's own equivalence-saving claim (e.g. SVFormer's parameter increase): the scaling fit
-    (lit_resformer.verdicts.scaling) judges only the paper's claim for the sweep (PAPER_CLAIMS), so any other is not tested."""
-    kind = results.report_settings.get("scaling")
-    judged_variant = PAPER_CLAIMS[kind][0] if kind in PAPER_CLAIMS else None
-    if judged_variant is None:
-        reason = "this grid is not a size or token sweep (report.scaling)"
-    else:
-        reason = (f"needs an {claim.a} size-ladder fit: the scaling fit (lit_resformer.verdicts.scaling) judges only "
-                  f"{judged_variant}'s saving")
-    return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {reason}",
-                   unadjusted="not tested")
+# The phenomenon a mechanism claim is about, which the baseline must show at the paper's thresholds
+# (configs/claims.yaml preconditions baseline-sink / -drain / -peak, citing Fig. 2): metric -> (precondition id,
+# extreme over layers, comparison, threshold, words).
+BASELINE_PHENOMENA = {
+    "first_token_importance": ("baseline-sink", max, ">=", 10.0, "sink: first token's importance >= 10x the others'"),
+    "first_token_value_norm": ("baseline-drain", min, "<=", 0.5, "value-state drain: first token's value norm <= "
+                                                                  "0.5x the others'"),
+    "first_token_hidden_norm": ("baseline-peak", max, ">=", 3.0, "hidden-state peak: first token's hidden norm >= 3x "
+                                                                 "the others'"),
+}
+
+
+def baseline_phenomenon(name: str, baseline: dict[int, RunResult]) -> str:
+    """"" when the baseline's runs show the phenomenon `name` is about (BASELINE_PHENOMENA: the mean over its seeds of
+    the per-run extreme over layers, at the paper's threshold), else why the claim is not tested."""
+    if name not in BASELINE_PHENOMENA or not baseline:
+        return ""
+    _, extreme, op, threshold, words = BASELINE_PHENOMENA[name]
+    kind = name.removeprefix("first_token_")
+    per_run = []
+    for run in baseline.values():
+        result = run_analysis(run.run.path)
+        curve = first_token_ratio(result, kind) if result and f"{kind}_first" in result else None
+        finite = [v for v in (curve or []) if v is not None and math.isfinite(v)]
+        if finite:
+            per_run.append(extreme(finite))
+    if not per_run:
+        return ""
+    value = float(np.mean(per_run))
+    shows = value >= threshold if op == ">=" else value <= threshold
+    if shows:
+        return ""
+    what = {"importance": "sink", "value_norm": "value-state drain", "hidden_norm": "hidden-state peak"}[kind]
+    return (f"the baseline shows no {what} (its {'largest' if extreme is max else 'smallest'} per-layer ratio, mean "
+            f"over {len(per_run)} seeds, is {value:.2f}; the paper's {words.split(': ', 1)[1]})")
+
+
+def _fig4_values(runs: dict[int, RunResult]) -> SideValues:
+    """Fig. 4 within each run: a's side the mean over layers 2..L of the cosine of the Eq. 2 output to the Eq. 4
+    output, b's side to the Eq. 6 output (analysis fig4_cos_eq4 / fig4_cos_eq6, m = n-1); paired by run."""
+    values: list[dict[int, float]] = [{}, {}]
+    missing = []
+    for seed, run in runs.items():
+        result = run_analysis(run.run.path) or {}
+        pair = [[v for v in (result.get(key) or []) if v is not None and math.isfinite(v)]
+                for key in ("fig4_cos_eq4", "fig4_cos_eq6")]
+        if not all(pair):
+            missing.append(run.name)
+            continue
+        values[0][seed], values[1][seed] = (float(np.mean(curve)) for curve in pair)
+    if missing:
+        return SideValues({}, {}, [], f"no Fig. 4 analysis results for {', '.join(missing)} (`lit-resformer analyze`)")
+    return SideValues(*values, ["per run: mean over layers 2..L of cos(Eq. 2, Eq. 4) vs cos(Eq. 2, Eq. 6), m = n-1"])
+
+
+def _declared_saving(claim: Claim, results: GridResults, sweep: dict | ScalingError | None) -> Verdict:
+    """A grid's own equivalence-saving claim (e.g. SVFormer's parameter increase): judged on the sweep's per-seed
+    fitted saving of that variant (the same fit, interval and rule as the paper's headline claim); not tested when
+    the grid is no sweep or the fit has no saving for the variant."""
+    mean = None
+    if isinstance(sweep, dict):
+        convention = sweep["conventions"][0]
+        mean = ((sweep.get("savings") or {}).get(convention) or {}).get(claim.a, {}).get("mean")
+    if not mean or mean.get("saving") is None:
+        reason = ("this grid is not a size or token sweep (report.scaling)" if not results.report_settings.get("scaling")
+                  else f"the sweep's fit has no saving for {claim.a}"
+                  + (f" ({sweep})" if isinstance(sweep, ScalingError) else ""))
+        return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {reason}",
+                       unadjusted="not tested")
+    families = {claim.a, claim.b}
+    runs = [r for cell, by_seed in results.done.items() if results.cell_info[cell].get("family") in families
+            for r in by_seed.values()]
+    gate = evidence_gate([RunLosses(r.name, r.final("val_loss"), r.unigram_loss, r.bigram_loss) for r in runs])
+    if gate.not_tested:
+        return Verdict(results.name, claim, "not tested", mean["saving"], mean["ci_low"], mean["ci_high"], mean["n"],
+                       f"not tested: {gate.not_tested}", design="per-seed", p_two_sided=mean.get("p_two_sided"),
+                       unadjusted="not tested")
+    decided = verdict(mean["ci_low"], mean["ci_high"], mean["n"], claim.direction, evidence=not gate.stuck)
+    p_two = mean.get("p_two_sided")
+    notes = [f"per-seed fitted saving of {claim.a} over {CONVENTION_NOTE}; > 0 = fewer parameters than "
+             f"{claim.b}, the paper's 12.2% more parameters is -0.109"]
+    if mean.get("no_interval"):
+        notes.append(str(mean["no_interval"]))
+    return Verdict(results.name, claim, decided, mean["saving"], mean["ci_low"], mean["ci_high"], mean["n"],
+                   "; ".join(notes), design="per-seed", p_raw=None, p_two_sided=p_two, unadjusted=decided)
+
+
+CONVENTION_NOTE = "the sweep's ladder (lit_resformer.measures.scaling, the paper's parameter count)"
 
 
 def _adjust(verdicts: list[Verdict], method, field_name: str) -> list[Verdict]:
@@ -350,36 +573,26 @@ def _adjust(verdicts: list[Verdict], method, field_name: str) -> list[Verdict]:
             if i in adjusted else v for i, v in enumerate(verdicts)]
 
 
-OUTPUT_LOCATIONS = {"dirpath", "default_root_dir", "save_dir"}  # where a run wrote, not what it ran
-
-
 def _identity(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> tuple | None:
-    """What makes two comparisons the same: the metric, direction and the resolved configs (seed included, the
-    places it wrote to left out) of the runs on each side; None when a run has no recorded config (then it is only
-    itself)."""
+    """What makes two comparisons the same: the metric, direction and the run identities (the grid spec's
+    `run_identity`: the resolved config, seed included, where a run trained and wrote left out) of the runs on each
+    side; None when a run has no recorded config (then it is only itself)."""
+    # the one definition of a run's identity, read at each call (the runner and the tests use it too)
+    from lit_resformer.grids.spec import run_identity
+
     configs = []
     for side in sides:
         resolved = [_resolved_config(run) for run in side.values()]
         if any(config is None for config in resolved):
             return None
-        configs.append(tuple(sorted(json.dumps(config, sort_keys=True) for config in resolved)))
-    return (claim.metric, claim.direction, claim.over, claim.at, *configs)
+        configs.append(tuple(sorted(json.dumps(run_identity(config), sort_keys=True) for config in resolved)))
+    return (claim.metric, claim.direction, claim.over, claim.at, getattr(claim, "target", None), *configs)
 
 
 def _resolved_config(run: RunResult) -> dict | None:
-    """The run's config as Lightning resolved it (config.yaml; the grid's experiment config when there is none),
-    without the output locations, which differ between grids that ran the same thing."""
+    """The run's config as Lightning resolved it (config.yaml; the grid's experiment config when there is none)."""
     config_file = run.run.config_file
-    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else run.config
-
-    def without_locations(value):
-        if isinstance(value, dict):
-            return {k: without_locations(v) for k, v in value.items() if k not in OUTPUT_LOCATIONS}
-        if isinstance(value, list):
-            return [without_locations(v) for v in value]
-        return value
-
-    return None if config is None else without_locations(config)
+    return yaml.safe_load(config_file.read_text()) if config_file.is_file() else run.config
 
 
 def _is_svformer(run: RunResult) -> bool:
@@ -497,31 +710,33 @@ def _gap_slopes(pairs: dict, runs: dict, seeds: list[int], window: int) -> tuple
 
 
 def scoreboard(paths: Iterable[str | Path]) -> list[Verdict]:
-    """Every grid's verdicts, each distinct comparison once (one row naming every grid it was seen in), decided on
-    p-values adjusted across the scoreboard (Benjamini-Hochberg); per-domain sub-rows keep their grid's decision."""
+    """Every grid's verdicts, each distinct comparison once (one row naming every grid it was seen in), each with
+    exactly its grid's verdict and Holm-adjusted p (the suite's one error-control rule: Holm within each grid's family
+    of claims; no second adjustment across the board). A comparison seen in several grids keeps the verdict they
+    agree on; where they would differ the row takes the most conservative (largest Holm p) and says so in
+    `disagree` (no committed comparison does: tests/test_paper_claims.py)."""
     rows: list[Verdict] = []
     seen: dict[tuple, int] = {}
     for grid in grid_dirs(paths):
         for v in evaluate_grid(grid.path):
             if v.runs is not None and v.runs in seen:
                 first = rows[seen[v.runs]]
-                p_holm = max((p for p in (first.p_holm, v.p_holm) if p is not None), default=None)
                 # the row speaks in the words of a grid that states the paper's effect, wherever that grid sorts
                 claim = v.claim if first.claim.paper is None and v.claim.paper is not None else first.claim
-                # a sub-row keeps its grids' decision: the most conservative of their Holm p-values
-                rows[seen[v.runs]] = replace(first, claim=claim, grids=(*first.grids, v.grid), p_holm=p_holm,
-                                             verdict=first.verdict if p_holm is None else
-                                             adjusted_verdict(first.unadjusted, p_holm))
+                merged = replace(first, claim=claim, grids=(*first.grids, v.grid), texts=(*first.texts, *v.texts))
+                if v.verdict != first.verdict or first.disagree:
+                    worst = max((first, v), key=lambda x: -1 if x.p_holm is None else x.p_holm)
+                    said = first.disagree or f"{first.grid}: {first.verdict}"
+                    merged = replace(merged, verdict=worst.verdict, p_holm=worst.p_holm,
+                                     disagree=f"{said}; {v.grid}: {v.verdict}")
+                elif v.p_holm is not None and (first.p_holm is None or v.p_holm > first.p_holm):
+                    merged = replace(merged, p_holm=v.p_holm)
+                rows[seen[v.runs]] = merged
                 continue
             if v.runs is not None:
                 seen[v.runs] = len(rows)
             rows.append(replace(v, grids=(v.grid,)))
-    rows = _sub_rows_under_their_claims(rows)
-    top = [i for i, v in enumerate(rows) if not is_sub_row(v)]
-    adjusted = _adjust([rows[i] for i in top], benjamini_hochberg, "p_bh")
-    for i, v in zip(top, adjusted, strict=True):
-        rows[i] = v
-    return rows
+    return _sub_rows_under_their_claims(rows)
 
 
 def _sub_rows_under_their_claims(rows: list[Verdict]) -> list[Verdict]:
@@ -551,23 +766,35 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:+.4f}"
 
 
+def _fmt_pct(value: float | None) -> str:
+    """A fraction (time_to_target's data saving) as a signed percentage."""
+    return "–" if value is None else ("−∞" if value == -math.inf else f"{100 * value:+.1f}%")
+
+
 def _fmt_p(value: float | None) -> str:
     return "–" if value is None else f"{value:.3g}"
 
 
+def verdict_text(v: Verdict) -> str:
+    """The verdict as shown everywhere: bold, with "(fragile)" when its adjusted p is in [ALPHA/2, ALPHA)."""
+    return f"**{v.verdict}**" + (" (fragile)" if v.fragile else "")
+
+
 def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the scoreboard (the report's Claims section leaves out the grid column): the paper's
-    effect beside ours. "p adjusted" is the scoreboard's Benjamini-Hochberg p where it has one, else the grid's
-    Holm p."""
-    header = ["claim", "a vs b", "metric", "paper", "Δ (a − b)", "95% CI", "n", "design", "p (one-sided)",
-              "p adjusted", "verdict", "note"]
+    """Header and rows of the comparisons (the report's Claims section leaves out the grid column): the paper's
+    effect beside ours, the two-sided p of the test beside its Holm-adjusted p within the grid (the one rule that
+    decides every verdict, in the report and on the scoreboard alike)."""
+    header = ["claim", "a vs b", "metric", "paper", "Δ (a − b)", "95% CI", "n", "design", "p (two-sided)",
+              "p Holm", "verdict", "note"]
     rows = []
     for v in verdicts:
-        interval = "–" if v.low is None else f"[{_fmt(v.low)}, {_fmt(v.high)}]"
+        fmt = _fmt_pct if is_time_to_target(v.claim.metric) else _fmt
+        interval = "–" if v.low is None else f"[{fmt(v.low)}, {fmt(v.high)}]"
         label = f"↳ {v.claim.claim}" if is_sub_row(v) else v.claim.claim
+        note = "; ".join(x for x in (v.note, f"grids differ: {v.disagree}" if v.disagree else "") if x)
         rows.append([label, f"{v.claim.a} vs {v.claim.b}", _metric_label(v.claim), v.claim.paper or "–",
-                     _fmt(v.delta), interval, str(v.n), v.design or "–", _fmt_p(v.p_raw),
-                     _fmt_p(v.p_bh if v.p_bh is not None else v.p_holm), f"**{v.verdict}**", v.note])
+                     fmt(v.delta), interval, str(v.n), v.design or "–", _fmt_p(v.p_two_sided),
+                     _fmt_p(v.p_holm), verdict_text(v), note])
     if not with_grid:
         return header, rows
     return ["grid", *header], [[", ".join(v.grids or (v.grid,)), *row] for v, row in zip(verdicts, rows, strict=True)]
@@ -580,10 +807,18 @@ def _metric_label(claim: Claim) -> str:
         return f"slope of final val_loss gap (a − b) vs log2 {claim.over} ({claim.direction})"
     if claim.metric == EQUIVALENCE_SAVING:
         return f"fitted equivalence saving, fraction ({claim.direction})"
+    if is_time_to_target(claim.metric):
+        curve = claim.metric.replace(TIME_TO_TARGET, "val_loss", 1)
+        target = "b's final loss" if claim.target is None else f"loss {claim.target:g}"
+        return (f"{claim.metric}: data saving 1 − tokens(a)/tokens(b) to reach {target} on the {curve} curve, "
+                f"fraction (> 0 = a needs less data; {claim.direction})")
     if claim.metric.startswith(ANALYSIS_PREFIX):
         return (f"{claim.metric}, middle layers: {ANALYSIS_METRICS[claim.metric.removeprefix(ANALYSIS_PREFIX)]} "
                 f"({claim.direction})")
     where = {"warmup": " at the end of warm-up", "throughout": " at every evaluation after warm-up"}.get(claim.at, "")
+    if claim.margin is not None:
+        bound = claim.margin if claim.direction == "lower" else -claim.margin
+        return f"{claim.metric}{where} ({claim.direction} than {bound:+.4f}: a margin, not zero)"
     return f"{claim.metric}{where} ({claim.direction})"
 
 
@@ -595,8 +830,8 @@ def markdown(verdicts: Sequence[Verdict]) -> str:
     beyond = [v for v in verdicts if v.claim.beyond_paper]
     text = markdown_table(*table(paper)) + "\n" + counts(paper) + "\n"
     if beyond:
-        text += ("\nClaims beyond the paper (other published results and our own questions; in the same "
-                 "Benjamini-Hochberg family):\n\n" + markdown_table(*table(beyond)) + "\n" + counts(beyond) + "\n")
+        text += ("\nClaims beyond the paper (other published results and our own questions; each decided, like "
+                 "every comparison, on its grid's Holm-adjusted p):\n\n" + markdown_table(*table(beyond)) + "\n" + counts(beyond) + "\n")
     regimes = {v.grid: v.regime for v in verdicts if v.regime}
     if regimes:
         text += "\nRegime of each grid:\n" + "".join(f"- {grid}: {regime_text(r)}\n" for grid, r in regimes.items())
@@ -648,6 +883,8 @@ def grid_regime(results: GridResults) -> dict:
         "bigram_loss": mean(r.bigram_loss for r in runs),
         "below_bigram": sum(r.final("val_loss") < r.bigram_loss for r in with_bigram),
         "with_bigram": len(with_bigram),
+        # model.optimizer of the runs' configs (the module's default, adamw, where a config does not say)
+        "optimizer": sorted({str(((r.config or {}).get("model") or {}).get("optimizer") or "adamw") for r in runs}),
     }
 
 

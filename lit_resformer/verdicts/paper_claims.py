@@ -1,0 +1,335 @@
+"""The paper's claims as the unit of the scoreboard: each claim of configs/claims.yaml (the paper's words, where it
+is made, its condition) with the comparisons that are its evidence (lit_resformer.verdicts.claims.scoreboard rows),
+and its verdict derived from them by one rule (the registry file's header):
+
+- a comparison whose question (cells, metric, measurement point, margin) is tested (any verdict but "not tested") in a
+  higher tier (gpu > evidence > any other grid) is "superseded by <grid>": shown, not counted;
+- of the counted comparisons: all reproduced -> reproduced; some contradicted and none reproduced -> contradicted;
+  both -> mixed; all not tested -> not tested; otherwise inconclusive;
+- a claim no comparison measures is "not tested", with what would test it (`not_tested:`).
+
+Per-domain sub-rows stay beneath the comparison they split and are not counted. Comparisons no claim lists are
+collected under "unassigned" (none in the committed results: tests/test_paper_claims.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from lit_resformer.verdicts.claims import REPO, Verdict, is_sub_row, regime_text, verdict_text
+
+REGISTRY = REPO / "configs" / "claims.yaml"
+CLAIM_VERDICTS = ("reproduced", "contradicted", "mixed", "inconclusive", "not tested")
+TIER_RANK = {"gpu": 3, "evidence": 2}  # any other grid (repro, demo, standalone sweeps): 1
+
+
+def load_registry(path: Path = REGISTRY) -> dict:
+    """{"claims": [...], "preconditions": {...}} of configs/claims.yaml, checked: unique ids, known fields."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    claims = raw.get("claims") or []
+    ids = [c["id"] for c in claims]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: duplicate claim ids {sorted({i for i in ids if ids.count(i) > 1})}")
+    allowed = {"id", "statement", "where", "condition", "comparisons", "context", "not_tested", "reading",
+               "beyond_paper", "preconditions"}
+    preconditions = raw.get("preconditions") or {}
+    for c in claims:
+        unknown = set(c) - allowed
+        if unknown or not c.get("statement") or not c.get("where"):
+            raise ValueError(f"{path}: claim {c.get('id')!r}: needs statement and where; unknown fields {sorted(unknown)}")
+        for pid in c.get("preconditions") or []:
+            if pid not in preconditions:
+                raise ValueError(f"{path}: claim {c['id']!r} names unknown precondition {pid!r}")
+    for pid, pre in preconditions.items():
+        if not pre.get("cites") or not pre.get("needle"):
+            raise ValueError(f"{path}: precondition {pid!r} needs `cites` (its sentence) and `needle`")
+    return {"claims": claims, "preconditions": preconditions}
+
+
+def base_text(text: str) -> str:
+    """A comparison's words without its matrix point (" [d_model=32]")."""
+    return re.sub(r" \[[^\]]*\]$", "", text)
+
+
+def grid_tier(grid: str) -> str:
+    for tier in ("gpu", "evidence", "repro"):
+        if grid.endswith(f"-{tier}"):
+            return tier
+    return "standalone"
+
+
+def _rank(grid: str) -> int:
+    return TIER_RANK.get(grid_tier(grid), 1)
+
+
+def question(v: Verdict) -> tuple:
+    c = v.claim
+    return (c.a, c.b, c.metric, c.at, c.over, c.margin, c.target)
+
+
+def _same_question(w: Verdict, v: Verdict) -> bool:
+    """The same question: the same cells, metric, point and margin, or the same words (a comparison merged across
+    grids speaks in one grid's words and cell names: fig10's "attention" is fig7's "resformer")."""
+    if question(w) == question(v):
+        return True
+    words = {base_text(t) for t in (w.texts or (w.claim.claim,))} & {base_text(t) for t in (v.texts or (v.claim.claim,))}
+    return bool(words) and question(w)[2:] == question(v)[2:]
+
+
+@dataclass
+class Evidence:
+    row: Verdict
+    counted: bool
+    status: str = ""  # "superseded by <grid>", "context (not counted)", ""
+    sub_rows: list[Verdict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {**self.row.to_dict(), "tier": grid_tier(self.row.grid), "counted": self.counted,
+                "status": self.status, "sub_rows": [s.to_dict() for s in self.sub_rows]}
+
+
+@dataclass
+class PaperClaim:
+    id: str
+    statement: str
+    where: str
+    condition: str
+    verdict: str
+    reason: str
+    evidence: list[Evidence]
+    beyond_paper: bool = False
+    reading: str = ""
+    preconditions: list[str] = field(default_factory=list)
+
+    @property
+    def tiers(self) -> list[str]:
+        return sorted({grid_tier(e.row.grid) for e in self.evidence if e.counted})
+
+    @property
+    def regimes(self) -> list[str]:
+        return list(dict.fromkeys(f"{e.row.grid}: {regime_text(e.row.regime)}" for e in self.evidence
+                                  if e.counted and e.row.regime))
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "statement": self.statement, "where": self.where, "condition": self.condition,
+                "verdict": self.verdict, "reason": self.reason, "beyond_paper": self.beyond_paper,
+                "reading": self.reading, "preconditions": self.preconditions, "tiers": self.tiers,
+                "regimes": self.regimes, "comparisons": [e.to_dict() for e in self.evidence]}
+
+
+def derive(verdicts: Sequence[str]) -> str:
+    """A claim's verdict from its counted comparisons' verdicts (the rule in the module docstring)."""
+    if not verdicts:
+        return "not tested"
+    got = set(verdicts)
+    if "reproduced" in got and "contradicted" in got:
+        return "mixed"
+    if got == {"reproduced"}:
+        return "reproduced"
+    if "contradicted" in got:
+        return "contradicted"
+    if got == {"not tested"}:
+        return "not tested"
+    return "inconclusive"
+
+
+def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[PaperClaim]:
+    """The registry's claims, each with the scoreboard rows that are its evidence, in registry order; rows no claim
+    lists end under a claim "unassigned: <text>" of their own."""
+    registry = registry or load_registry()
+    top = [v for v in rows if not is_sub_row(v)]
+    subs: dict[int, list[Verdict]] = {}
+    parent = None
+    for v in rows:
+        if is_sub_row(v):
+            if parent is not None:
+                subs.setdefault(id(parent), []).append(v)
+        else:
+            parent = v
+    used: set[int] = set()
+    claims = []
+    for entry in registry["claims"]:
+        wanted = set(entry.get("comparisons") or [])
+        context = set(entry.get("context") or [])
+        mine = [v for v in top if (v.claim.paper_claim == entry["id"])
+                or {base_text(t) for t in (v.texts or (v.claim.claim,))} & (wanted | context)]
+        used |= {id(v) for v in mine}
+        evidence = []
+        for v in mine:
+            texts = {base_text(t) for t in (v.texts or (v.claim.claim,))}
+            if not texts & wanted and v.claim.paper_claim != entry["id"]:
+                evidence.append(Evidence(v, False, "context (not counted)", subs.get(id(v), [])))
+                continue
+            higher = [w for w in mine if w is not v and _same_question(w, v) and _rank(w.grid) > _rank(v.grid)
+                      and w.verdict != "not tested"]
+            if higher:
+                best = max(higher, key=lambda w: _rank(w.grid))
+                evidence.append(Evidence(v, False, f"superseded by {best.grid}", subs.get(id(v), [])))
+            else:
+                evidence.append(Evidence(v, True, "", subs.get(id(v), [])))
+        counted = [e.row.verdict for e in evidence if e.counted]
+        decided = derive(counted)
+        if not counted:
+            reason = entry.get("not_tested") or "no committed comparison measures it"
+        else:
+            tally = ", ".join(f"{counted.count(n)} {n}" for n in ("reproduced", "contradicted", "inconclusive",
+                                                                   "not tested") if counted.count(n))
+            reason = f"{len(counted)} comparison(s) counted: {tally}"
+            if decided == "not tested" and entry.get("not_tested"):
+                reason += f"; {entry['not_tested']}"
+        claims.append(PaperClaim(entry["id"], entry["statement"], entry["where"], entry.get("condition", ""), decided,
+                                 reason, evidence, bool(entry.get("beyond_paper")), entry.get("reading", ""),
+                                 list(entry.get("preconditions") or [])))
+    for v in top:
+        if id(v) not in used:
+            claims.append(PaperClaim(f"unassigned: {base_text(v.claim.claim)}", v.claim.claim, "(not in "
+                                     "configs/claims.yaml)", "", derive([v.verdict]), "unassigned comparison",
+                                     [Evidence(v, True, "", subs.get(id(v), []))], bool(v.claim.beyond_paper)))
+    return claims
+
+
+def claim_counts(claims: Sequence[PaperClaim]) -> dict:
+    """{"paper": {verdict: n, "total": n, "comparisons": counted}, "beyond": {...}}."""
+    out = {}
+    for name, group in (("paper", [c for c in claims if not c.beyond_paper]),
+                        ("beyond", [c for c in claims if c.beyond_paper])):
+        tally = {v: sum(c.verdict == v for c in group) for v in CLAIM_VERDICTS}
+        out[name] = {**tally, "total": len(group),
+                     "comparisons": sum(e.counted for c in group for e in c.evidence),
+                     "shown": sum(len(c.evidence) for c in group)}
+    return out
+
+
+def counts_line(counts: dict, which: str) -> str:
+    c = counts[which]
+    words = "claims of the paper" if which == "paper" else "claims beyond the paper"
+    tally = ", ".join(f"{c[v]} {v}" for v in CLAIM_VERDICTS)
+    return (f"{c['total']} {words}: {tally} (from {c['comparisons']} counted comparisons of {c['shown']} shown)")
+
+
+def headline_regime(claims: Sequence[PaperClaim]) -> str:
+    """The regime most of the counted evidence comes from: the evidence tier's grids' regimes, in one line."""
+    rows = [e.row for c in claims for e in c.evidence if e.counted and e.row.regime]
+    evidence = [r for r in rows if grid_tier(r.grid) == "evidence"] or rows
+    if not evidence:
+        return ""
+    params = [x for r in evidence for x in (r.regime.get("params") or [])]
+    tokens = [x for r in evidence for x in (r.regime.get("tokens") or [])]
+    tpp = [x for r in evidence for x in (r.regime.get("tokens_per_param") or [])]
+    epochs = max((r.regime.get("epochs") or 0 for r in evidence), default=0)
+    optimizers = sorted({o for r in evidence for o in (r.regime.get("optimizer") or ["adamw (not recorded)"])})
+    return (f"{min(params) / 1e6:.2f}M-{max(params) / 1e6:.2f}M parameters, {min(tokens) / 1e6:.1f}M-"
+            f"{max(tokens) / 1e6:.1f}M training tokens ({min(tpp):.2f}-{max(tpp):.2f} tokens per parameter), "
+            + ("within one epoch" if not epochs else f"up to {epochs:.2f} epochs")
+            + f", {', '.join(optimizers)} (the paper: 82M-468M parameters, 20B tokens, one epoch, AdamW)")
+
+
+def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ()) -> str:
+    counts = claim_counts(claims)
+    lines = ["# Scoreboard", "",
+             "Generated by `lit-resformer claims docs/results --markdown --out docs/SCOREBOARD.md`; do not edit by hand.",
+             "", f"**{counts_line(counts, 'paper')}; {counts_line(counts, 'beyond')}.**", ""]
+    regime = headline_regime(claims)
+    if regime:
+        lines += [f"Regime of the evidence: {regime}. Every verdict holds in its grid's regime only.", ""]
+    lines += ["One rule decides every comparison: its two-sided 95% interval excludes zero (or its margin's bound) on "
+              "one side and its two-sided p, Holm-adjusted within its grid's family, is below 0.05 — the same for "
+              "reproduced and contradicted, in the grid report and here; (fragile): Holm p in [0.025, 0.05). A claim's "
+              "verdict is derived from its comparisons (configs/claims.yaml): superseded rows are shown, not counted.",
+              ""]
+    for title, group in (("Claims of the paper", [c for c in claims if not c.beyond_paper]),
+                         ("Claims beyond the paper", [c for c in claims if c.beyond_paper])):
+        lines += [f"## {title}", ""]
+        for c in group:
+            lines += [f"### {c.id}: **{c.verdict}**", "",
+                      f"{c.statement} — *{c.where}*" + (f"; condition: {c.condition}" if c.condition else ""), ""]
+            if c.reading:
+                lines += [f"Reading: {c.reading}", ""]
+            if c.preconditions:
+                lines += [f"Preconditions: {', '.join(c.preconditions)} (configs/claims.yaml)", ""]
+            lines += [f"{c.reason}." + (f" Tiers: {', '.join(c.tiers)}." if c.tiers else ""), ""]
+            if c.evidence:
+                lines += ["| grid (tier) | comparison | Δ (a − b) | 95% CI | n | p (two-sided) | p Holm | verdict | counted |",
+                          "|---|---|---|---|---|---|---|---|---|"]
+                for e in c.evidence:
+                    for v, sub in [(e.row, False), *((s, True) for s in e.sub_rows)]:
+                        ci = "–" if v.low is None else f"[{v.low:+.4f}, {v.high:+.4f}]"
+                        delta = "–" if v.delta is None else f"{v.delta:+.4f}"
+                        p2 = "–" if v.p_two_sided is None else f"{v.p_two_sided:.3g}"
+                        ph = "–" if v.p_holm is None else f"{v.p_holm:.3g}"
+                        tier = grid_tier(v.grid)
+                        status = ("sub-row" if sub else (e.status or "yes"))
+                        name = ("↳ " if sub else "") + v.claim.claim.replace("|", "/")
+                        note = f" — {v.note}" if v.note and v.verdict == "not tested" else ""
+                        lines.append(f"| {', '.join(v.grids or (v.grid,))} ({tier}) | {name}{note.replace('|', '/')} | "
+                                     f"{delta} | {ci} | {v.n} | {p2} | {ph} | {verdict_text(v)} | {status} |")
+                lines.append("")
+            for r in c.regimes:
+                lines.append(f"- regime {r}")
+            if c.regimes:
+                lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# when each claim and precondition was introduced, beside the first run it judged
+
+
+def git_available() -> bool:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--is-shallow-repository"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return out == "false"
+
+
+def introduced(needle: str, paths: Iterable[str]) -> tuple[str, str]:
+    """(commit, ISO date) of the first commit whose diff adds `needle` under `paths` (git log -S); ("uncommitted",
+    "") when no commit has it yet."""
+    out = subprocess.run(["git", "-C", str(REPO), "log", "-S", needle, "--reverse", "--format=%h %aI", "--",
+                          *paths], capture_output=True, text=True, check=True).stdout.split("\n")[0].strip()
+    return tuple(out.split(" ", 1)) if out else ("uncommitted", "")
+
+
+def first_run(rows: Iterable[Verdict], results_root: Path) -> str:
+    """The earliest `started_at` of the runs of the grids these rows come from ("" when none recorded)."""
+    import json
+
+    dates = []
+    for grid in {g for v in rows for g in (v.grids or (v.grid,))}:
+        for summary in (results_root / grid).glob("*/seed*/summary.json"):
+            started = json.loads(summary.read_text()).get("started_at")
+            if started:
+                dates.append(str(started))
+    return min(dates, default="")
+
+
+def precondition_report(claims: Sequence[PaperClaim], results_root: Path, registry: dict | None = None) -> list[dict]:
+    """For every precondition and every claim: the commit and date that introduced it, the first run it judged, and
+    whether it came after that run (then a precondition needs its `justification:`)."""
+    registry = registry or load_registry()
+    by_id = {c.id: c for c in claims}
+    out = []
+    for pid, pre in registry["preconditions"].items():
+        applies = pre.get("applies_to") or [c.id for c in claims]
+        rows = [e.row for cid in applies if cid in by_id for e in by_id[cid].evidence]
+        commit, date = introduced(pre["needle"], pre.get("paths") or ["."])
+        judged = first_run(rows, results_root)
+        after = commit == "uncommitted" or (bool(judged) and date > judged)
+        out.append({"kind": "precondition", "id": pid, "commit": commit, "date": date, "first_run": judged,
+                    "after_results": after, "justification": pre.get("justification", ""), "cites": pre["cites"]})
+    for entry in registry["claims"]:
+        c = by_id.get(entry["id"])
+        needle = (entry.get("comparisons") or [entry["statement"]])[0]
+        commit, date = introduced(needle, ["configs"])
+        judged = first_run([e.row for e in c.evidence], results_root) if c else ""
+        out.append({"kind": "claim", "id": entry["id"], "commit": commit, "date": date, "first_run": judged,
+                    "after_results": commit == "uncommitted" or (bool(judged) and date > judged),
+                    "justification": entry.get("reading", ""), "cites": entry["where"]})
+    return out
