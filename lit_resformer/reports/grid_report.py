@@ -2,16 +2,16 @@
 and also saved under plots/) for one grid's runs.
 
 Sections: final losses (mean ± std over seeds, difference to the baseline with a 95% t interval in the seed
-design of lit_resformer.verdicts.stats.seed_design), the verdicts on the grid's claims (lit_resformer.verdicts.claims) with the grid's regime,
+design of lit_resformer.measures.stats.seed_design), the verdicts on the grid's claims (lit_resformer.verdicts.claims) with the grid's regime,
 relative training loss against the baseline
 smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domain (Table 5 form), critical
 points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), the final gap against
-training length (Fig. 7, left), scaling laws and equivalence savings for sweep grids (lit_resformer.verdicts.scaling), cost
+training length (Fig. 7, left), scaling laws and equivalence savings for sweep grids (lit_resformer.measures.scaling), cost
 (parameters, KV cache per token, tokens/s), zero-shot accuracy (Table 1 form) when runs hold eval/results.json,
 attention entropy by layer when runs hold analysis/analysis.json, the status of every run, and what the runs
 ran on (their provenance). The loss plots draw the unigram loss of the validation tokens as a reference line, and
 runs not at least 1 nat below it are flagged as "not past the unigram plateau". Everything is read from the grid's
-results (lit_resformer.verdicts.results), loaded once.
+results (lit_resformer.measures.grid_results), loaded once.
 """
 
 from __future__ import annotations
@@ -26,16 +26,9 @@ import pandas as pd
 
 from lit_resformer.grids.changes import common_changes, show_value
 from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
-from lit_resformer.reports.budget import budget_section
-from lit_resformer.reports.document import Document, Plotter
-from lit_resformer.reports.scaling_section import scaling_section
-from lit_resformer.verdicts.claims import counts as claim_counts
-from lit_resformer.verdicts.claims import data_seeds, evaluate_grid, grid_regime, regime_text
-from lit_resformer.verdicts.claims import table as claims_table
-from lit_resformer.verdicts.results import GridResults, RunResult, load_results, relative_curves
-from lit_resformer.verdicts.scaling import sweep_analysis
-from lit_resformer.verdicts.stats import (
+from lit_resformer.measures.grid_results import GridResults, RunResult, load_results, relative_curves
+from lit_resformer.measures.scaling import sweep_analysis
+from lit_resformer.measures.stats import (
     PLATEAU_MARGIN,
     TREND_TAIL,
     TREND_UNIT,
@@ -47,6 +40,14 @@ from lit_resformer.verdicts.stats import (
     search_crossing,
     seed_design,
 )
+from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
+from lit_resformer.reports.budget import budget_section
+from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.reports.kv_frontier import kv_frontier_section
+from lit_resformer.reports.scaling_section import scaling_section
+from lit_resformer.verdicts.claims import counts as claim_counts
+from lit_resformer.verdicts.claims import data_seeds, evaluate_grid, grid_regime, regime_text
+from lit_resformer.verdicts.claims import table as claims_table
 from lit_resformer.writing import atomic_write, markdown_to_html
 
 RELATIVE_WINDOWS = (10, 100)
@@ -153,7 +154,13 @@ def write_report(grid_dir: str | Path) -> Path:
 
     _cells_section(doc, manifest)
     _final_table(doc, results, final_train, final_val)
-    _claims_section(doc, evaluate_grid(results, sweep), grid_regime(results))
+    verdicts = evaluate_grid(results, sweep)
+    _claims_section(doc, verdicts, grid_regime(results))
+    if isinstance(sweep, dict):  # the sweep's claim shows its grid verdict (Holm), the one the Claims section gives
+        decided = {v.claim.claim: v for v in verdicts}
+        sweep = {**sweep, "claims": [c | ({"verdict": decided[c["claim"]].verdict, "p_holm": decided[c["claim"]].p_holm,
+                                           "fragile": decided[c["claim"]].fragile} if c["claim"] in decided else {})
+                                     for c in sweep["claims"]]}
     unigram = _unigram_reference(results)
     _relative_section(doc, plotter, cells, cells_info, done, unigram)
     _validation_section(doc, plotter, cells, cells_info, done, unigram)
@@ -163,6 +170,7 @@ def write_report(grid_dir: str | Path) -> Path:
         doc.raw(scaling_section(sweep, plots_dir=plots_dir, link_base=grid_dir))
     _cost_section(doc, cells, cells_info, done)
     doc.raw(budget_section(results))
+    kv_frontier_section(results, plotter, doc)
     _zero_shot_section(doc, cells, done)
     _analysis_section(doc, grid_dir, cells, done)
     _runs_section(doc, runs)
@@ -408,16 +416,16 @@ def _claims_section(doc, verdicts, regime: dict) -> None:
         doc.text(f"Regime: {regime_text(regime)}. A claim about the paper's 82M-468M models trained on 20B tokens "
                  "is judged here in this regime only.")
     doc.text(
-        "The paper's claims for this figure (listed in the grid file), judged on the finished runs, paired by seed "
-        "only when a seed's two runs share a data order that differs between seeds, else unpaired (Welch): "
-        "**reproduced** when the 95% t interval of the mean difference (or of the mean slope, for a critical point "
-        "growing with a matrix key) excludes zero on the claimed side, **contradicted** when it excludes zero on the "
-        "other side, **inconclusive** when it covers zero, with fewer than 2 seeds, or when a run in the comparison "
-        f"is not past the unigram plateau (final validation loss at least {PLATEAU_MARGIN:g} nat below the unigram "
-        "loss of its validation tokens), **not tested** when a precondition failed (a run above its bigram "
-        "reference, or no crossing for a claim about SVFormer after vanilla overtakes it). Testing several claims "
-        "at once lets some pass by chance, so a decisive verdict also needs its p-value, adjusted for the figure's "
-        "other claims (Holm), below 0.05."
+        "The paper's claims for this figure (listed in the grid file; each is evidence for a paper claim of "
+        "configs/claims.yaml, whose verdict `lit-resformer claims` derives), judged on the finished runs, paired by "
+        "seed only when a seed's two runs share a data order that differs between seeds, else unpaired (Welch). One "
+        "rule for the whole suite: **reproduced** when the two-sided 95% t interval excludes zero (or the claim's "
+        "margin) on the claimed side and the two-sided p, Holm-adjusted with the grid's other claims, is below 0.05; "
+        "**contradicted** by the same test at the same level on the other side; **inconclusive** otherwise (also with "
+        f"fewer than 2 seeds, or a run not {PLATEAU_MARGIN:g} nat below its unigram loss); **not tested** when a "
+        "precondition failed (a run above its bigram reference where the claim is measured, a baseline without the "
+        "phenomenon a mechanism claim is about, no crossing for a claim about SVFormer after vanilla overtakes it). "
+        "(fragile): Holm p in [0.025, 0.05). The scoreboard shows these same verdicts."
     )
     doc.text("`paper` gives the paper's own effect where it states one (for a claim beyond the paper, its source's).")
     doc.table(*claims_table(verdicts, with_grid=False))
