@@ -16,6 +16,7 @@ from lit_resformer.grids.summary import BPB_FIELDS, metric_results
 from lit_resformer.model import ModelConfig
 from lit_resformer.training import curves
 from lit_resformer.training.module import LitResFormer, bits_per_byte
+from lit_resformer.training.run_dir import RunDir
 
 TEXT = "café €😀"
 # The byte-level tokens of TEXT under HAND_MERGES, written out by hand: GPT-2's byte alphabet writes byte 0xC3 as
@@ -113,6 +114,7 @@ def test_a_run_logs_bits_per_byte_and_its_summary_holds_them(tmp_path, tiny_corp
                         holdout_fraction=0.05, cache_dir=str(data_cache))
     data.prepare_data()
     data.setup("fit")
+    assert RunDir(run).corpus_hash() == data.corpus_hash  # the run recorded what it trained on (claims never pair two)
     for domain, loader in zip(data.domains, data.val_dataloader(), strict=True):
         labels = [row for batch in loader for row in batch["labels"].tolist()]
         tokens = sum(len(row) for row in labels)

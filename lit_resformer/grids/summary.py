@@ -48,7 +48,7 @@ def last_step(run: RunDir) -> int | None:
 
 def results(run: RunDir) -> dict:
     """Loss, throughput and size figures from the run's metrics and config."""
-    return {**metric_results(M.read_metrics(run)), "epoch_tokens": epoch_tokens(run),
+    return {**metric_results(M.read_metrics(run)), "epoch_tokens": epoch_tokens(run), "corpus_hash": run.corpus_hash(),
             **model_stats(run.read_experiment() or {}, run.last_checkpoint)}
 
 

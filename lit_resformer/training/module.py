@@ -550,8 +550,17 @@ class LitResFormer(L.LightningModule):
     # ------------------------------------------------------------------ evaluation
     def on_train_start(self) -> None:
         self._divergence = _DivergenceWatch(self)
+        self._record_corpus()
         if self.global_step == 0 and self.trainer.val_dataloaders is not None:
             self._log_initial_validation()
+
+    @rank_zero_only
+    def _record_corpus(self) -> None:
+        """The corpus's content hash into the run directory, so that no claim pairs runs of different corpora. The
+        data module has scanned its corpus by now (the hash is that scan's), so this costs no pass over it."""
+        data = getattr(self.trainer, "datamodule", None)
+        if data is not None and hasattr(data, "corpus_hash"):
+            RunDir(self.trainer.default_root_dir).record_corpus(data.source, data.corpus_hash)
 
     @torch.no_grad()
     def _log_initial_validation(self) -> None:

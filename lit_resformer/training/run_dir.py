@@ -7,6 +7,8 @@
                                     (metrics.csv.gz in exported results: `compressed_metrics`)
       tb/                           TensorBoard events
       divergence.json               written by training when the loss turns non-finite: {"step": N, "loss": "nan"}
+      corpus.json                   what the run trained on: {"source": ..., "content_sha256": ...}, written when
+                                    training starts (runs of different corpora are never paired by the claims)
       eval/results.json             zero-shot scores (lit_resformer.eval.run), next to their tables
       analysis/analysis.json        attention analysis (lit_resformer.analysis), next to its plots
     and, for a run of an ablation grid:
@@ -87,6 +89,7 @@ class RunDir:
         self.experiment_file = self.path / "experiment.yaml"
         self.summary_file = self.path / "summary.json"
         self.divergence_file = self.path / "divergence.json"
+        self.corpus_file = self.path / "corpus.json"
         self.checkpoints_dir = self.path / CHECKPOINTS
         self.last_checkpoint = self.checkpoints_dir / LAST_CHECKPOINT
         self.csv_dir = self.path / CSV_LOGS
@@ -127,7 +130,7 @@ class RunDir:
     def result_files(self) -> list[Path]:
         """The small files that hold a run's results, without checkpoints or TensorBoard events: what a finished
         run leaves when its results are exported (report, claims and scaling read nothing else)."""
-        files = [self.config_file, self.experiment_file, self.summary_file, self.divergence_file,
+        files = [self.config_file, self.experiment_file, self.summary_file, self.divergence_file, self.corpus_file,
                  self.eval_results, self.analysis_results, *self.metric_files()]
         return [f for f in files if f.is_file()]
 
@@ -199,6 +202,16 @@ class RunDir:
             return int(json.loads(self.divergence_file.read_text())["step"])
         loss = self.read_metrics().get(TRAIN_LOSS, [])
         return next((step for step, value in loss if not math.isfinite(value)), None)
+
+    # ------------------------------------------------------------------ corpus
+    def record_corpus(self, source: str, content_sha256: str) -> None:
+        """Called by training when it starts: the corpus's content hash (lit_resformer.data, `corpus_hash`)."""
+        atomic_write_json(self.corpus_file, {"source": source, "content_sha256": content_sha256})
+
+    def corpus_hash(self) -> str | None:
+        """The content hash of the corpus the run trained on; None for a run that did not record it (one trained
+        before runs recorded their corpus)."""
+        return json.loads(self.corpus_file.read_text())["content_sha256"] if self.corpus_file.is_file() else None
 
     # ------------------------------------------------------------------ grid files
     def read_experiment(self) -> dict | None:

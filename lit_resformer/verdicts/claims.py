@@ -180,6 +180,7 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
         not_tested = gate.not_tested
     elif stuck:
         notes.append(f"not past the unigram plateau: {', '.join(stuck)}")
+    not_tested = not_tested or corpus_mismatch(runs)
     notes += provenance_note(runs)
     if not per_seed_a or (per_seed_b is not None and not per_seed_b):
         decided = "not tested" if not_tested else "inconclusive"
@@ -213,6 +214,17 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
     return Verdict(grid, claim, decided, two_sided.estimate, two_sided.low, two_sided.high, two_sided.n,
                    "; ".join(notes), design=two_sided.design, p_raw=one_sided.p, p_two_sided=two_sided.p,
                    unadjusted=decided, evidence=not stuck)
+
+
+def corpus_mismatch(runs: Iterable[RunResult]) -> str:
+    """Why runs of different corpora cannot be compared ("" when they can): each run records its corpus's content
+    hash (summary `corpus_hash`, lit_resformer.training.run_dir's corpus.json); a run that recorded none (trained
+    before runs did) pairs with any."""
+    hashes = sorted({h for r in runs if (h := r.summary.get("corpus_hash"))})
+    if len(hashes) < 2:
+        return ""
+    return (f"runs trained on different corpora (content hashes {', '.join(h[:12] for h in hashes)}), which no "
+            "comparison pairs")
 
 
 def provenance_note(runs: Iterable[RunResult]) -> list[str]:
@@ -327,6 +339,8 @@ def _judge_time_to_target(claim: Claim, results: GridResults) -> Verdict:
         return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {err}",
                        unadjusted="not tested", evidence=not gate.stuck, runs=identity)
     decided, why = decide(res, claim.direction, evidence=not gate.stuck)
+    if mismatch := corpus_mismatch(runs):
+        decided, why = "not tested", f"not tested: {mismatch}"
     target = (f"{claim.b}'s final validation loss{' on ' + domain[1:] if domain else ''} in each seed"
               if claim.target is None else f"validation loss{' on ' + domain[1:] if domain else ''} {claim.target:g}")
     notes = [f"saving 1 - tokens({claim.a}) / tokens({claim.b}) to first reach {target} (geometric mean over seeds; "
