@@ -8,6 +8,7 @@ import json
 
 from test_claims import VANILLA, claims_grid
 
+from lit_resformer.reports import write_report
 from lit_resformer.training.run_dir import RunDir
 from lit_resformer.verdicts.claims import evaluate_grid
 
@@ -35,3 +36,16 @@ def test_claims_never_pair_runs_of_different_corpora(tmp_path):
     assert refused.verdict == "not tested"
     assert "different corpora (content hashes aaaaaaaaaaaa, bbbbbbbbbbbb)" in refused.note
     assert verdicts["worse ends above vanilla in training loss"].verdict != "not tested"  # one corpus: judged
+
+
+def test_the_report_does_not_compare_cells_across_corpora(tmp_path):
+    grid_dir = claims_grid(tmp_path)
+    for seed in VANILLA:
+        path = grid_dir / "better" / f"seed{seed}" / "summary.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "corpus_hash": "b" * 64}))
+        path = grid_dir / "vanilla" / f"seed{seed}" / "summary.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "corpus_hash": "a" * 64}))
+    write_report(grid_dir)
+    final_losses = (grid_dir / "report.md").read_text().split("## Final losses")[1].split("\n## ")[0]
+    better = next(line for line in final_losses.splitlines() if line.startswith("| better"))
+    assert "not compared: runs trained on different corpora" in better

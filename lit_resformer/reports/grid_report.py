@@ -45,8 +45,8 @@ from lit_resformer.reports.budget import budget_section
 from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.reports.kv_frontier import kv_frontier_section
 from lit_resformer.reports.scaling_section import scaling_section
+from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_grid, grid_regime, regime_text
 from lit_resformer.verdicts.claims import counts as claim_counts
-from lit_resformer.verdicts.claims import data_seeds, evaluate_grid, grid_regime, regime_text
 from lit_resformer.verdicts.claims import table as claims_table
 from lit_resformer.writing import atomic_write, markdown_to_html
 
@@ -70,20 +70,25 @@ def _fmt_mean_std(values: list[float], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
 
 
-def _fmt_difference(diff: SeedTest | None) -> str:
+def _fmt_difference(diff: SeedTest | str | None) -> str:
     if diff is None:
         return "–"
+    if isinstance(diff, str):  # why the two cells are not compared
+        return diff
     if diff.low is None:
         return f"{diff.estimate:+.4f} (n={diff.n}, {diff.design}, no CI)"
     return f"{diff.estimate:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] (n={diff.n}, {diff.design})"
 
 
-def _versus_baseline(results: GridResults, finals: dict[str, dict[int, float]], cell: str, base: str) -> SeedTest | None:
+def _versus_baseline(results: GridResults, finals: dict[str, dict[int, float]], cell: str,
+                     base: str) -> SeedTest | str | None:
     """cell - base on their final values with a two-sided 95% t interval, paired by seed only where a seed's two
     runs share a data order that differs between seeds (stats.seed_design), else unpaired (Welch); None when a
-    side has no value."""
+    side has no value; why not, for runs of different corpora (verdicts.claims.corpus_mismatch)."""
     if not finals[cell] or not finals[base]:
         return None
+    if mismatch := corpus_mismatch([*results.done[cell].values(), *results.done[base].values()]):
+        return f"not compared: {mismatch}"
     design = seed_design(data_seeds(results.done[cell]), data_seeds(results.done[base]))
     return compare_seeds(finals[cell], finals[base], design)
 
@@ -571,7 +576,7 @@ def _length_axis_section(doc, plotter, results: GridResults, final_train, final_
             continue
         colors.setdefault(family, plotter.colors.get(cell))
         for metric, finals in (("validation", final_val), ("training", final_train)):
-            if (diff := _versus_baseline(results, finals, cell, base)) is not None:
+            if isinstance(diff := _versus_baseline(results, finals, cell, base), SeedTest):  # not across corpora
                 gaps[metric].setdefault(family, {})[length] = diff
     if not any(gaps.values()):
         return
