@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from test_model import SMALL, build, small, tokens
 
 from lit_resformer.export import export_model, hf_config_fields
 from lit_resformer.export.hf_remote.configuration_resformer import GROUP_DEFAULTS, ResFormerConfig
@@ -27,21 +28,7 @@ from lit_resformer.model import VARIANT_GROUPS, ModelConfig, Trace, Transformer,
 from lit_resformer.model.hf import non_vanilla_fields, to_hf_llama
 from lit_resformer.model.transformer import ExclusiveSelfAttention
 
-SMALL = dict(n_layer=6, n_head=4, d_model=64, ffn_dim=128, vocab_size=97, max_seq_len=64)
 NEW_MODULES = ("out_gate", "xsa", "sat_gate", "dense_value")  # the submodules these variants add
-
-
-def small(**overrides) -> ModelConfig:
-    return ModelConfig.from_dict({**SMALL, **overrides})
-
-
-def build(config: ModelConfig, seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    return Transformer(config).eval()
-
-
-def tokens(batch=2, length=20, vocab=97, seed=1):
-    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
 def same_weights(target: Transformer, source: Transformer) -> Transformer:

@@ -275,25 +275,3 @@ def test_resuming_under_another_optimizer_is_refused(tmp_path, tiny_corpus, data
     fit(config, tmp_path / "run")
     with pytest.raises(ValueError, match="trained with model.optimizer='adamw'"):
         fit(config, tmp_path / "run", "--ckpt_path", "last", "--trainer.max_steps", "3", "--model.optimizer", "muon")
-
-
-@pytest.mark.slow
-def test_ddp_under_muon_matches_single_process(tmp_path, tiny_corpus, data_cache):
-    """2 CPU processes (gloo) with micro-batch 2 == 1 process with micro-batch 4 under Muon: gradients are all-reduced
-    before the step, so both ranks orthogonalise the same matrices. Measured: at most 1.3e-4 apart over 20 steps
-    (AdamW: 5e-7; Muon's Newton-Schulz runs in bf16), within test_training.test_ddp_matches_single_process's 1e-3."""
-    steps = {"max_steps": 20, "val_check_interval": 10}
-    single = experiment(tmp_path, tiny_corpus, data_cache, trainer=steps, model=MUON)
-    fit(single, tmp_path / "single")
-    ddp_dir = tmp_path / "ddp"
-    ddp_dir.mkdir()
-    ddp = experiment(ddp_dir, tiny_corpus, data_cache, data={"micro_batch_size": 2}, model=MUON,
-                     trainer={**steps, "devices": 2, "strategy": "ddp"})
-    proc = subprocess.run([sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(ddp),
-                           "--trainer.default_root_dir", str(tmp_path / "ddp_run")],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = read_metrics(tmp_path / "single")["train/loss"], read_metrics(tmp_path / "ddp_run")["train/loss"]
-    assert [s for s, _ in a] == [s for s, _ in b] == list(range(20))
-    assert max(abs(x - y) for (_, x), (_, y) in zip(a, b, strict=True)) < 1e-3
-    assert not math.isclose(a[0][1], a[-1][1])  # it trained
