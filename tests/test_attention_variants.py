@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import transformers
+from helpers.hf_remote import check_in_plain_transformers
 from test_model import SMALL, build, small, tokens
 
 from lit_resformer.export import export_model, hf_config_fields
@@ -449,7 +446,6 @@ def test_a_model_built_from_the_exported_config_starts_where_the_training_code_s
 
 
 # ---------------------------------------------------------------------------- Hugging Face export
-HELPERS = Path(__file__).parent / "helpers"
 PROMPT_LEN, NEW_TOKENS = 10, 8
 EOS = "<|endoftext|>"
 TEXT = "the quiet river walks under the old stone bridge in the morning light"
@@ -506,18 +502,7 @@ def exported(tmp_path_factory):
         export_model(model, tokenizer, root / name)
         cases[name], expected[name] = _reference_case(model, root / name, seed)
     torch.set_num_threads(threads)
-    torch.save(cases, root / "cases.pt")
-    env = {**os.environ, "HF_MODULES_CACHE": str(root / "hf_modules"), "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    transformers_home = Path(transformers.__file__).parents[1]
-    done = subprocess.run([sys.executable, "-I", str(HELPERS / "hf_remote_check.py"), str(root / "cases.pt"),
-                           str(root / "results.pt"), str(transformers_home)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    # What transformers deprecates it removes later: the exported code keeps to the names of the release under test.
-    assert not [line for line in done.stderr.splitlines() if "deprecat" in line.lower()]
-    results = torch.load(root / "results.pt")
-    assert results["transformers"] == transformers.__version__
+    results = check_in_plain_transformers(root, cases)
     return {name: (expected[name], results["folders"][name]) for name in EXPORTED}
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import transformers
 from helpers.experiments import tiny_experiment
+from helpers.hf_remote import check_in_plain_transformers
 from test_eval import CORPUS, arc_data_dir, byte_bpe_tokenizer
 
 from lit_resformer import load_checkpoint
@@ -28,7 +28,6 @@ from lit_resformer.export import export_model, export_resformer, hf_config_field
 from lit_resformer.export.hf_remote.configuration_resformer import ResFormerConfig
 from lit_resformer.model import ModelConfig, Transformer, kv_cache_bytes
 
-HELPERS = Path(__file__).parent / "helpers"
 PROMPT_LEN, NEW_TOKENS = 10, 8
 
 # name -> ModelConfig overrides of a 6-layer model (d_model 32, 4 heads).
@@ -155,18 +154,7 @@ def checked(tmp_path_factory, bpe, svformer_run):
     for seed, (name, model) in enumerate(models.items()):
         cases[name], expected[name] = reference_case(model, root / name, seed)
     torch.set_num_threads(threads)
-    torch.save(cases, root / "cases.pt")
-    env = {**os.environ, "HF_MODULES_CACHE": str(root / "hf_modules"), "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    transformers_home = Path(transformers.__file__).parents[1]  # the release under test, wherever it is installed
-    done = subprocess.run([sys.executable, "-I", str(HELPERS / "hf_remote_check.py"), str(root / "cases.pt"),
-                           str(root / "results.pt"), str(transformers_home)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    # What transformers deprecates it removes later: the exported code keeps to the names of the release under test.
-    assert not [line for line in done.stderr.splitlines() if "deprecat" in line.lower()]
-    results = torch.load(root / "results.pt")
-    assert results["transformers"] == transformers.__version__
+    results = check_in_plain_transformers(root, cases)
     return {name: (expected[name], results["folders"][name]) for name in models}, root
 
 
