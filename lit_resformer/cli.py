@@ -150,12 +150,19 @@ def grid_command(argv: list[str]) -> None:
     sys.exit(run_grid_from_args(grid_parser().parse_args(argv)))
 
 
+def write_grid_report(grid_dir: Path) -> Path:
+    """The report a grid run writes when it ends, imported only then: plotting and the statistics take seconds to
+    import, which every start of `lit-resformer grid` (a second runner on a busy grid, a dry run) would pay."""
+    from lit_resformer.reports import write_report
+
+    return write_report(grid_dir)
+
+
 def run_grid_from_args(args: argparse.Namespace) -> int:
     """Run the grid as `lit-resformer grid` was asked to; the exit code: 0 done, 1 runs failed, 2 the grid could not
     run, 75 runs left by the time limit, 130 interrupted."""
     from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
     from lit_resformer.grids.spec import GridError
-    from lit_resformer.reports import write_report
     from lit_resformer.training.run_dir import RunConflict
 
     slurm = dict(partition=args.partition, time_min=args.time, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
@@ -164,7 +171,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
                        gpus_per_run=args.gpus_per_run, cpu_slots=args.cpu_slots, threads_per_run=args.threads_per_run,
                        runs_per_gpu=args.runs_per_gpu, time_limit_s=args.time_limit, slurm=slurm)
     options = GridOptions(runs_dir=args.runs_dir, seeds=args.seeds, forced=dict(args.set),
-                          allow_any_class=args.allow_any_class, report=None if args.no_report else write_report, dry_run=args.dry_run,
+                          allow_any_class=args.allow_any_class, report=None if args.no_report else write_grid_report, dry_run=args.dry_run,
                           post_training=tuple(kind for kind, wanted in (("eval", args.eval), ("analyze", args.analyze))
                                               if wanted),
                           pool=pool)

@@ -553,7 +553,8 @@ def test_two_runners_on_one_grid(tmp_path):
     import time
 
     grid, command = fake_grid(tmp_path)
-    env = {**os.environ, "LIT_RESFORMER_TRAIN_CMD": " ".join(command), "FAKE_STEP_SLEEP": "0.15"}
+    # each run outlasts a second runner's start (importing Lightning takes seconds), so that it finds one busy
+    env = {**os.environ, "LIT_RESFORMER_TRAIN_CMD": " ".join(command), "FAKE_STEP_SLEEP": "0.6"}
     arguments = [sys.executable, "-m", "lit_resformer.cli", "grid", str(grid), "--runs-dir", str(tmp_path / "runs")]
     first = subprocess.Popen(arguments, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 60
