@@ -6,13 +6,11 @@ from __future__ import annotations
 import copy
 import math
 import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
-from test_training import HELPERS, _refused, experiment, fit, read_metrics
+from test_training import _refused, experiment, fit, fit_killed_at_step_5, read_metrics
 
 from lit_resformer.model import ModelConfig
 from lit_resformer.training.module import MUON_LR_MULTIPLIERS, LitResFormer, MuonWithAdamW
@@ -254,14 +252,7 @@ def test_muon_logs_every_group_lr_and_resumes_exactly(tmp_path, tiny_corpus, dat
     peak = dict(metrics["lr/muon"])[3] / dict(metrics["lr/no_decay"])[3]
     assert peak == pytest.approx(MUON_LR_MULTIPLIERS["muon"])
     assert metrics["train/lr"] == metrics["lr/muon"]  # the first group's, as before
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(config),
-         "--trainer.default_root_dir", str(crashed),
-         "--allow-any-class", "--trainer.callbacks+=crash.KillAtStep", "--trainer.callbacks.step=5"],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == -9, proc.stderr[-2000:]
+    fit_killed_at_step_5(config, crashed)
     fit(config, crashed, "--ckpt_path", "last")
     resumed = read_metrics(crashed)
     assert resumed["train/loss"] == metrics["train/loss"]

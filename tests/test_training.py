@@ -26,6 +26,17 @@ def read_metrics(run: Path) -> dict:
     return RunDir(run).read_metrics()
 
 
+def fit_killed_at_step_5(config: Path, run: Path) -> None:
+    """`lit-resformer fit` in a process of its own, SIGKILLed at step 5 (tests/helpers/crash.py): a crash mid-run."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(config), "--trainer.default_root_dir",
+         str(run), "--allow-any-class", "--trainer.callbacks+=crash.KillAtStep", "--trainer.callbacks.step=5"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == -9, proc.stderr[-2000:]
+
+
 def experiment(tmp_path: Path, corpus: Path, cache: Path, **sections) -> Path:
     return tiny_experiment(tmp_path / "experiment.yaml", corpus, cache, **sections)
 
@@ -94,14 +105,7 @@ def test_resume_after_sigkill_is_exact(tmp_path, tiny_corpus, data_cache):
     config = experiment(tmp_path, tiny_corpus, data_cache)
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
     fit(config, straight)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(config),
-         "--trainer.default_root_dir", str(crashed),
-         "--allow-any-class", "--trainer.callbacks+=crash.KillAtStep", "--trainer.callbacks.step=5"],
-        env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == -9, proc.stderr[-2000:]
+    fit_killed_at_step_5(config, crashed)
     assert read_metrics(crashed)["train/loss"][-1][0] < 9  # it really died mid-run
     fit(config, crashed, "--ckpt_path", "last")
     a, b = read_metrics(straight), read_metrics(crashed)
