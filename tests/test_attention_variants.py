@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.hf_remote import check_in_plain_transformers
-from test_model import SMALL, build, small, tokens
+from test_model import SMALL, argmax_without_cache, build, small, tokens
 
 from lit_resformer.export import export_model, hf_config_fields
 from lit_resformer.export.hf_remote.configuration_resformer import GROUP_DEFAULTS, ResFormerConfig
@@ -262,11 +262,7 @@ def test_generate_through_the_skip_v1_cache_equals_argmax_without_cache():
     model = moved_off_init(build(small(share={"skip_v1": True}, n_kv_head=2, xsa={"per": "head"})))
     prompt = tokens(length=6)
     out = model.generate(prompt, max_new_tokens=8)
-    seq = prompt
-    with torch.no_grad():
-        for _ in range(8):
-            seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
-    assert torch.equal(out, seq)
+    assert torch.equal(out, argmax_without_cache(model, prompt, 8))
 
 
 @pytest.mark.parametrize("n_layer", [6, 8, 24])

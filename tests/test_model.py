@@ -477,15 +477,20 @@ def test_svformer_parameter_count():
     assert vanilla.num_params() - sv.num_params() == (c.n_layer - 1) * c.d_model * c.kv_dim
 
 
+@torch.no_grad()
+def argmax_without_cache(model: Transformer, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy decoding by a full forward pass for every new token: what generate through the cache must equal."""
+    seq = prompt
+    for _ in range(new_tokens):
+        seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
+    return seq
+
+
 def test_generate_greedy_matches_argmax_without_cache():
     model = build(small(residual={"target": "v"}, share={"every": 2, "what": "k"}))
     prompt = tokens(length=6)
     out = model.generate(prompt, max_new_tokens=8)
-    seq = prompt
-    with torch.no_grad():
-        for _ in range(8):
-            seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
-    assert torch.equal(out, seq)
+    assert torch.equal(out, argmax_without_cache(model, prompt, 8))
 
 
 def test_generate_sampling_is_seeded_and_stops_at_eos():
