@@ -239,6 +239,10 @@ def test_a_tier_changes_cells_in_place_and_adds_claims(tmp_path):
         "new": {"model.config.n_kv_head": 2}}
     assert [c.name for c in grid.cells] == ["vanilla", "svformer", "svformer+gqa", "new"]
     assert [c["claim"] for c in grid.claims] == ["x", "y"]
+    # dropping a cell drops the inherited claims that name it (a slice of a grid keeps the claims it can judge)
+    gqa_claim = {**claim, "claim": "z", "a": "gqa"}
+    (tmp_path / "fig.yaml").write_text(yaml.safe_dump({**figure, "claims": [claim, gqa_claim]}, sort_keys=False))
+    assert [c["claim"] for c in load_grid(tmp_path / "tier.yaml").claims] == ["x", "y"]
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"name": "b", "extends": "fig.yaml", "cells": ["vanilla"]}))
     with pytest.raises(GridError, match="bad.yaml: cells must be a mapping"):
         load_grid(tmp_path / "bad.yaml")

@@ -13,7 +13,12 @@ import torch
 from test_training import _refused, experiment, fit, fit_killed_at_step_5, read_metrics
 
 from lit_resformer.model import ModelConfig
-from lit_resformer.training.module import MUON_LR_MULTIPLIERS, LitResFormer, MuonWithAdamW
+from lit_resformer.training.module import (
+    MUON_LR_MULTIPLIERS,
+    LitResFormer,
+    MuonWithAdamW,
+    newton_schulz_in_float32,
+)
 
 SMALL = dict(n_layer=2, n_head=2, d_model=32, ffn_dim=64, max_seq_len=64, vocab_size=300)
 # Every group of mixing weights and gates the model has, DenseFormer and value embeddings too.
@@ -266,3 +271,36 @@ def test_resuming_under_another_optimizer_is_refused(tmp_path, tiny_corpus, data
     fit(config, tmp_path / "run")
     with pytest.raises(ValueError, match="trained with model.optimizer='adamw'"):
         fit(config, tmp_path / "run", "--ckpt_path", "last", "--trainer.max_steps", "3", "--model.optimizer", "muon")
+
+
+@pytest.mark.parametrize("shape", [(24, 24), (16, 40), (40, 16)])
+def test_float32_newton_schulz_is_torchs_iteration_without_the_bfloat16_rounding(shape):
+    from torch.optim import _muon
+
+    torch.manual_seed(0)
+    grad = torch.randn(shape)
+    ours = newton_schulz_in_float32(grad, (3.4445, -4.7750, 2.0315), 5, 1e-7)
+    torchs = _muon._zeropower_via_newtonschulz(grad, (3.4445, -4.7750, 2.0315), 5, 1e-7).float()
+    assert ours.dtype == torch.float32 and ours.shape == grad.shape
+    # bfloat16 keeps 8 bits of mantissa: the two agree to its rounding, and ours is not torch's bf16 result itself
+    assert torch.allclose(ours, torchs, atol=0.05) and not torch.equal(ours, torchs)
+    # the iteration's singular values land in roughly (0.5, 1.5), as torch's docstring says of its own
+    singular = torch.linalg.svdvals(ours)
+    assert singular.min() > 0.3 and singular.max() < 1.5
+
+
+def test_muon_steps_with_the_float32_iteration_on_cpu_and_restores_torchs():
+    from torch.optim import _muon
+
+    torch.manual_seed(0)
+    matrix, bias = torch.nn.Parameter(torch.randn(8, 12)), torch.nn.Parameter(torch.zeros(8))
+    optimizer = MuonWithAdamW([{"params": [matrix], "muon": True}, {"params": [bias]}], lr=0.02, betas=(0.9, 0.95),
+                              eps=1e-8, momentum=0.95)
+    matrix.grad, bias.grad = torch.randn(8, 12), torch.randn(8)
+    start, grad = matrix.detach().clone(), matrix.grad.clone()
+    optimizer.step()
+    # Nesterov momentum from an empty buffer: update = grad.lerp(0.05 grad, 0.95); Muon's lr is scaled by
+    # sqrt(max(1, 8 / 12)) = 1 and its decoupled weight decay is torch's default 0.1
+    update = newton_schulz_in_float32(grad.lerp(0.05 * grad, 0.95), (3.4445, -4.7750, 2.0315), 5, 1e-7)
+    torch.testing.assert_close(matrix.detach(), start * (1 - 0.02 * 0.1) - 0.02 * update, atol=1e-7, rtol=0)
+    assert _muon._zeropower_via_newtonschulz is not newton_schulz_in_float32

@@ -403,8 +403,8 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
     own base) and the figure is written once. Fields are replaced one by one, except:
     - `overrides` merge key by key, this file winning;
     - `cells` merge cell by cell: an entry naming an inherited cell merges its overrides into that cell's, key by
-      key, in place; `~` (null) removes the inherited cell (one the tier's model cannot express); a new name is
-      appended;
+      key, in place; `~` (null) removes the inherited cell (one the tier's model cannot express, or a slice of a
+      grid) and the inherited claims that name it; a new name is appended;
     - `claims` are appended to the inherited ones (a tier's own domains, lengths or sizes).
     `base` paths are made absolute here, so an inherited base stays relative to the file that wrote it."""
     try:
@@ -437,6 +437,11 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
                            **_flatten_overrides(spec.get("overrides") or {}, f"{path}: overrides")}
     if "cells" in spec and "cells" in inherited:
         merged["cells"] = _overlay_cells(inherited["cells"], spec["cells"], parent_path, path)
+        removed = {name for name, overrides in spec["cells"].items() if overrides is None}
+        if removed and isinstance(inherited.get("claims"), list):
+            inherited["claims"] = [c for c in inherited["claims"]
+                                   if not (isinstance(c, dict) and removed & {c.get("a"), c.get("b")})]
+            merged["claims"] = inherited["claims"]
     if "claims" in spec and inherited.get("claims"):
         if not isinstance(spec["claims"], list):
             raise GridError(f"{path}: claims must be a list (they are added to those of {parent_path})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from typing import Literal
+from unittest import mock
 
 import lightning as L
 import torch
@@ -45,6 +46,25 @@ MUON_LR_MULTIPLIERS = {"muon": 2.875, "head": 1.0, "embed": 1.0, "value_embed": 
 # The parameter groups with an optional multiplier of their own under AdamW (None there: they stay in the decayed /
 # undecayed groups, exactly as before the multipliers existed).
 MULTIPLIED_GROUPS = ("head", "embed", "value_embed")
+
+
+def newton_schulz_in_float32(grad: torch.Tensor, ns_coefficients: tuple[float, float, float], ns_steps: int,
+                             eps: float) -> torch.Tensor:
+    """torch.optim.Muon's quintic Newton-Schulz orthogonalisation (torch/optim/_muon.py
+    `_zeropower_via_newtonschulz`, the same coefficients, steps and norm) carried out in float32 instead of bfloat16.
+
+    Why: bfloat16 is a GPU speed trick. A CPU without bfloat16 matrix units emulates it: one orthogonalisation of
+    a 128 x 128 gradient takes 26 ms in bfloat16 and 1.4 ms in float32 on this project's 2-core machine (one
+    thread), which made a Muon step of `tiny` 2.65x as long as AdamW's. float32 rounds less, so the update is the
+    iteration's own result, not a cruder one."""
+    a, b, c = ns_coefficients
+    wide = grad.size(0) <= grad.size(1)
+    x = grad.float() if wide else grad.float().T
+    x = x / x.norm().clamp(min=eps)  # spectral norm <= Frobenius norm <= 1
+    for _ in range(ns_steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x if wide else x.T
 
 
 class TrainingThroughput(ThroughputMonitor):
@@ -215,7 +235,8 @@ class MuonWithAdamW(torch.optim.Optimizer):
     The two inner optimizers hold the very group dicts of `param_groups` and share one `state`, so whatever sets a
     group's lr (the schedule) sets it for the optimizer that steps it, and `state_dict` / `load_state_dict` are the
     standard ones (re-linked after a load, which replaces the group dicts). Muon is per process: under DDP the
-    gradients are all-reduced before the step, so every rank orthogonalises the same matrices.
+    gradients are all-reduced before the step, so every rank orthogonalises the same matrices. On a CPU the
+    orthogonalisation runs in float32 (`newton_schulz_in_float32`: the same iteration, 19x faster there).
     """
 
     def __init__(self, groups: list[dict], *, lr: float, betas: tuple[float, float], eps: float, momentum: float,
@@ -248,7 +269,11 @@ class MuonWithAdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._muon.step()
+        if all(p.device.type == "cpu" for g in self._muon.param_groups for p in g["params"]):
+            with mock.patch("torch.optim._muon._zeropower_via_newtonschulz", newton_schulz_in_float32):
+                self._muon.step()
+        else:
+            self._muon.step()
         self._adamw.step()
         return loss
 
