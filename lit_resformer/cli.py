@@ -334,6 +334,36 @@ def scaling_command(argv: list[str]) -> None:
     print(f"{markdown}, {markdown.with_suffix('.json').name} and plots written")
 
 
+def rederive_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer rederive",
+        description="Train committed runs again from the config each recorded (experiment.yaml) at this checkout, "
+                    "and set their final losses beside the committed ones, with both commits and any machine "
+                    "difference. Writes RUNS_DIR/rederivation.md and .json.")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="a committed run directory, a cell's or a grid's, e.g. docs/results/fig7-evidence")
+    parser.add_argument("--cells", nargs="+", help="only these cells")
+    parser.add_argument("--seeds", type=int, nargs="+", help="only these seeds")
+    parser.add_argument("--runs-dir", type=Path, default=Path("rederived"),
+                        help="the runs go to RUNS_DIR/<grid>/<cell>/seed<k> (default: rederived)")
+    parser.add_argument("--analyze", action="store_true", help="attention analysis of every re-derived run")
+    parser.add_argument("--cpu-slots", type=int, default=1, help="concurrent runs on a CPU-only machine")
+    parser.add_argument("--threads-per-run", type=int,
+                        help="intra-op threads of each run: the committed runs' count, for digits that agree "
+                             "(the CPU evidence tier: 1)")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="re-derive from a checkout with uncommitted changes (the runs record it)")
+    args = parser.parse_args(argv)
+    from lit_resformer.grids.runner import PoolOptions
+    from lit_resformer.measures.rederivation import committed_runs, rederive
+
+    runs = committed_runs(args.paths, cells=args.cells, seeds=args.seeds)
+    print(f"re-deriving {len(runs)} run(s) into {args.runs_dir}: {', '.join(r.name for r in runs)}", flush=True)
+    rederive(runs, args.runs_dir, PoolOptions(cpu_slots=args.cpu_slots, threads_per_run=args.threads_per_run),
+             post_training=("analyze",) if args.analyze else (), allow_dirty=args.allow_dirty)
+    print((args.runs_dir / "rederivation.md").read_text(), end="")
+
+
 def prepare_corpus_command(argv: list[str]) -> None:
     from lit_resformer.corpora.code_corpus import main as prepare_corpus
 
@@ -345,7 +375,7 @@ SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": ex
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
                   "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
                   "merge-results": merge_results_command, "add-references": add_references_command,
-                  "prepare-corpus": prepare_corpus_command}
+                  "rederive": rederive_command, "prepare-corpus": prepare_corpus_command}
 
 
 # What `lit-resformer --help` says of every command, in its order. fit/validate/test are Lightning's (LightningCLI).
@@ -360,6 +390,7 @@ COMMAND_SUMMARIES = {
     "export-results": "pack grids' finished runs (no checkpoints) into archives, e.g. from a lent GPU machine",
     "merge-results": "add an exported archive's finished runs to a results folder (e.g. docs/results)",
     "add-references": "add the bigram reference (the claims' evidence gate) to runs trained before it was logged",
+    "rederive": "train committed runs again from their recorded configs and compare their final losses digit by digit",
     "eval": "zero-shot lm-eval scores of a checkpoint (Table 1); `eval prepare-data DIR` for offline data",
     "lm-eval": "lm-eval's own command line with the model `lit-resformer` registered",
     "export": "write a checkpoint as a Hugging Face folder (any variant; trust_remote_code)",

@@ -25,7 +25,7 @@ def collect(precision: str, accelerator: str = "auto", cuda_device: int = 0) -> 
     CPU's."""
     import torch
 
-    commit, dirty = _git_state()
+    commit, dirty = git_state()
     on_gpu = accelerator != "cpu" and torch.cuda.is_available()
     return {
         "git_commit": commit,
@@ -46,7 +46,7 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def _git_state() -> tuple[str | None, bool | None]:
+def git_state() -> tuple[str | None, bool | None]:
     """(commit, whether tracked files differ from it) of the checkout this package runs from; (None, None) when
     it is installed from a wheel or git is missing."""
     if not (REPO_ROOT / ".git").exists():  # an installed package: a repository around it would be someone else's

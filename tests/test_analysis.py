@@ -35,7 +35,8 @@ SMALL = dict(n_layer=4, n_head=4, d_model=32, ffn_dim=64, vocab_size=97, max_seq
 PER_LAYER_KEYS = ["entropy", "importance_first", "importance_others", "similarity", "hidden_norm_first",
                   "hidden_norm_others", "value_norm_first", "value_norm_others", "top_eigenvalue", "fig4_cos_eq4",
                   "fig4_cos_eq6", "fig4_first_cos_eq4", "fig4_first_cos_eq6", "raw_value_norm_first",
-                  "raw_value_norm_others", "raw_value_top_eigenvalue"]
+                  "raw_value_norm_others", "raw_value_top_eigenvalue", "top_eigenvalue_share",
+                  "raw_value_top_eigenvalue_share"]
 BY_POSITION_KEYS = ["importance_by_position", "hidden_norm_by_position", "value_norm_by_position"]
 
 
@@ -184,6 +185,7 @@ def test_raw_values_are_the_layers_own_projection():
     vanilla = analyze_model(build(), x)
     assert vanilla["raw_value_norm_first"] == pytest.approx(vanilla["value_norm_first"], rel=1e-6)
     assert vanilla["raw_value_top_eigenvalue"] == pytest.approx(vanilla["top_eigenvalue"], rel=1e-6)
+    assert vanilla["raw_value_top_eigenvalue_share"] == pytest.approx(vanilla["top_eigenvalue_share"], rel=1e-6)
 
     model = build(residual={"target": "v"})
     resformer = analyze_model(model, x)
@@ -204,6 +206,7 @@ def test_raw_values_are_the_layers_own_projection():
     svformer = analyze_model(build(share={"svformer": True}), x)
     assert svformer["raw_value_top_eigenvalue"][0] is not None
     assert svformer["raw_value_top_eigenvalue"][1:] == [None] * 3  # layers without W_V
+    assert svformer["raw_value_top_eigenvalue_share"][1:] == [None] * 3
 
 
 def _naive_spectrum(features):
@@ -228,6 +231,9 @@ def test_value_spectrum_is_eq12_of_the_values_attended_with(variant):
         features = values.permute(0, 2, 1, 3).reshape(4, 10, -1)
         expected = _naive_spectrum(features)
         assert result["top_eigenvalue"][layer] == pytest.approx(expected[0], rel=1e-6)
+        # the scale-free share: the leading eigenvalue over the trace, the same for values scaled by any factor
+        assert result["top_eigenvalue_share"][layer] == pytest.approx(expected[0] / expected.sum(), rel=1e-6)
+        assert 1 / len(expected) <= result["top_eigenvalue_share"][layer] <= 1
         if layer == 2:
             assert result["value_spectrum"] == pytest.approx(expected.tolist(), rel=1e-6, abs=1e-9)
 

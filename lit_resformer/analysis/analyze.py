@@ -29,6 +29,7 @@ Entry points:
           "value_norm_by_position": [L][T], "value_norm_first": [L], "value_norm_others": [L],
           # Eq. 12: eigenvalues of each sequence's uncentred (1/l) sum_t v_t v_t^T, averaged over sequences
           "top_eigenvalue": [L],               # the largest one
+          "top_eigenvalue_share": [L],         # the largest one / the sum of all (the trace): scale-free
           "value_spectrum_layer": int,         # 1-based layer whose full spectrum follows
           "value_spectrum": [Hkv*d],           # eigenvalues, descending
           # Fig. 4, layer n against m = n-1 (the paper's "with respect to the previous one"); null for layer 1:
@@ -36,7 +37,8 @@ Entry points:
           "fig4_cos_eq6": [L],                 # cos(Eq. 2 output, Eq. 6 output)
           "fig4_first_cos_eq4": [L], "fig4_first_cos_eq6": [L],   # the same against m = 1
           # V_n = W_V x of the layer itself, before residual mixing (null for layers without W_V, e.g. SVFormer):
-          "raw_value_norm_first": [L], "raw_value_norm_others": [L], "raw_value_top_eigenvalue": [L]
+          "raw_value_norm_first": [L], "raw_value_norm_others": [L], "raw_value_top_eigenvalue": [L],
+          "raw_value_top_eigenvalue_share": [L]
         }
       }
     }

@@ -157,6 +157,7 @@ class AnalysisTrace(Trace):
             if not 1 <= chosen <= len(layers):
                 raise ValueError(f"spectrum_layer={spectrum_layer} must be a layer number in [1, {len(layers)}]")
             out["top_eigenvalue"] = [spectra[i][0].item() for i in layers]
+            out["top_eigenvalue_share"] = [_top_share(spectra[i]) for i in layers]
             out["value_spectrum_layer"] = chosen
             out["value_spectrum"] = spectra[chosen - 1].tolist()
         if self.raw_value_spectrum_sum:  # null for layers without their own W_V (SVFormer, CLA)
@@ -166,6 +167,9 @@ class AnalysisTrace(Trace):
             out["raw_value_top_eigenvalue"] = [
                 (self.raw_value_spectrum_sum[i][0] / n).item() if i in raw else None for i in layers
             ]
+            out["raw_value_top_eigenvalue_share"] = [
+                _top_share(self.raw_value_spectrum_sum[i]) if i in raw else None for i in layers
+            ]
         if self.fig4:
             for reference, prefix in (("previous", "fig4_cos"), ("first", "fig4_first_cos")):
                 for eq in ("eq4", "eq6"):
@@ -174,6 +178,13 @@ class AnalysisTrace(Trace):
                         for i in layers
                     ]
         return out
+
+
+def _top_share(spectrum: torch.Tensor) -> float:
+    """The leading eigenvalue's share of the second moment's trace (the sum of all eigenvalues): how much of the
+    values' energy lies along one direction, whatever their scale. The largest eigenvalue alone grows with the
+    values' norm, which a residual that adds V_1 changes by itself (Fig. 12's comparison confounds the two)."""
+    return (spectrum[0] / spectrum.sum()).item()
 
 
 def _norm_entries(kind: str, by_position: list[torch.Tensor]) -> dict:
