@@ -28,6 +28,8 @@ def committed(tmp_path, fake):
 
 
 def test_a_deterministic_trainer_rederives_every_number_to_the_last_digit(tmp_path, fake, committed):
+    assert [r.name for r in committed_runs([committed])] == ["g/resformer/seed0", "g/vanilla/seed0",
+                                                             "g/resformer/seed1", "g/vanilla/seed1"]
     runs = committed_runs([committed], cells=["vanilla"])
     assert [r.name for r in runs] == ["g/vanilla/seed0", "g/vanilla/seed1"]
     rows = rederive(runs, tmp_path / "again", train_command=fake, allow_dirty=True)

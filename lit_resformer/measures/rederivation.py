@@ -65,7 +65,8 @@ def committed_runs(paths: Iterable[str | Path], cells: Sequence[str] | None = No
                 found.setdefault(committed.name, committed)
     if not found:
         raise RederivationError(f"no finished run under {[str(p) for p in paths]} matches cells={cells} seeds={seeds}")
-    return sorted(found.values(), key=lambda r: (r.grid, r.cell, r.seed))
+    # seed by seed, so that a re-derivation stopped part-way leaves whole seeds of every cell to compare
+    return sorted(found.values(), key=lambda r: (r.grid, r.seed, r.cell))
 
 
 def rederive(runs: Sequence[CommittedRun], runs_dir: str | Path, pool: PoolOptions | None = None,
