@@ -8,7 +8,8 @@ lent GPU for ten minutes at a time, a Slurm job with a wall-time limit). Each sl
     lit-resformer merge-results OUT/<grid>.tar.gz docs/results/            # on the machine that keeps them
 
 The archive holds the grid manifest and, for every finished run (done or diverged), the files of
-`RunDir.result_files` (configs, summary, metrics gzip-compressed; no checkpoints). Runs that did not finish are left out: the
+`RunDir.result_files` (configs, summary, metrics gzip-compressed; no checkpoints); a run shared from another grid
+travels as files and is stored once where it is merged (`link_shared_runs`). Runs that did not finish are left out: the
 next slice starts them again. Merging never replaces a finished run by a different one, and a folder of merged
 results is itself a runs folder: copying it under the next slice's `--runs-dir` makes the runner skip every run
 it holds, so nothing is trained twice, and `lit-resformer report` / `claims` / `scaling` read it as they read
@@ -122,6 +123,7 @@ def merge_export(archive: str | Path, results_dir: str | Path) -> dict:
             for file in run.result_files():
                 (destination / file.relative_to(run.path)).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(file, destination / file.relative_to(run.path))
+        link_shared_runs(results_dir)
         exported = source_grid.export_history_file
         provenance = json.loads(exported.read_text()) if exported.is_file() else {}
         history = json.loads(target_grid.export_history_file.read_text()) if target_grid.export_history_file.is_file() else []
@@ -130,6 +132,26 @@ def merge_export(archive: str | Path, results_dir: str | Path) -> dict:
             atomic_write_json(target_grid.export_history_file, history)
     return {"grid": source.name, "into": str(target), "added": [source_grid.relative(r) for r, _ in added],
             "already_there": kept_same}
+
+
+def link_shared_runs(results_dir: str | Path) -> list[str]:
+    """Store each shared run once: a run a grid shares with the grid that trained it (its summary names that grid) is
+    replaced by a relative link to the trained one where RESULTS_DIR holds it with the same results, as the runner
+    links it in a runs folder (the reports and the scoreboard read through links). Returns the runs linked."""
+    results_dir = Path(results_dir)
+    linked = []
+    for manifest in sorted(results_dir.glob(f"*/{MANIFEST}")):
+        grid = GridDir(manifest.parent)
+        for cell, seed, run in grid.finished_runs():
+            summary = run.read_summary()
+            trained = GridDir(results_dir / summary["grid"]).run_dir(summary["cell"], summary["seed"])
+            if (run.path.is_symlink() or summary["grid"] == grid.name or trained.path.is_symlink()
+                    or run_state(trained) not in FINISHED or not _same_results(run, trained)):
+                continue
+            shutil.rmtree(run.path)
+            grid.share(cell, seed, trained)
+            linked.append(f"{grid.name}/{grid.relative(run)}")
+    return linked
 
 
 def _comparable(manifest: dict) -> dict:
