@@ -241,20 +241,30 @@ def claims_command(argv: list[str]) -> None:
         prog="lit-resformer claims",
         description="The scoreboard of the paper's claims (configs/claims.yaml) across grid run directories: each "
                     "claim's verdict (reproduced / contradicted / mixed / inconclusive / not tested), derived from its "
-                    "comparisons (the grid files' `claims:`), each shown with its grid, tier, difference, 95%% CI, n, "
-                    "two-sided and Holm-adjusted p (its grid's verdict) and regime.")
+                    "comparisons (the grid files' `claims:`), each shown with its grid, tier, difference, 95% CI, n, "
+                    "two-sided and Holm-adjusted p (its grid's verdict) and regime. Without an option: the tally, then "
+                    "one line per tested claim (decisive verdicts first) sized to the terminal, and the claims not "
+                    "tested counted by reason.")
     parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
                         help="a grid's run directory (RUNS/<grid>) or a folder of them")
     parser.add_argument("--json", action="store_true", help="print the claims (with their comparisons) as JSON")
     parser.add_argument("--markdown", action="store_true", help="the scoreboard as a markdown page (docs/SCOREBOARD.md)")
     parser.add_argument("--comparisons", action="store_true", help="the flat table of comparisons instead of claims")
+    parser.add_argument("--transfer", action="store_true",
+                        help="the transfer table: each claim's verdict and effect in each regime (optimizer, tokens, "
+                             "parameters, corpus) side by side, flips named")
     parser.add_argument("--preconditions", action="store_true",
                         help="list when each claim and precondition was introduced (git) beside the first run it judged")
+    parser.add_argument("--html", type=Path, metavar="OUT.html",
+                        help="write one self-contained page: the tally, the claims, a forest plot per grid and links to "
+                             "each grid's report")
     parser.add_argument("--out", type=Path, help="write the output to this file instead of printing it")
     args = parser.parse_args(argv)
     import json
 
+    from lit_resformer.reports import scoreboard as board
     from lit_resformer.verdicts import paper_claims as pc
+    from lit_resformer.verdicts import transfer
     from lit_resformer.verdicts.claims import markdown, scoreboard
 
     rows = scoreboard(args.runs_dirs)
@@ -276,17 +286,26 @@ def claims_command(argv: list[str]) -> None:
                            "claims": [c.to_dict() for c in claims]}, indent=2, default=str) + "\n"
     elif args.comparisons:
         text = markdown(rows)
+    elif args.transfer:
+        text = transfer.markdown(claims) or "no claim is measured in a transfer regime or decided anywhere\n"
     elif args.markdown:
-        text = pc.markdown(claims)
-    else:
-        text = (pc.counts_line(counts, "paper") + "\n" + pc.counts_line(counts, "beyond") + "\n"
-                + f"regime: {pc.headline_regime(claims)}\n\n")
-        for c in claims:
-            text += f"{c.id}: {c.verdict} [{', '.join(c.tiers) or '-'}] — {c.statement} ({c.where}); {c.reason}\n"
-            for e in c.evidence:
-                v = e.row
-                text += (f"    {', '.join(v.grids)}: {v.claim.claim}: {v.verdict}{' (fragile)' if v.fragile else ''}"
-                         f"{'' if e.counted else ' — ' + e.status}\n")
+        table = transfer.markdown(claims)
+        text = pc.markdown(claims) + (f"\n## Transfer: each verdict by regime\n\n{table}" if table else "")
+    elif args.html:
+        from lit_resformer.grids.directory import grid_dirs
+        from lit_resformer.writing import atomic_write
+
+        grids = {grid.path.name: grid.path for grid in grid_dirs(args.runs_dirs)}
+        atomic_write(args.html, board.html_page(claims, rows, grids, args.html))
+        print(f"{args.html} written: {pc.counts_line(counts, 'paper')}")
+        return
+    elif args.out:
+        text = board.terminal_text(claims, width=120)
+    else:  # Rich sizes it to the terminal (COLUMNS where the output is not one)
+        from rich.console import Console
+
+        Console().print(board.terminal(claims))
+        return
     if args.out:
         args.out.write_text(text)
         print(f"{args.out} written: {pc.counts_line(counts, 'paper')}")

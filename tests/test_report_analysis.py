@@ -59,7 +59,8 @@ def test_section_overlays_cells_with_means_over_runs(tmp_path):
                                       out_dir=grid / "report", link_base=grid)
     mean_entropy = sum((a + b) / 2 for a, b in zip(results[0]["entropy"], results[1]["entropy"], strict=True)) / 3
     assert f"| vanilla | 2 | {mean_entropy:.3g} |" in markdown
-    assert "| resformer | 1 |" in markdown and "svformer" not in markdown
+    assert "| resformer | 1 |" in markdown and "| svformer |" not in markdown
+    assert "Not analysed (no run holds analysis results" in markdown and "): svformer." in markdown
     assert "![entropy by layer](report/analysis_entropy_by_layer.png)" in markdown
     assert "### Learnable mixing weights" in markdown and "](report/mixing_resformer.png)" in markdown
     assert {p.name for p in pngs} == {"analysis_entropy_by_layer.png", "analysis_first_token_ratios.png",

@@ -73,7 +73,8 @@ def test_a_run_trained_in_another_grid_is_shared_not_trained_again(tmp_path, fak
     assert summary(runs / "second/vanilla/seed1")["grid"] == "first"  # its summary says where it trained
     assert results.done["vanilla-again"][1].trained_as == "first/vanilla/seed1"
     assert results.done["residual-q"][1].trained_as is None
-    assert "shared: trained as first/vanilla/seed1 |" in (runs / "second/report.md").read_text()
+    # (two runs of "second" are that one run: the note they share is one footnote of the runs table)
+    assert "shared: trained as first/vanilla/seed1" in (runs / "second/report.md").read_text()
 
     # One comparison on the same runs, seen in both grids, is one row of the scoreboard.
     rows = [v for v in scoreboard([runs]) if v.claim.claim == CLAIM["claim"]]
@@ -98,7 +99,19 @@ def test_an_export_holds_shared_runs_as_files_and_a_deleted_run_trains_again(tmp
     assert not any(m.issym() for m in members.values())
     merged = merge_export(tmp_path / "second.tar.gz", tmp_path / "results")
     assert "vanilla/seed0" in merged["added"]
-    assert not (tmp_path / "results/second/vanilla/seed0").is_symlink()
+    assert not (tmp_path / "results/second/vanilla/seed0").is_symlink()  # "first", which trained it, is not there
+    export_grid(runs / "first", tmp_path / "first.tar.gz")
+    before = scoreboard([tmp_path / "results"])
+    merge_export(tmp_path / "first.tar.gz", tmp_path / "results")
+    # now stored once: the copy in "second" is a link to the run in "first", and every verdict reads the same
+    for cell in ("vanilla", "resformer", "vanilla-again"):
+        for seed in (0, 1):
+            shared = tmp_path / f"results/second/{cell}/seed{seed}"
+            assert shared.is_symlink() and shared.resolve() == (tmp_path / f"results/first/{cell.removesuffix('-again')}"
+                                                                f"/seed{seed}").resolve(), shared
+    assert not (tmp_path / "results/second/residual-q/seed0").is_symlink()  # trained in "second" itself
+    assert [v.to_dict() for v in scoreboard([tmp_path / "results/second"])] == \
+        [v.to_dict() for v in before if "second" in v.grids]
 
     shutil.rmtree(runs / "first")  # the runs the links point to are gone
     assert listing(second, runs, fake)[0]["second/vanilla/seed0"] == "run"

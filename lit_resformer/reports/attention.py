@@ -13,6 +13,9 @@ import os
 import re
 from pathlib import Path
 
+from cycler import cycler
+from matplotlib import rc_context
+
 from lit_resformer.analysis.analyze import run_analysis
 from lit_resformer.analysis.plots import (
     PAPER_RESFORMER_BOUNDS,
@@ -74,9 +77,12 @@ def plot_mixing_weights(run_dir: str | Path, out_png: str | Path, title: str | N
         for (layer, points), colour in zip(sorted(layers.items()), colours, strict=True):
             steps, values = zip(*points, strict=True)
             ax.plot(steps, values, color=colour, label=f"layer {layer}")
-        ax.set(title=f"{title + ': ' if title else ''}{kind}", xlabel="step", ylabel="weight")
+        ax.set(title=kind, xlabel="step", ylabel="weight")
         integer_ticks(ax.xaxis)
-        ax.legend(fontsize=6, ncol=2)
+    # the panels share their layers' colours: one legend, beside the last panel, off the curves
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=9, frameon=False)
+    if title:  # over the whole figure, so a long cell name is not cut at a panel's edge
+        fig.suptitle(title, fontsize=11)
     return save_figure(fig, out_png)
 
 
@@ -94,13 +100,14 @@ def _fmt_extreme(found: tuple[float, int] | None) -> str:
 
 
 def analysis_section(run_dirs_by_cell: dict[str, list[Path]], out_dir: str | Path | None = None,
-                     link_base: str | Path | None = None) -> tuple[str, list[Path]]:
+                     link_base: str | Path | None = None, colors: dict | None = None) -> tuple[str, list[Path]]:
     """Markdown for the grid report plus the PNGs it links: entropy by layer and first-token ratios per cell
     (runs with analysis/analysis.json), and one mixing-weight plot per cell whose runs learn mixing weights.
 
     out_dir: where the PNGs go (default: the runs' common parent / "analysis"); link_base: the directory the
-    markdown will live in, image links are relative to it (default out_dir). Returns ("", []) when no run has
-    analysis results or mixing weights.
+    markdown will live in, image links are relative to it (default out_dir); colors: {cell: colour} (the grid's,
+    so a cell has one colour on every plot), else matplotlib's cycle. The section names the cells none of whose
+    runs were analysed. Returns ("", []) when no run has analysis results or mixing weights.
     """
     dirs = {cell: [Path(d) for d in runs] for cell, runs in run_dirs_by_cell.items()}
     all_dirs = [d for runs in dirs.values() for d in runs]
@@ -131,6 +138,9 @@ def analysis_section(run_dirs_by_cell: dict[str, list[Path]], out_dir: str | Pat
             f"{len(first['importance_by_position'][0])} tokens has entropy {_fmt(first['entropy_uniform_causal'])}.",
             "",
         ]
+        if missing := [cell for cell in dirs if cell not in results]:
+            lines += [f"Not analysed (no run holds analysis results; `lit-resformer grid --analyze` adds them): "
+                      f"{', '.join(missing)}.", ""]
         rows = []
         for cell, c in curves.items():
             entropy = [e for e in c["entropy"] if math.isfinite(e)]
@@ -141,12 +151,14 @@ def analysis_section(run_dirs_by_cell: dict[str, list[Path]], out_dir: str | Pat
             ])
         lines.append(markdown_table(["cell", "runs", "mean entropy", "min entropy", "max importance ratio",
                                      "min value-norm ratio", "max hidden-norm ratio"], rows))
-        entropy_png = plot_by_layer({cell: c["entropy"] for cell, c in curves.items()},
-                                    out_dir / "analysis_entropy_by_layer.png",
-                                    "Entropy of token importance by layer (Eq. 11)", "entropy (nats)")
-        ratios_png = plot_first_token_ratios(
-            {cell: {k: v for k, v in c.items() if k != "entropy"} for cell, c in curves.items()},
-            out_dir / "analysis_first_token_ratios.png", first["seq_len"])
+        # the shared plot functions draw their lines in the colour cycle's order: the cells' colours, in order
+        with rc_context({"axes.prop_cycle": cycler(color=[colors[cell] for cell in curves])} if colors else {}):
+            entropy_png = plot_by_layer({cell: c["entropy"] for cell, c in curves.items()},
+                                        out_dir / "analysis_entropy_by_layer.png",
+                                        "Entropy of token importance by layer (Eq. 11)", "entropy (nats)")
+            ratios_png = plot_first_token_ratios(
+                {cell: {k: v for k, v in c.items() if k != "entropy"} for cell, c in curves.items()},
+                out_dir / "analysis_first_token_ratios.png", first["seq_len"])
         lines += ["", link(entropy_png, "entropy by layer"), "", link(ratios_png, "first-token ratios"), ""]
         pngs += [entropy_png, ratios_png]
     if mixing_runs:

@@ -1,39 +1,139 @@
-"""The pieces a report is written with: a markdown document (index.html is that markdown rendered, with every image
-inlined) and the plots of a grid's cells, one colour per cell."""
+"""The pieces a report is written with: a document (report.md, and index.html laid out by lit_resformer.reports.page:
+its lead first, a table of contents, sections with anchors, method prose and reference sections folded) and the
+plots of a grid's cells, one colour per cell on every plot of the grid."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from lit_resformer.reports.page import Section, markdown_body, page
 from lit_resformer.writing import integer_ticks, markdown_table, pyplot, save_figure
+
+GIT_HASH = re.compile(r"\b([0-9a-f]{8})[0-9a-f]{32}\b")  # a full commit hash; its first 8 name it as well
+HEADING = re.compile(r"^(#{1,6}) (.+)$", re.M)
+FOOTNOTE_MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
+
+
+def short_hashes(text: str) -> str:
+    return GIT_HASH.sub(r"\1", text)
+
+
+def footnote_repeats(rows: list[list[str]], column: int) -> tuple[list[list[str]], list[str]]:
+    """The rows with each `; `-separated phrase of `column` that recurs in several rows replaced by a footnote mark,
+    and the footnotes: a note repeated on every row is read once, below the table."""
+    phrases = [[p for p in row[column].split("; ") if p] for row in rows]
+    counts = Counter(p for row in phrases for p in set(row))
+    repeated = [p for p in dict.fromkeys(p for row in phrases for p in row) if counts[p] > 1][:len(FOOTNOTE_MARKS)]
+    if not repeated:
+        return rows, []
+    marks = {p: FOOTNOTE_MARKS[i] for i, p in enumerate(repeated)}
+    out = [[*row[:column], "; ".join(marks.get(p, p) for p in own), *row[column + 1:]] for row, own in zip(rows, phrases,
+                                                                                                         strict=True)]
+    return out, [f"{marks[p]} {p}" for p in repeated]
+
+
+@dataclass
+class Part:
+    kind: str  # heading | text | method | lead
+    markdown: str
+    level: int = 0  # of a heading
+    collapsed: bool = False  # of a level-2 heading: its section is folded in index.html
+    html: str = ""  # of the lead: the HTML that stands for its markdown in index.html
 
 
 class Document:
     def __init__(self, base: Path) -> None:
         self.base = base  # image links are relative to the report's directory
-        self.parts: list[str] = []
+        self.parts: list[Part] = []
 
-    def heading(self, level: int, text: str) -> None:
-        self.parts.append(f"{'#' * level} {text}\n")
+    def heading(self, level: int, text: str, collapsed: bool = False) -> None:
+        self.parts.append(Part("heading", f"{'#' * level} {text}\n", level, collapsed))
 
     def text(self, text: str) -> None:
-        self.parts.append(text + "\n")
+        self.parts.append(Part("text", text + "\n"))
 
-    def table(self, header: list[str], rows: list[list[str]]) -> None:
-        self.parts.append(markdown_table(header, rows) + "\n")
+    def method(self, text: str) -> None:
+        """Prose on how the numbers below are computed: in report.md as text, folded in index.html."""
+        self.parts.append(Part("method", text + "\n"))
+
+    def lead(self, markdown_text: str, html_text: str) -> None:
+        """What the report answers first, in both forms (index.html shows verdict chips where report.md has text)."""
+        self.parts.append(Part("lead", markdown_text.rstrip() + "\n", html=html_text))
+
+    def table(self, header: list[str], rows: list[list[str]], footnote: str | None = None) -> None:
+        """A table with full git hashes shortened; `footnote` names a column whose phrases recurring over rows are
+        moved to footnotes below it."""
+        rows = [[short_hashes(str(value)) for value in row] for row in rows]
+        notes: list[str] = []
+        if footnote is not None:
+            rows, notes = footnote_repeats(rows, header.index(footnote))
+        self.parts.append(Part("text", markdown_table(header, rows) + "\n"))
+        if notes:
+            self.text("\n\n".join(notes))
 
     def image(self, path: Path, caption: str) -> None:
-        self.parts.append(f"![{caption}]({path.relative_to(self.base).as_posix()})\n")
+        self.text(f"![{caption}]({path.relative_to(self.base).as_posix()})")
 
     def raw(self, markdown_text: str) -> None:
-        self.parts.append(markdown_text.rstrip() + "\n")
+        """Markdown written elsewhere; its headings start sections as heading() does."""
+        text = markdown_text.rstrip()
+        starts = [m.start() for m in HEADING.finditer(text)]
+        if not starts or starts[0] > 0:
+            self.text(text[:starts[0] if starts else len(text)].strip("\n"))
+        for start, end in zip(starts, [*starts[1:], len(text)], strict=True):
+            match = HEADING.match(text, start)
+            self.heading(len(match.group(1)), match.group(2))
+            body = text[match.end():end].strip("\n")
+            if body:
+                self.text(body)
 
     def markdown(self) -> str:
-        return "\n".join(self.parts)
+        return "\n".join(part.markdown for part in self.parts)
+
+    def html(self) -> str:
+        """index.html: the level-1 heading as its title, the lead, then a section per level-2 heading."""
+        title, lead, sections = "", [], []
+        runs: list[tuple[str, list[str]]] = []  # the current section's markdown, in runs of method / other prose
+
+        def close() -> None:
+            if sections:
+                sections[-1].html = "\n".join(
+                    f'<details class="method"><summary>How this is computed</summary>{markdown_body(md, self.base)}'
+                    "</details>" if kind == "method" else markdown_body(md, self.base)
+                    for kind, md in ((kind, "\n".join(texts)) for kind, texts in runs))
+            runs.clear()
+
+        for part in self.parts:
+            if part.kind == "heading" and part.level == 1:
+                title = part.markdown.lstrip("# ").strip()
+            elif part.kind == "heading" and part.level == 2:
+                close()
+                sections.append(Section(part.markdown.lstrip("# ").strip(), "", part.collapsed))
+            elif part.kind == "lead" or not sections:
+                lead.append(part.html if part.kind == "lead" else markdown_body(part.markdown, self.base))
+            else:
+                kind = "method" if part.kind == "method" else "text"
+                if runs and runs[-1][0] == kind:
+                    runs[-1][1].append(part.markdown)
+                else:
+                    runs.append((kind, [part.markdown]))
+        close()
+        return page(title, "\n".join(lead), sections)
+
+
+def outside_legend(ax, **kwargs) -> None:
+    """The legend to the right of the axes, off the data, in a size that reads at the page's width."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False, **kwargs)
+
+
+Band = tuple[pd.Series, pd.Series]  # (low, high) over the same steps as a curve: its spread across seeds
 
 
 class Plotter:
@@ -47,48 +147,55 @@ class Plotter:
         return save_figure(fig, self.directory / f"{name}.png")
 
     def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None,
-               reference: tuple[str, float] | None = None) -> Path:
-        """One line per cell; `zero_line` labels a dashed line at 0, `reference` = (label, y) a dotted one."""
-        fig, ax = self.plt.subplots(figsize=(8, 4.5))
+               reference: tuple[str, float] | None = None, bands: dict[str, Band] | None = None) -> Path:
+        """One line per cell, with its band (min to max over seeds) where `bands` has one; `zero_line` labels a
+        dashed line at 0, `reference` = (label, y) a dotted one."""
+        fig, ax = self.plt.subplots(figsize=(9, 4.5))
         if zero_line:
             ax.axhline(0.0, color="black", lw=1, ls="--", label=zero_line)
         if reference:
             ax.axhline(reference[1], color="grey", lw=1.2, ls=":", label=reference[0])
         for cell, curve in curves.items():
             ax.plot(curve.index, curve.values, label=cell, color=self.colors.get(cell), lw=1.4)
+            if bands and cell in bands:
+                low, high = bands[cell]
+                ax.fill_between(low.index, low.values, high.values, color=self.colors.get(cell), alpha=0.15, lw=0)
         ax.set_xlabel("step")
         integer_ticks(ax.xaxis)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        outside_legend(ax)
         return self.save(fig, name)
 
-    def grouped_bars(self, name: str, table: pd.DataFrame, title: str, ylabel: str) -> Path:
-        """table: rows = cells, columns = groups (domains)."""
-        fig, ax = self.plt.subplots(figsize=(max(6, 1.2 * len(table.columns) + 2), 4.5))
+    def grouped_bars(self, name: str, table: pd.DataFrame, title: str, ylabel: str,
+                     errors: pd.DataFrame | None = None) -> Path:
+        """table: rows = cells, columns = groups (domains); errors: the same shape, each bar's ± error bar."""
+        fig, ax = self.plt.subplots(figsize=(max(7, 1.2 * len(table.columns) + 3.5), 4.5))
         width = 0.8 / max(1, len(table.index))
         x = np.arange(len(table.columns))
         for i, cell in enumerate(table.index):
-            ax.bar(x + i * width - 0.4 + width / 2, table.loc[cell].values, width, label=cell, color=self.colors.get(cell))
+            yerr = None if errors is None else errors.loc[cell].reindex(table.columns).values
+            ax.bar(x + i * width - 0.4 + width / 2, table.loc[cell].values, width, label=cell,
+                   color=self.colors.get(cell), yerr=yerr, capsize=2, error_kw={"lw": 0.8})
         ax.axhline(0.0, color="black", lw=0.8)
         ax.set_xticks(x, list(table.columns), rotation=20)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=8)
+        outside_legend(ax)
         return self.save(fig, name)
 
     def lines_by_x(self, name: str, lines: dict[str, dict[float, float]], title: str, xlabel: str, ylabel: str, logy: bool) -> Path:
-        fig, ax = self.plt.subplots(figsize=(7, 4.5))
+        fig, ax = self.plt.subplots(figsize=(8, 4.5))
         for label, points in lines.items():
             xs = sorted(points)
-            ax.plot(xs, [points[x] for x in xs], marker="o", label=label)
+            ax.plot(xs, [points[x] for x in xs], marker="o", label=label, color=self.colors.get(label))
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if logy:
             ax.set_yscale("log")
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        outside_legend(ax)
         return self.save(fig, name)

@@ -43,12 +43,14 @@ from lit_resformer.measures.stats import (
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
 from lit_resformer.reports.budget import budget_section
 from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.reports.forest import forest_plot
 from lit_resformer.reports.kv_frontier import kv_frontier_section
+from lit_resformer.reports.lead import grid_lead
 from lit_resformer.reports.scaling_section import scaling_section
 from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_grid, grid_regime, regime_text
 from lit_resformer.verdicts.claims import counts as claim_counts
 from lit_resformer.verdicts.claims import table as claims_table
-from lit_resformer.writing import atomic_write, markdown_to_html
+from lit_resformer.writing import atomic_write
 
 RELATIVE_WINDOWS = (10, 100)
 
@@ -134,33 +136,29 @@ def write_report(grid_dir: str | Path) -> Path:
     doc = Document(grid_dir)
     name = manifest["name"]
 
-    doc.heading(1, f"Ablation grid {name}")
-    if manifest.get("description"):
-        doc.text(manifest["description"])
     seeds = sorted({*manifest.get("seeds", []), *(r.seed for records in runs.values() for r in records)})
     plan = results.grid_dir.progress(cells, seeds)  # runs not started yet count as pending
     statuses = {state: len(runs_in_state) for state, runs_in_state in sorted(plan.items(), key=lambda i: -len(i[1]))}
-    doc.text(
-        f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{grid_dir}`. "
-        f"Base experiment `{manifest.get('base')}`, baseline **{manifest['baseline']}**, "
-        f"{len(cells)} cells, seeds {manifest.get('seeds')}. "
-        f"Runs: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'none yet'}. "
-        f"Aggregates use finished (done) runs only."
-    )
     stuck = [r.name for records in done.values() for r in records
              if (gap := plateau_gap(r.final("val_loss"), r.unigram_loss)) is None or gap < PLATEAU_MARGIN]
-    if stuck:
-        doc.text(f"**{len(stuck)} finished run(s) not past the unigram plateau** (final validation loss less than "
-                 f"{PLATEAU_MARGIN:g} nat below the unigram loss of its validation tokens, or no reference logged): "
-                 f"{', '.join(stuck)}. Their comparisons are early-training behaviour, not evidence.")
+    warnings = [f"**{len(stuck)} finished run(s) not past the unigram plateau** (final validation loss less than "
+                f"{PLATEAU_MARGIN:g} nat below the unigram loss of its validation tokens, or no reference logged): "
+                f"{', '.join(stuck)}. Their comparisons are early-training behaviour, not evidence."] if stuck else []
 
     final_train, final_val = results.finals("train_loss"), results.finals("val_loss")
     sweep = sweep_analysis(results)
-
-    _cells_section(doc, manifest)
-    _final_table(doc, results, final_train, final_val)
     verdicts = evaluate_grid(results, sweep)
-    _claims_section(doc, verdicts, grid_regime(results))
+    regime = grid_regime(results)
+
+    doc.heading(1, f"Ablation grid {name}")
+    compares = (f"{len(cells)} cells against the baseline **{manifest['baseline']}**, seeds {manifest.get('seeds')}; "
+                f"runs: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'none yet'}.")
+    doc.lead(*grid_lead(f"{manifest.get('description') or ''} {compares}".strip(), regime and regime_text(regime),
+                        verdicts, warnings, grid_dir))
+
+    _claims_section(doc, verdicts, regime, forest_plot(verdicts, plots_dir / "forest.png",
+                                                       f"{name}: each comparison, a − b with its 95% interval"))
+    _final_table(doc, results, final_train, final_val)
     if isinstance(sweep, dict):  # the sweep's claim shows its grid verdict (Holm), the one the Claims section gives
         decided = {v.claim.claim: v for v in verdicts}
         sweep = {**sweep, "claims": [c | ({"verdict": decided[c["claim"]].verdict, "p_holm": decided[c["claim"]].p_holm,
@@ -177,14 +175,19 @@ def write_report(grid_dir: str | Path) -> Path:
     doc.raw(budget_section(results))
     kv_frontier_section(results, plotter, doc)
     _zero_shot_section(doc, cells, done)
-    _analysis_section(doc, grid_dir, cells, done)
+    _analysis_section(doc, grid_dir, plotter, done)
+    # what a reader looks up rather than reads: the cells and provenance are folded in index.html
     _runs_section(doc, runs)
-    _provenance_section(doc, results)
+    _cells_section(doc, manifest)
+    _provenance_section(doc, results, f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{grid_dir}`. "
+                                      f"Base experiment `{manifest.get('base')}`, baseline **{manifest['baseline']}**, "
+                                      f"{len(cells)} cells, seeds {manifest.get('seeds')}. Aggregates use finished "
+                                      "(done) runs only.")
 
     text = doc.markdown()
     atomic_write(results.grid_dir.report_file, text)
     index = results.grid_dir.index_file
-    atomic_write(index, markdown_to_html(text, grid_dir, f"Ablation grid {name}"))
+    atomic_write(index, doc.html())
     return index
 
 
@@ -193,7 +196,7 @@ def _cells_section(doc, manifest) -> None:
     makes alike in a line above. A grid run before the manifest recorded the base values (lit_resformer.grids.directory's
     migration) shows its grid file's overrides without them."""
     cells = manifest["cells"]
-    doc.heading(2, "Cells")
+    doc.heading(2, "Cells", collapsed=True)
     with_base = manifest.get("base_values_recorded", True)
     changes = {c["name"]: {key: tuple(change) for key, change in c["changes"].items()} for c in cells}
     common = common_changes(changes)
@@ -222,7 +225,7 @@ def _cells_section(doc, manifest) -> None:
 
 def _final_table(doc, results: GridResults, final_train, final_val) -> None:
     doc.heading(2, "Final losses")
-    doc.text(
+    doc.method(
         f"Final training loss is the moving average over the last {TRAIN_LOSS_WINDOW} logged steps; "
         "validation loss is the last evaluation. Values are mean ± standard deviation over seeds. "
         "Δ is cell minus its baseline with a 95% t interval: paired by seed (n − 1 degrees of freedom, n = seeds "
@@ -244,47 +247,44 @@ def _final_table(doc, results: GridResults, final_train, final_val) -> None:
     doc.table(["cell", "n", "final train loss", "final val loss", "Δ train vs baseline", "Δ val vs baseline"], rows)
 
 
-def _mean_curve(records: list[RunResult], window: int) -> pd.Series:
-    curves = pd.concat({r.seed: r.train_curve(window) for r in records}, axis=1)
-    return curves.dropna().mean(axis=1)
+def _across_seeds(curves: dict[int, pd.Series]) -> tuple[pd.Series, tuple[pd.Series, pd.Series]]:
+    """The mean over seeds on the steps every seed logged, and its band there: the lowest and the highest seed."""
+    frame = pd.concat(curves, axis=1).astype(float).dropna()
+    return frame.mean(axis=1), (frame.min(axis=1), frame.max(axis=1))
 
 
-def _relative_curve(cell_records: list[RunResult], base_records: list[RunResult], window: int) -> pd.Series:
-    """Mean over paired seeds of (cell curve - baseline curve), on the steps all of them logged."""
-    diffs = relative_curves({r.seed: r for r in cell_records}, {r.seed: r for r in base_records}, window)
-    if not diffs:
-        return pd.Series(dtype=float)
-    return pd.concat(diffs, axis=1).dropna().mean(axis=1)
+SEED_BAND = "the band spans the lowest to the highest seed"
+LOSS_UNIT = "loss (nats)"
 
 
 def _relative_section(doc, plotter, cells, cells_info, done, unigram) -> None:
     doc.heading(2, "Training loss")
-    curves = {c: _mean_curve(done[c], TRAIN_LOSS_WINDOW) for c in cells if done[c]}
-    if not curves:
-        doc.text("No finished runs yet.")
+    spread = {c: _across_seeds({r.seed: r.train_curve(TRAIN_LOSS_WINDOW) for r in done[c]}) for c in cells if done[c]}
+    spread = {c: curve for c, curve in spread.items() if len(curve[0])}
+    if not spread:
+        doc.text("No finished run has logged its training loss yet.")
         return
-    path = plotter.curves("train_loss", curves, f"training loss (moving average {TRAIN_LOSS_WINDOW})", "loss",
-                          reference=unigram)
-    doc.image(path, "Training loss, mean over seeds.")
+    path = plotter.curves("train_loss", {c: mean for c, (mean, _) in spread.items()},
+                          f"training loss (moving average {TRAIN_LOSS_WINDOW})", LOSS_UNIT, reference=unigram,
+                          bands={c: band for c, (_, band) in spread.items()})
+    doc.image(path, f"Training loss, mean over seeds; {SEED_BAND}.")
     doc.text(
         "Relative training loss (paper §4.1.2): each cell's smoothed curve minus its baseline's, "
         "per seed, averaged over the seeds both finished. Below zero the cell is ahead."
     )
-    relative = {}
     for window in RELATIVE_WINDOWS:
-        relative[window] = {
-            c: curve
-            for c in cells
-            if c != cells_info[c]["baseline"] and done[c] and done[cells_info[c]["baseline"]]
-            and len(curve := _relative_curve(done[c], done[cells_info[c]["baseline"]], window))
-        }
-        if relative[window]:
+        relative = {c: _across_seeds(diffs) for c in cells
+                    if c != cells_info[c]["baseline"] and done[c] and done[cells_info[c]["baseline"]]
+                    and (diffs := relative_curves({r.seed: r for r in done[c]},
+                                                  {r.seed: r for r in done[cells_info[c]["baseline"]]}, window))}
+        relative = {c: curve for c, curve in relative.items() if len(curve[0])}
+        if relative:
             path = plotter.curves(
-                f"relative_train_loss_w{window}", relative[window],
-                f"training loss relative to the baseline (moving average {window})", "loss − baseline loss",
-                zero_line="baseline",
+                f"relative_train_loss_w{window}", {c: mean for c, (mean, _) in relative.items()},
+                f"training loss relative to the baseline (moving average {window})", "loss − baseline loss (nats)",
+                zero_line="baseline", bands={c: band for c, (_, band) in relative.items()},
             )
-            doc.image(path, f"Relative training loss, window {window}.")
+            doc.image(path, f"Relative training loss, window {window}; mean over seeds, {SEED_BAND}.")
 
 
 def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
@@ -297,36 +297,37 @@ def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
         "Last evaluation, mean over seeds (Table 5 form). `avg` is the unweighted mean over domains as "
         "in the paper; `overall` is the run's own validation loss over all validation tokens."
     )
-    table = {}
+    per_seed = {}  # cell -> seeds x (domains, avg, overall)
     for cell in cells:
         if not done[cell]:
             continue
-        row = {d: np.nanmean([r.final(f"val_loss/{d}") or np.nan for r in done[cell]]) for d in domains}
+        seeds = pd.DataFrame({r.seed: {d: r.final(f"val_loss/{d}") for d in domains} for r in done[cell]}).T
+        seeds = seeds.astype(float)
         if domains:
-            row["avg"] = float(np.mean([row[d] for d in domains]))
-        row["overall"] = np.nanmean([r.final("val_loss") or np.nan for r in done[cell]])
-        table[cell] = row
-    frame = pd.DataFrame(table).T
+            seeds["avg"] = seeds[domains].mean(axis=1)
+        seeds["overall"] = pd.Series({r.seed: r.final("val_loss") for r in done[cell]}, dtype=float)
+        per_seed[cell] = seeds
+    frame = pd.DataFrame({cell: seeds.mean() for cell, seeds in per_seed.items()}).T
     doc.table(["cell", *frame.columns], [[cell, *(_fmt(v) for v in frame.loc[cell])] for cell in frame.index])
-    deltas = {
-        cell: frame.loc[cell] - frame.loc[cells_info[cell]["baseline"]]
-        for cell in frame.index
-        if cell != cells_info[cell]["baseline"] and cells_info[cell]["baseline"] in frame.index
-    }
-    if deltas:
+    compared = [cell for cell in frame.index if cell != cells_info[cell]["baseline"]
+                and cells_info[cell]["baseline"] in frame.index]
+    if compared:
+        # the error bar: the spread of the per-seed differences over the seeds both cells finished
+        spread = {cell: (per_seed[cell] - per_seed[cells_info[cell]["baseline"]]).dropna(how="all").std(ddof=1)
+                  for cell in compared}
         path = plotter.grouped_bars(
-            "val_loss_by_domain", pd.DataFrame(deltas).T, "validation loss relative to the baseline, by domain", "loss − baseline loss"
-        )
-        doc.image(path, "Final validation loss minus the baseline's, per domain (mean over seeds).")
-    val_curves = {}
-    for cell in cells:
-        if done[cell]:
-            series = pd.concat({r.seed: r.val_curve() for r in done[cell]}, axis=1).dropna()
-            if len(series):
-                val_curves[cell] = series.mean(axis=1)
-    if val_curves:
-        path = plotter.curves("val_loss", val_curves, "validation loss", "loss", reference=unigram)
-        doc.image(path, "Validation loss over training, mean over seeds.")
+            "val_loss_by_domain", pd.DataFrame({c: frame.loc[c] - frame.loc[cells_info[c]["baseline"]]
+                                                for c in compared}).T,
+            "validation loss relative to the baseline, by domain", "loss − baseline loss (nats)",
+            errors=pd.DataFrame(spread).T)
+        doc.image(path, "Final validation loss minus the baseline's, per domain (mean over seeds; error bars: ± one "
+                        "standard deviation of the per-seed differences).")
+    spread = {c: _across_seeds({r.seed: r.val_curve() for r in done[c]}) for c in cells if done[c]}
+    spread = {c: curve for c, curve in spread.items() if len(curve[0])}
+    if spread:
+        path = plotter.curves("val_loss", {c: mean for c, (mean, _) in spread.items()}, "validation loss", LOSS_UNIT,
+                              reference=unigram, bands={c: band for c, (_, band) in spread.items()})
+        doc.image(path, f"Validation loss over training, mean over seeds; {SEED_BAND}.")
 
 
 def _tokens_per_step(records: list[RunResult]) -> float | None:
@@ -349,7 +350,7 @@ def _critical_section(doc, plotter, manifest, cells, cells_info, done) -> None:
     if not searches:
         return
     doc.heading(2, "Critical points")
-    doc.text(
+    doc.method(
         f"The critical point of a seed is the first step after which the cell's training loss (moving average "
         f"{window}) stays above its baseline's until the end: where the baseline overtakes it for good (paper "
         "Fig. 14). It is looked for in each seed's own curve; when every seed crossed, their geometric mean (of 1 + "
@@ -413,14 +414,19 @@ def _unigram_reference(results: GridResults) -> tuple[str, float] | None:
     return None if mean is None else (f"unigram loss ({mean:.3f})", mean)
 
 
-def _claims_section(doc, verdicts, regime: dict) -> None:
+def _claims_section(doc, verdicts, regime: dict, forest: Path | None) -> None:
+    """The forest plot, and every comparison in full (the lead lists them in short) with the rule that decides a
+    verdict folded."""
     if not verdicts:
         return
     doc.heading(2, "Claims")
+    if forest is not None:
+        doc.image(forest, "Forest plot: each comparison's Δ (a − b) with its 95% interval, colour and marker by "
+                          "verdict, and the paper's effect where it gives a number.")
     if regime:
-        doc.text(f"Regime: {regime_text(regime)}. A claim about the paper's 82M-468M models trained on 20B tokens "
-                 "is judged here in this regime only.")
-    doc.text(
+        doc.method(f"Regime: {regime_text(regime)}. A claim about the paper's 82M-468M models trained on 20B tokens "
+                   "is judged here in this regime only.")
+    doc.method(
         "The paper's claims for this figure (listed in the grid file; each is evidence for a paper claim of "
         "configs/claims.yaml, whose verdict `lit-resformer claims` derives), judged on the finished runs, paired by "
         "seed only when a seed's two runs share a data order that differs between seeds, else unpaired (Welch). One "
@@ -430,16 +436,16 @@ def _claims_section(doc, verdicts, regime: dict) -> None:
         f"fewer than 2 seeds, or a run not {PLATEAU_MARGIN:g} nat below its unigram loss); **not tested** when a "
         "precondition failed (a run above its bigram reference where the claim is measured, a baseline without the "
         "phenomenon a mechanism claim is about, no crossing for a claim about SVFormer after vanilla overtakes it). "
-        "(fragile): Holm p in [0.025, 0.05). The scoreboard shows these same verdicts."
+        "(fragile): Holm p in [0.025, 0.05). The scoreboard shows these same verdicts. `paper` gives the paper's own "
+        "effect where it states one (for a claim beyond the paper, its source's)."
     )
-    doc.text("`paper` gives the paper's own effect where it states one (for a claim beyond the paper, its source's).")
-    doc.table(*claims_table(verdicts, with_grid=False))
+    doc.table(*claims_table(verdicts, with_grid=False), footnote="note")
     doc.text(claim_counts(verdicts))
 
 
 def _cost_section(doc, cells, cells_info, done) -> None:
     doc.heading(2, "Cost")
-    doc.text(
+    doc.method(
         "Parameters and KV-cache bytes per token (in the training dtype) come from the run's model "
         "(its checkpoint, else its config); "
         "tokens/s is the median logged training throughput, mean over seeds (runs that shared a machine "
@@ -505,15 +511,15 @@ def _mean_results(results: list[dict]) -> dict:
     return merged
 
 
-def _analysis_section(doc, grid_dir, cells, done) -> None:
-    """Entropy by layer, first-token ratios and learnable mixing weights over the finished runs (lit_resformer.reports.attention);
-    nothing when no run has analysis results or mixing weights."""
+def _analysis_section(doc, grid_dir, plotter, done) -> None:
+    """Entropy by layer, first-token ratios and learnable mixing weights over the finished runs (lit_resformer.reports.attention),
+    in the cells' colours; nothing when no run has analysis results or mixing weights."""
     from lit_resformer.reports.attention import analysis_section
 
-    run_dirs = {cell: [r.run.path for r in done[cell]] for cell in cells if done[cell]}
+    run_dirs = {cell: [r.run.path for r in records] for cell, records in done.items() if records}
     if not run_dirs:
         return
-    text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir)
+    text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir, colors=plotter.colors)
     if text:
         doc.raw(text)
 
@@ -533,7 +539,7 @@ def _runs_section(doc, runs) -> None:
                 "–" if s.get("wall_time_sec") is None else f"{s['wall_time_sec'] / 60:.1f} min",
                 "; ".join(filter(None, [_status_note(r), r.trained_as and f"shared: trained as {r.trained_as}"])),
             ])
-    doc.table(["run", "status", "last step", "final train", "final val", "wall time", "note"], rows)
+    doc.table(["run", "status", "last step", "final train", "final val", "wall time", "note"], rows, footnote="note")
     own = [r.summary["wall_time_sec"] for records in runs.values() for r in records
            if not r.trained_as and r.summary.get("wall_time_sec") is not None]
     shared = sum(bool(r.trained_as) for records in runs.values() for r in records)
@@ -613,13 +619,15 @@ def _length_axis_section(doc, plotter, results: GridResults, final_train, final_
     doc.image(path, f"Final loss gap to the baseline against {label} (mean over seeds, 95% CI where n ≥ 2).")
 
 
-def _provenance_section(doc, results: GridResults) -> None:
-    """What the runs and the runner ran on: each field with its values over the runs (how many runs had each)."""
+def _provenance_section(doc, results: GridResults, generated: str) -> None:
+    """Where the report comes from (`generated`), and what the runs and the runner ran on: each field with its values
+    over the runs (how many runs had each)."""
     recorded = [r.provenance for records in results.runs.values() for r in records if r.provenance]
-    doc.heading(2, "Provenance")
+    doc.heading(2, "Provenance", collapsed=True)
     if not recorded and not results.provenance:
         doc.text("Not recorded: these runs were made before runs recorded their code version, library versions, "
                  "device and precision.")
+        doc.text(generated)
         return
     total = sum(len(records) for records in results.runs.values())
     doc.text(f"What the runs ran on, from their summaries ({len(recorded)} of {total} runs recorded it), and what the "
@@ -631,3 +639,4 @@ def _provenance_section(doc, results: GridResults) -> None:
 
     doc.table(["", "runs", "grid (runner)"],
               [[field, values(field), str(results.provenance.get(field, "–"))] for field in PROVENANCE_FIELDS])
+    doc.text(generated)

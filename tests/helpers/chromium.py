@@ -2,37 +2,71 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files"]
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files", "--hide-scrollbars"]
 
 
 def browser() -> str:
     """The Chromium binary, or skip the test."""
     found = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
     if found is None:
-        pytest.skip("needs Chromium (Debian: apt-get install chromium)")
+        pytest.skip("needs Chromium (Debian: apt-get install chromium; CI installs it with scripts/install-chromium.sh)")
     return found
 
 
-def framed_dom(page: Path, onload: str, work_dir: Path, budget_ms: int = 5000) -> str:
+def framed_dom(page: Path, onload: str, work_dir: Path, budget_ms: int = 5000,
+               size: tuple[int, int] | None = None) -> str:
     """The DOM of a probe page that loads `page` in a frame and, once it has loaded, runs `onload` (JavaScript
-    with `frame` bound to the frame's document) to record what it found as attributes of the probe's body."""
+    with `frame` bound to the frame's document) to record what it found as attributes of the probe's body.
+    `size` = (width, height) in CSS pixels lays the page out in a frame of that size, as a window of that size
+    would (a phone's width, a desktop's)."""
     probe = work_dir / "probe.html"
+    style = f' style="width:{size[0]}px;height:{size[1]}px;border:0"' if size else ""
     probe.write_text(
-        f'<html><body><iframe id="report" src="{page.as_uri()}"></iframe><script>'
+        f'<html><body style="margin:0"><iframe id="report"{style} src="{page.as_uri()}"></iframe><script>'
         'document.getElementById("report").onload = function () {'
         f"  const frame = this.contentDocument; {onload}"
         "};</script></body></html>"
     )
-    return subprocess.run([browser(), *FLAGS, f"--virtual-time-budget={budget_ms}", "--dump-dom", probe.as_uri()],
-                          capture_output=True, text=True, timeout=180).stdout
+    window = f"--window-size={size[0] + 40},{size[1] + 40}" if size else "--window-size=1200,900"
+    return subprocess.run([browser(), *FLAGS, window, f"--virtual-time-budget={budget_ms}", "--dump-dom",
+                           probe.as_uri()], capture_output=True, text=True, timeout=180).stdout
 
 
-def screenshot(page: Path, out: Path) -> None:
-    subprocess.run([browser(), *FLAGS, f"--screenshot={out}", "--window-size=1200,3000", page.as_uri()],
+# What a reader sees of a page at one size: whether it scrolls sideways, which of `selectors` are within the first
+# screen (their first match's bottom edge above the frame's height), and how many images decoded.
+LAYOUT_PROBE = """
+const view = frame.defaultView;
+const firstScreen = {};
+for (const selector of SELECTORS) {
+  const element = frame.querySelector(selector);
+  firstScreen[selector] = element !== null && element.getBoundingClientRect().bottom <= view.innerHeight;
+}
+const images = Array.from(frame.images);
+document.body.setAttribute("data-layout", JSON.stringify({
+  width: view.innerWidth, bodyScrollWidth: frame.body.scrollWidth, pageScrollWidth: frame.documentElement.scrollWidth,
+  firstScreen: firstScreen, images: images.length,
+  imagesLoaded: images.filter(i => i.complete && i.naturalWidth > 0).length}));
+"""
+
+
+def layout(page: Path, work_dir: Path, width: int, height: int, selectors: list[str]) -> dict:
+    """LAYOUT_PROBE's findings for `page` laid out at width x height."""
+    dom = framed_dom(page, f"const SELECTORS = {json.dumps(selectors)};" + LAYOUT_PROBE, work_dir, budget_ms=10000,
+                     size=(width, height))
+    found = re.search(r'data-layout="([^"]*)"', dom)
+    assert found, dom[-500:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def screenshot(page: Path, out: Path, width: int = 1200, height: int = 3000) -> None:
+    subprocess.run([browser(), *FLAGS, f"--screenshot={out}", f"--window-size={width},{height}", page.as_uri()],
                    capture_output=True, timeout=180)
