@@ -2,6 +2,7 @@
 # The CPU evidence tier (configs/grids/evidence/README.md), grid after grid, unattended:
 #
 #   nohup bash scripts/evidence.sh > runs/evidence.log 2>&1 &  # or GRIDS="fig7 fig9" bash scripts/evidence.sh
+#   bash scripts/evidence.sh --list                               # the grids it would run, in order
 #
 # A name in GRIDS is a figure of configs/grids/evidence/ (trained as <figure>-evidence) or a grid file of its own
 # at the same budget (configs/grids/value-path.yaml, whose vanilla and ResFormer are fig7-evidence's runs).
@@ -15,14 +16,29 @@
 # $TIME_LIMIT (seconds, optional) bounds the whole call: no run starts after it and running ones are stopped for the
 # next call to resume.
 set -u -o pipefail
+shopt -s nullglob  # a glob that matches no file names nothing
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 RUNS=${RUNS:-runs}
 RESULTS=${RESULTS:-docs/results}
 SLOTS=${SLOTS:-2}
 THREADS=${THREADS:-1}
-# value-path (the value-path variants beyond the paper, 30 runs of its own) before fig11: one more grid that can be
-# finished and committed in a working session, where the figures after it run on into the next ones
-GRIDS=${GRIDS:-"fig7 fig9 configs/grids/value-path.yaml fig11 fig8 fig10 fig13 fig16 fig5 fig17 learnable fig7-lengths fig14"}
+# The order configs/grids/evidence/README.md states; value-path (the value-path variants beyond the paper, 30 runs
+# of its own) before fig11: one more grid that can be finished and committed in a working session, where the
+# figures after it run on into the next ones. A figure of configs/grids/evidence/ the order does not name runs after
+# these (tests/test_grid_tiers.py checks that the order names only the tier's files, each once).
+ORDER="fig7 fig9 configs/grids/value-path.yaml fig11 fig8 fig10 fig13 fig16 fig5 fig17 learnable fig7-lengths fig14"
+every_grid() {
+    local file names=" $ORDER "
+    echo -n "$ORDER"
+    for file in configs/grids/evidence/*.yaml; do
+        [[ $names == *" $(basename "$file" .yaml) "* ]] || echo -n " $(basename "$file" .yaml)"
+    done
+}
+GRIDS=${GRIDS:-$(every_grid)}
+if [[ ${1:-} == --list ]]; then  # the grids a call would run, in order, and nothing else
+    echo "$GRIDS"
+    exit 0
+fi
 ANALYZE=${ANALYZE:-fig7}
 CODE_CORPUS=/tmp/lit-resformer-code-corpus  # fig14's corpus (configs/data/code-corpus.yaml's path)
 BIN=${BIN:-$(dirname "$(command -v python)")}

@@ -14,9 +14,10 @@ import yaml
 
 from lit_resformer.cli import main
 from lit_resformer.grids import GridError, load_grid
+from lit_resformer.grids.claim_spec import METRIC_KINDS, metric_kind
 from lit_resformer.measures.stats import holm
 from lit_resformer.reports.grid_report import write_report
-from lit_resformer.verdicts.claims import evaluate_grid, scoreboard
+from lit_resformer.verdicts.claims import JUDGING, evaluate_grid, scoreboard
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = {"seed_everything": 0, "trainer": {"max_steps": 100}, "model": {"config": {"size": "tiny"}}, "data": {"seq_len": 64}}
@@ -196,7 +197,7 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert "| second | ↳ better trains below vanilla on code |" in board  # a per-domain sub-row
     assert "4 reproduced, 2 contradicted, 2 inconclusive, 0 not tested of 8 claims" in board
     # each grid's regime: 12 runs of one size (the summaries record no parameters or tokens), final losses 4.55-5.40
-    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; within one epoch), final "
+    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; within one epoch), adamw, final "
             "validation loss 4.550–5.400 against the references unigram 7.000, bigram 5.900 (12 of 12 runs end below it)\n") in board
     assert board.endswith("Where the runs trained:\n- second: GPU box; not recorded\n")
 
@@ -390,6 +391,18 @@ def test_malformed_claims_are_refused_naming_the_field(tmp_path, claim, message)
         grid_dir_from(tmp_path, "bad", {"baseline": "vanilla", "cells": CELLS, "claims": [claim]})
 
 
+def test_each_metric_kind_is_one_entry_in_each_layer():
+    """A metric kind is what a claim of it may say (claim_spec.METRIC_KINDS, where grids load) and how it is judged
+    and shown (verdicts.claims.JUDGING, a layer up): both tables name the same kinds, each once, and each metric
+    value a kind lists is that kind's alone."""
+    keys = [kind.key for kind in METRIC_KINDS]
+    assert len(set(keys)) == len(keys) and set(keys) == set(JUDGING)
+    for kind in METRIC_KINDS:
+        for metric in kind.shown():
+            value = metric.replace("<domain>", "code")
+            assert [k for k in METRIC_KINDS if k.covers(value)] == [kind] and metric_kind(value) is kind, metric
+
+
 def test_every_shipped_grid_states_its_claims(gpu_tier_corpus):
     """Every grid file (quick, reproduction, paper-sized and GPU) loads and judges at least one claim of its figure."""
     grids = sorted((REPO / "configs/grids").rglob("*.yaml"))
@@ -411,8 +424,8 @@ def test_every_shipped_grid_states_its_claims(gpu_tier_corpus):
 
 def test_reproduction_tier_trains_a_million_tokens_and_validates_on_the_whole_split(tmp_path):
     repro = sorted((REPO / "configs/grids/repro").glob("*.yaml"))
-    assert {p.stem for p in repro} >= {"demo", "fig5", "fig7", "fig8", "fig9", "fig10", "fig11", "fig13", "fig14",
-                                       "fig16", "fig17", "learnable"}
+    # every figure the evidence tier decides was first run at this budget
+    assert {p.stem for p in repro} >= {p.stem for p in (REPO / "configs/grids/evidence").glob("*.yaml")}
     for path in repro:
         grid = load_grid(path)
         assert grid.name == f"{path.stem}-repro"  # never the quick grid's run directory

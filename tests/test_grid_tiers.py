@@ -1,5 +1,7 @@
 """Grid tiers are overlays: each figure's cells and claims are written once (configs/figures/ or the figure's only
-grid), and its tiers (quick, CPU reproduction, paper-sized, GPU) extend it, changing budgets, sizes and seeds.
+grid), and its tiers (quick, CPU reproduction, paper-sized, GPU) extend it, changing budgets, sizes and seeds. A
+tier's file is configs/grids/<tier>/<figure>.yaml, the quick tier's configs/grids/<figure>.yaml. The figures are
+read from the files: configs/figures/ and each tier's folder.
 
 tests/helpers/grid_expansions.json records what every grid file expanded to when the tiers still copied their
 figure's cells: per grid, its seeds, each cell's overrides and a fingerprint of each run's resolved config. A grid
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -24,7 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 GRIDS = REPO / "configs" / "grids"
 FIGURES = REPO / "configs" / "figures"
 EXPANSIONS = Path(__file__).resolve().parent / "helpers" / "grid_expansions.json"
-TIER_SUFFIXES = ("-paper", "-small")  # figN-paper.yaml, scaling-size-small.yaml: tiers of figN, scaling-size
+# scaling-size-small.yaml: a second CPU ladder of scaling-size, left beside it because its committed results
+# (docs/results/scaling-size-small/grid.yaml) name that file
+TIER_SUFFIXES = ("-small",)
 
 
 def _flat(overrides: dict | None, prefix: str = "") -> dict:
@@ -46,7 +52,7 @@ def _chain(path: Path) -> list[Path]:
 
 
 def _figure(path: Path) -> str:
-    """Which figure a grid file is a tier of, from its name (gpu/fig5.yaml, repro/fig5.yaml, fig5-paper.yaml: fig5)."""
+    """Which figure a grid file is a tier of, from its name (fig5.yaml, paper/fig5.yaml, gpu/fig5.yaml: fig5)."""
     stem = path.stem
     for suffix in TIER_SUFFIXES:
         stem = stem.removesuffix(suffix)
@@ -61,7 +67,9 @@ def test_each_figures_cells_and_claims_are_written_once():
     tiers: dict[str, list[Path]] = defaultdict(list)
     for path in _grid_files():
         tiers[_figure(path)].append(path)
-    assert {"fig5", "fig13", "fig14", "learnable", "scaling-size"} <= set(tiers)
+    extended = {file for path in _grid_files() for file in _chain(path)}
+    unrun = sorted(p.name for p in FIGURES.glob("*.yaml") if p.resolve() not in extended)
+    assert not unrun, f"no tier runs configs/figures/{unrun}"
     for figure, paths in tiers.items():
         chains = {path: _chain(path) for path in paths}
         roots = {chain[-1] for chain in chains.values()}
@@ -87,8 +95,7 @@ EMBEDDED_TRAIN_TOKENS = 2_805_000  # the embedded corpus's training split at seq
 
 def test_the_evidence_tier_trains_past_two_million_tokens_within_one_epoch_on_five_seeds(configs_resolved_unchecked):
     evidence = {path.stem: path for path in sorted((GRIDS / "evidence").glob("*.yaml"))}
-    assert set(evidence) >= {"fig5", "fig7", "fig7-lengths", "fig8", "fig9", "fig10", "fig11", "fig13", "fig14", "fig16",
-                             "fig17", "learnable"}
+    assert evidence
     from lit_resformer.grids.spec import load_grid
 
     for figure, path in evidence.items():
@@ -105,6 +112,28 @@ def test_the_evidence_tier_trains_past_two_million_tokens_within_one_epoch_on_fi
                 assert data["val_sequences_per_domain"] is None, (path, cell)  # the whole validation split
             else:
                 assert data["source"] == "local" and long_run, (path, cell)
+
+
+def _evidence_script_grids(cwd: Path) -> list[str]:
+    """What `scripts/evidence.sh --list` says it would run from `cwd`, with no GRIDS of the caller's."""
+    env = {key: value for key, value in os.environ.items() if key != "GRIDS"}
+    listed = subprocess.run(["bash", str(REPO / "scripts" / "evidence.sh"), "--list"], cwd=cwd, env=env,
+                            capture_output=True, text=True, check=True)
+    return listed.stdout.split()
+
+
+def test_the_evidence_script_runs_each_figure_of_the_tier_once_and_a_new_one_without_an_edit(tmp_path):
+    """scripts/evidence.sh runs its order (the tier README's), then every figure of configs/grids/evidence/ the order
+    does not name: its order names only the tier's files and grid files that exist, each once."""
+    grids = _evidence_script_grids(REPO)
+    figures = sorted(path.stem for path in (GRIDS / "evidence").glob("*.yaml"))
+    assert sorted(name for name in grids if not name.endswith(".yaml")) == figures
+    assert len(set(grids)) == len(grids) and all((REPO / name).is_file() for name in grids if name.endswith(".yaml"))
+    folder = tmp_path / "configs" / "grids" / "evidence"
+    folder.mkdir(parents=True)
+    for figure in [*figures, "fig99"]:
+        (folder / f"{figure}.yaml").touch()
+    assert _evidence_script_grids(tmp_path) == [*grids, "fig99"]
 
 
 def test_no_grid_cites_a_document_the_repository_lacks():

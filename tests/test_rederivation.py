@@ -40,6 +40,8 @@ def test_a_deterministic_trainer_rederives_every_number_to_the_last_digit(tmp_pa
     written = json.loads((tmp_path / "again" / "rederivation.json").read_text())
     assert [r["run"] for r in written["runs"]] == ["g/vanilla/seed0", "g/vanilla/seed1"]
     assert "2 of 2 identical to the last digit" in (tmp_path / "again" / "rederivation.md").read_text()
+    # the grid's manifest beside them: the re-derived runs are read as the grid they belong to
+    assert (tmp_path / "again" / "g" / "grid.yaml").read_text() == (committed / "grid.yaml").read_text()
 
     # a second call trains nothing again
     rederive(runs, tmp_path / "again", train_command=fake, allow_dirty=True)

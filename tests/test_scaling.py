@@ -638,7 +638,7 @@ def test_cpu_token_budget_grid():
 
 @pytest.mark.integration
 def test_paper_size_ladder_grid():
-    grid = load_grid(REPO / "configs/grids/scaling-size-paper.yaml")
+    grid = load_grid(REPO / "configs/grids/paper/scaling-size.yaml")
     assert grid.report["scaling"] == "params" and {c.family for c in grid.cells} == VARIANT_NAMES
     sizes = {c.coords["model.config.size"] for c in grid.cells}
     assert sizes == {"82M", "180M", "320M", "468M"}

@@ -40,12 +40,12 @@ def test_time_to_target_parses_with_an_optional_target_and_a_domain():
 
 @pytest.mark.parametrize("fields, message", [
     ({"metric": "val_loss", "direction": "lower", "target": 4.5},
-     "claims[0].target applies only to metric time_to_target (or time_to_target/<domain>), not 'val_loss'"),
+     "claims[0].target applies only to metrics ['time_to_target', 'time_to_target/<domain>'], not 'val_loss'"),
     ({"target": -1}, "claims[0].target must be a positive loss in nats, got -1"),
     ({"target": True}, "claims[0].target must be a positive loss in nats, got True"),
     ({"at": "end"}, "claims[0].at: 'end' applies to metric(s)"),
     ({"over": "data.seq_len"}, "claims[0].over applies only to metrics"),
-    ({"margin": 0.05}, "claims[0].margin does not apply to time_to_target"),
+    ({"margin": 0.05}, "'equivalence_saving'], not 'time_to_target'"),  # the metrics that take a margin
     ({"metric": "time_to_target/"}, "claims[0].metric must be one of"),
 ])
 def test_target_is_refused_outside_time_to_target_naming_the_field(fields, message):

@@ -50,7 +50,8 @@ MARGIN: a comparison with `margin: m` tests a bound, not zero: direction higher 
 more than m"), lower claims a - b < +m. It is judged by the same two-sided interval and alpha as any other:
 reproduced when the interval lies on the claimed side of the bound, contradicted when it lies on the other side.
 
-METRICS (each judged per seed; lit_resformer.verdicts.claims says how):
+METRICS (each judged per seed; one entry of METRIC_KINDS per kind, and lit_resformer.verdicts.claims.JUDGING
+says how each kind is judged and shown):
   val_loss, train_loss, val_loss/<domain>   the run's final values (its summary)
   critical_point_growth    slope of log2 critical step against log2 of `over` (direction higher)
   val_loss_gap_slope       slope of the final validation-loss gap a - b against log2 of `over`
@@ -86,13 +87,13 @@ ANALYSIS_METRICS = {
     "first_token_hidden_norm": "first token's hidden-state norm / the other tokens' (lower = no hidden-state peak)",
     "top_eigenvalue": "largest eigenvalue of the value states' second moment (Eq. 12), on the mixed value",
     "raw_value_top_eigenvalue": "largest eigenvalue of the raw V_n's second moment (Eq. 12, before any mixing)",
+    "raw_value_top_eigenvalue_share": "the raw V_n's largest eigenvalue over its second moment's trace (scale-free)",
     # Fig. 4, within each run of one cell (a = b): cosine of the Eq. 2 output to the Eq. 4 output (a's side) and to the
     # Eq. 6 output (b's side), mean over layers 2..L
     "fig4_cos_eq4_vs_eq6": "cosine of the Eq. 2 (cross-layer attention) output to the Eq. 4 output, against its "
                            "cosine to the Eq. 6 (identity) output, layers 2..L (Fig. 4)",
 }
 SAME_CELL_METRICS = ("analysis/fig4_cos_eq4_vs_eq6",)  # compare two quantities of the same runs (a = b)
-OVER_METRICS = (CRITICAL_POINT_GROWTH, GAP_SLOPE)  # metrics across a matrix key (`over`)
 SUMMARY_METRICS = ("val_loss", "train_loss")  # and val_loss/<domain>: final values in each run's summary.json
 DIRECTIONS = ("lower", "higher")
 REQUIREMENTS = ("crossing",)  # preconditions a claim may name: `requires: crossing` (see the module docstring)
@@ -100,6 +101,55 @@ REQUIREMENTS = ("crossing",)  # preconditions a claim may name: `requires: cross
 # evaluation (val_loss) or logged step (train_loss, smoothed) at or after the end of warm-up; `throughout` (val_loss)
 # every evaluation after warm-up.
 AT = {"end": SUMMARY_METRICS, "warmup": SUMMARY_METRICS, "throughout": ("val_loss",)}
+
+
+@dataclass(frozen=True)
+class MetricKind:
+    """One kind of claim metric: the `metric:` values it covers, what its `a` and `b` name and which optional fields
+    it takes. How it is judged and shown is lit_resformer.verdicts.claims.JUDGING[key]: the verdicts sit above the
+    grids, which check claims when a grid loads (a test checks that both tables name the same kinds)."""
+
+    key: str
+    names: tuple[str, ...] = ()  # its metric values, exactly
+    prefix: str = ""  # and the values <prefix><suffix>, for these suffixes (none listed: any domain of the corpus)
+    suffixes: tuple[str, ...] = ()
+    across: str = ""  # a and b are `cells` entries compared across this ("the matrix"); "": cells (see parse_claims)
+    takes: frozenset[str] = frozenset({"margin"})  # which of KIND_FIELDS apply
+    direction: str | None = None  # the one direction it can claim (None: either)
+
+    def covers(self, metric: str) -> bool:
+        suffix = metric.removeprefix(self.prefix) if self.prefix and metric.startswith(self.prefix) else None
+        return metric in self.names or bool(suffix) and (not self.suffixes or suffix in self.suffixes)
+
+    def shown(self) -> list[str]:
+        """Its metric values as an error message lists them."""
+        return [*self.names, *((self.prefix + s for s in self.suffixes or ("<domain>",)) if self.prefix else ())]
+
+
+KIND_FIELDS = ("over", "target", "margin")  # optional fields that only some metric kinds take (MetricKind.takes)
+# The metric kinds, in the order an error lists them; a new kind is an entry here, one in JUDGING and a METRICS line.
+METRIC_KINDS = (
+    MetricKind("summary", names=SUMMARY_METRICS, prefix="val_loss/"),
+    MetricKind(CRITICAL_POINT_GROWTH, names=(CRITICAL_POINT_GROWTH,), across="the matrix",
+               takes=frozenset({"over", "margin"}), direction="higher"),
+    MetricKind(GAP_SLOPE, names=(GAP_SLOPE,), across="the matrix", takes=frozenset({"over", "margin"})),
+    MetricKind("analysis", prefix=ANALYSIS_PREFIX, suffixes=tuple(ANALYSIS_METRICS)),
+    MetricKind(EQUIVALENCE_SAVING, names=(EQUIVALENCE_SAVING,), across="the sweep"),
+    # it reads the whole validation curve against the target: no `at`, `over` or `margin`
+    MetricKind(TIME_TO_TARGET, names=(TIME_TO_TARGET,), prefix=TIME_TO_TARGET + "/", takes=frozenset({"target"})),
+)
+
+
+def metric_kind(metric: object) -> MetricKind | None:
+    """The kind of a `metric:` value (None: no kind covers it)."""
+    return next((k for k in METRIC_KINDS if isinstance(metric, str) and k.covers(metric)), None)
+
+
+def metrics_taking(field: str) -> list[str]:
+    """The metric values of the kinds that take an optional field of KIND_FIELDS."""
+    return [m for k in METRIC_KINDS if field in k.takes for m in k.shown()]
+
+
 CLAIM_FIELDS = {"claim", "a", "b", "metric", "direction", "over", "requires", "at", "paper", "beyond_paper",
                 "paper_claim", "margin", "target"}
 REQUIRED_FIELDS = {"claim", "a", "b", "metric", "direction"}
@@ -112,7 +162,7 @@ class Claim:
     b: str
     metric: str
     direction: str
-    over: str | None = None  # the matrix key of a metric across the matrix (OVER_METRICS)
+    over: str | None = None  # the matrix key of a metric across the matrix (the kinds that take "over")
     requires: str | None = None  # a precondition of the comparison (REQUIREMENTS), checked on the runs
     at: str | None = None  # where on the run (AT); None is the end
     paper: str | None = None  # the effect the paper (or, beyond it, the claim's source) reports, in words
@@ -123,18 +173,6 @@ class Claim:
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-def is_time_to_target(metric: object) -> bool:
-    """time_to_target, or time_to_target/<domain> (one domain's validation curve)."""
-    return isinstance(metric, str) and (metric == TIME_TO_TARGET or (
-        metric.startswith(TIME_TO_TARGET + "/") and len(metric) > len(TIME_TO_TARGET) + 1))
-
-
-def _metric_error(where: str, metric: object) -> ValueError:
-    allowed = [*SUMMARY_METRICS, "val_loss/<domain>", *OVER_METRICS, *(ANALYSIS_PREFIX + n for n in ANALYSIS_METRICS),
-               EQUIVALENCE_SAVING, TIME_TO_TARGET, f"{TIME_TO_TARGET}/<domain>"]
-    return ValueError(f"{where}.metric must be one of {allowed}, got {metric!r}")
 
 
 def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
@@ -154,17 +192,13 @@ def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
         missing = sorted(REQUIRED_FIELDS - set(entry))
         if unknown or missing:
             raise ValueError(f"{where}: unknown field(s) {unknown}, missing field(s) {missing}; "
-                             f"fields: {sorted(CLAIM_FIELDS)} (over only for {list(OVER_METRICS)})")
+                             f"fields: {sorted(CLAIM_FIELDS)} (over only for {metrics_taking('over')})")
         claim = Claim(**{k: entry.get(k) for k in CLAIM_FIELDS})
-        _check_fields(claim, where)
-        metric = claim.metric
-        if metric in OVER_METRICS:
-            _check_over_claim(claim, cells, families, where)
-        elif metric == EQUIVALENCE_SAVING:
-            for side in ("a", "b"):
-                if getattr(claim, side) not in families:
-                    raise ValueError(f"{where}.{side}: {EQUIVALENCE_SAVING} compares `cells` entries across the "
-                                     f"sweep; {getattr(claim, side)!r} is not one of {families}")
+        kind = _check_fields(claim, where)
+        if "over" in kind.takes:
+            _check_over_claim(claim, cells, families, where, kind)
+        elif kind.across:
+            _check_families(claim, families, where, kind)
         else:
             if claim.a in families and claim.b in families and claim.a not in names and claim.b not in names:
                 claims.extend(_at_every_point(claim, cells, where))
@@ -179,8 +213,8 @@ def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
     return claims
 
 
-def _check_fields(claim: Claim, where: str) -> None:
-    """Each field on its own, and which fields go with which metric."""
+def _check_fields(claim: Claim, where: str) -> MetricKind:
+    """Each field on its own, and which fields go with which metric; the metric's kind."""
     if not isinstance(claim.claim, str) or not claim.claim.strip():
         raise ValueError(f"{where}.claim must say what the paper claims, in words")
     if claim.paper is not None and (not isinstance(claim.paper, str) or not claim.paper.strip()):
@@ -199,35 +233,24 @@ def _check_fields(claim: Claim, where: str) -> None:
     if claim.direction not in DIRECTIONS:
         raise ValueError(f"{where}.direction must be one of {list(DIRECTIONS)}, got {claim.direction!r}")
     metric = claim.metric
-    if not isinstance(metric, str):
-        raise _metric_error(where, metric)
-    known = (metric in (*SUMMARY_METRICS, *OVER_METRICS, EQUIVALENCE_SAVING)
-             or (metric.startswith("val_loss/") and len(metric) > len("val_loss/"))
-             or is_time_to_target(metric)
-             or metric.removeprefix(ANALYSIS_PREFIX) in ANALYSIS_METRICS and metric.startswith(ANALYSIS_PREFIX))
-    if not known:
-        raise _metric_error(where, metric)
-    if claim.over is not None and metric not in OVER_METRICS:
-        raise ValueError(f"{where}.over applies only to metrics {list(OVER_METRICS)}")
+    kind = metric_kind(metric)
+    if kind is None:
+        allowed = [m for k in METRIC_KINDS for m in k.shown()]
+        raise ValueError(f"{where}.metric must be one of {allowed}, got {metric!r}")
+    for name in KIND_FIELDS:
+        if getattr(claim, name) is not None and name not in kind.takes:
+            raise ValueError(f"{where}.{name} applies only to metrics {metrics_taking(name)}, not {metric!r}")
     if claim.at is not None:
         if claim.at not in AT:
             raise ValueError(f"{where}.at must be one of {list(AT)}, got {claim.at!r}")
         if metric not in AT[claim.at]:
             raise ValueError(f"{where}.at: {claim.at!r} applies to metric(s) {list(AT[claim.at])}, not {metric!r}")
-    if claim.target is not None:
-        if not is_time_to_target(metric):
-            raise ValueError(f"{where}.target applies only to metric {TIME_TO_TARGET} (or {TIME_TO_TARGET}/<domain>), "
-                             f"not {metric!r}")
-        if isinstance(claim.target, bool) or not isinstance(claim.target, (int, float)) or not math.isfinite(
-                claim.target) or not claim.target > 0:
-            raise ValueError(f"{where}.target must be a positive loss in nats, got {claim.target!r}")
-    if is_time_to_target(metric):
-        for name in ("at", "over", "margin"):
-            if getattr(claim, name) is not None:
-                raise ValueError(f"{where}.{name} does not apply to {metric} (it reads the whole validation curve "
-                                 "against the target)")
-    if metric == CRITICAL_POINT_GROWTH and claim.direction != "higher":
-        raise ValueError(f"{where}.direction: {CRITICAL_POINT_GROWTH} claims growth, so its direction is 'higher'")
+    if claim.target is not None and (isinstance(claim.target, bool) or not isinstance(claim.target, (int, float))
+                                     or not math.isfinite(claim.target) or not claim.target > 0):
+        raise ValueError(f"{where}.target must be a positive loss in nats, got {claim.target!r}")
+    if kind.direction is not None and claim.direction != kind.direction:
+        raise ValueError(f"{where}.direction: {metric} is claimed {kind.direction!r} only, got {claim.direction!r}")
+    return kind
 
 
 def _at_every_point(claim: Claim, cells: Sequence[dict], where: str) -> list[Claim]:
@@ -249,15 +272,21 @@ def _at_every_point(claim: Claim, cells: Sequence[dict], where: str) -> list[Cla
     return expanded
 
 
-def _check_over_claim(claim: Claim, cells: Sequence[dict], families: list[str], where: str) -> None:
+def _check_families(claim: Claim, families: list[str], where: str, kind: MetricKind) -> None:
+    """a and b of a kind compared across the matrix or a sweep are `cells` entries."""
+    for side in ("a", "b"):
+        if getattr(claim, side) not in families:
+            raise ValueError(f"{where}.{side}: {claim.metric} compares `cells` entries across {kind.across}; "
+                             f"{getattr(claim, side)!r} is not one of {families}")
+
+
+def _check_over_claim(claim: Claim, cells: Sequence[dict], families: list[str], where: str,
+                      kind: MetricKind) -> None:
     keys = sorted({k for c in cells for k in c["coords"]})
     if claim.over not in keys:
         raise ValueError(f"{where}.over must name a matrix key of this grid ({keys or 'it has no matrix'}), "
                          f"got {claim.over!r}")
-    for side in ("a", "b"):
-        if getattr(claim, side) not in families:
-            raise ValueError(f"{where}.{side}: {claim.metric} compares `cells` entries across the matrix; "
-                             f"{getattr(claim, side)!r} is not one of {families}")
+    _check_families(claim, families, where, kind)
     points = [c["coords"][claim.over] for c in cells if c["family"] == claim.a]
     if len(set(points)) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in points):
         raise ValueError(f"{where}.over: {claim.over} needs at least two positive numeric values, got {points}")

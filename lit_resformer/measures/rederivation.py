@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_resformer.grids.directory import MANIFEST
 from lit_resformer.grids.jobs import RunJob, default_train_command
 from lit_resformer.grids.runner import PoolOptions, make_executor
 from lit_resformer.provenance import git_state
@@ -81,6 +82,11 @@ def rederive(runs: Sequence[CommittedRun], runs_dir: str | Path, pool: PoolOptio
     command = list(train_command) if train_command is not None else default_train_command()
     jobs = []
     for committed in runs:
+        # the committed grid's manifest beside the runs, so that `report` and `claims` read them as that grid
+        manifest = committed.run.path.parent.parent / MANIFEST
+        if manifest.is_file() and not (Path(runs_dir) / committed.grid / MANIFEST).is_file():
+            (Path(runs_dir) / committed.grid).mkdir(parents=True, exist_ok=True)
+            atomic_write(Path(runs_dir) / committed.grid / MANIFEST, manifest.read_text())
         target = RunDir(Path(runs_dir) / committed.grid / committed.cell / f"seed{committed.seed}")
         recorded = committed.run.read_experiment()
         if target.experiment_file.is_file() and target.read_experiment() != recorded:

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -74,11 +74,10 @@ from lit_resformer.grids.claim_spec import (
     CRITICAL_POINT_GROWTH,
     EQUIVALENCE_SAVING,
     GAP_SLOPE,
-    OVER_METRICS,
     SAME_CELL_METRICS,
     TIME_TO_TARGET,
     Claim,
-    is_time_to_target,
+    metric_kind,
 )
 from lit_resformer.grids.directory import grid_dirs
 from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
@@ -109,6 +108,9 @@ from lit_resformer.measures.time_to_target import TimeToTargetError, decide, tim
 from lit_resformer.writing import markdown_table
 
 DOMAIN_PREFIX = "val_loss/"  # per-domain claims: sub-rows of their claim on the scoreboard
+# A sweep grid's scaling analysis (lit_resformer.measures.scaling.analyse_grid; the error when it cannot be fitted);
+# None for a grid that is no size or token sweep
+Sweep = dict | ScalingError | None
 
 
 @dataclass(frozen=True)
@@ -240,29 +242,22 @@ def provenance_note(runs: Iterable[RunResult]) -> list[str]:
     return notes
 
 
-def evaluate_grid(grid: str | Path | GridResults, sweep: dict | ScalingError | None = None) -> list[Verdict]:
-    """Verdicts on every claim of a grid's runs (its manifest lists them), decided on p-values adjusted within the
-    grid (Holm). `sweep` is the scaling analysis of a sweep grid (lit_resformer.measures.scaling.analyse_grid) when the caller
-    has it already, else it is made here."""
+def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None) -> list[Verdict]:
+    """Verdicts on every claim of a grid's runs (its manifest lists them), each judged as its metric's kind says
+    (JUDGING), decided on p-values adjusted within the grid (Holm). `sweep` is the scaling analysis of a sweep grid
+    (lit_resformer.measures.scaling.analyse_grid) when the caller has it already, else it is made here; a grid that
+    is no sweep has none, whatever the caller passes."""
     results = grid if isinstance(grid, GridResults) else load_results(grid)
-    verdicts = []
-    for claim in current_claims(results):
-        if claim.metric in OVER_METRICS:
-            verdicts.append(_judge_over(claim, results))
-        elif claim.metric == EQUIVALENCE_SAVING:
-            verdicts.append(_declared_saving(claim, results, None))
-        elif is_time_to_target(claim.metric):
-            verdicts.append(_judge_time_to_target(claim, results))
-        else:
-            verdicts.append(_judge_pair(claim, results))
-    if results.report_settings.get("scaling"):
-        if sweep is None:
-            try:
-                sweep = analyse_grid(results)
-            except ScalingError as err:
-                sweep = err
-        verdicts = [_declared_saving(v.claim, results, sweep) if v.claim.metric == EQUIVALENCE_SAVING else v
-                    for v in verdicts]
+    is_sweep = bool(results.report_settings.get("scaling"))
+    if not is_sweep:
+        sweep = None
+    elif sweep is None:
+        try:
+            sweep = analyse_grid(results)
+        except ScalingError as err:
+            sweep = err
+    verdicts = [judging(claim).judge(claim, results, sweep) for claim in current_claims(results)]
+    if is_sweep:
         verdicts.extend(_scaling_verdicts(results, sweep))
     regime = grid_regime(results)
     return [replace(v, trained_on=results.trained_on, regime=regime, texts=(v.claim.claim,))
@@ -300,12 +295,14 @@ def current_claims(results: GridResults) -> list[Claim]:
     return recorded
 
 
-def _judge_pair(claim: Claim, results: GridResults) -> Verdict:
-    """A comparison of two cells over the seeds both finished, on per-seed values (`_side_values`)."""
+def _judge_pair(claim: Claim, results: GridResults,
+                side_values: Callable[[Claim, dict[int, RunResult], dict[int, RunResult]], SideValues]) -> Verdict:
+    """A comparison of two cells over the seeds both finished, on the per-seed values `side_values` reads from each
+    side's runs (`_summary_values`, `_analysis_values`)."""
     a, b = results.done[claim.a], results.done[claim.b]
     seeds = sorted(set(a) & set(b))
     sides = {s: a[s] for s in seeds}, {s: b[s] for s in seeds}
-    values = _side_values(claim, *sides)
+    values = side_values(claim, *sides)
     design = seed_design(*(data_seeds(side) for side in sides))
     not_tested = values.not_tested
     if not not_tested and claim.requires == "crossing":
@@ -376,18 +373,9 @@ class SideValues:
     measured: dict[str, float] | None = None  # run name -> its loss where the claim is measured (evidence gate)
 
 
-def _side_values(claim: Claim, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
-    """The per-seed values a claim is judged on: the runs' final metric (`at` end), the value at the end of warm-up,
-    the mean over the validation curve after warm-up (`at: throughout`), or an analysis metric."""
-    if claim.metric in SAME_CELL_METRICS:
-        return _fig4_values(a)
-    if claim.metric.startswith(ANALYSIS_PREFIX):
-        values = _analysis_values(claim.metric.removeprefix(ANALYSIS_PREFIX), a, b)
-        if not values.not_tested:
-            missing = baseline_phenomenon(claim.metric.removeprefix(ANALYSIS_PREFIX), b)
-            if missing:
-                return replace(values, not_tested=missing)
-        return values
+def _summary_values(claim: Claim, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
+    """The per-seed values of a val_loss or train_loss claim: the runs' final metric (`at` end), the value at the end
+    of warm-up, or the mean over the validation curve after warm-up (`at: throughout`)."""
     if claim.at in ("warmup", "throughout"):
         return _curve_values(claim, a, b)
     values = [{s: v for s, run in side.items() if (v := run.final(claim.metric)) is not None} for side in (a, b)]
@@ -452,7 +440,22 @@ def _curve_values(claim: Claim, a: dict[int, RunResult], b: dict[int, RunResult]
     return SideValues(*values, notes, against=bool(against), measured=measured)
 
 
-def _analysis_values(name: str, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
+def _analysis_values(claim: Claim, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
+    """The per-seed values of an analysis/<name> claim: each run's metric over its middle layers, or the two Fig. 4
+    cosines within each run of one cell (SAME_CELL_METRICS); not tested when the baseline does not show the
+    phenomenon the claim is about (BASELINE_PHENOMENA)."""
+    if claim.metric in SAME_CELL_METRICS:
+        return _fig4_values(a)
+    name = claim.metric.removeprefix(ANALYSIS_PREFIX)
+    values = _middle_layer_values(name, a, b)
+    if not values.not_tested:
+        missing = baseline_phenomenon(name, b)
+        if missing:
+            return replace(values, not_tested=missing)
+    return values
+
+
+def _middle_layer_values(name: str, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
     """Each run's analysis metric `name` (claim_spec.ANALYSIS_METRICS), the mean over its middle layers; not tested
     when a run has no analysis results or lacks the metric."""
     values: list[dict[int, float]] = [{}, {}]
@@ -543,7 +546,7 @@ def _fig4_values(runs: dict[int, RunResult]) -> SideValues:
     return SideValues(*values, ["per run: mean over layers 2..L of cos(Eq. 2, Eq. 4) vs cos(Eq. 2, Eq. 6), m = n-1"])
 
 
-def _declared_saving(claim: Claim, results: GridResults, sweep: dict | ScalingError | None) -> Verdict:
+def _declared_saving(claim: Claim, results: GridResults, sweep: Sweep) -> Verdict:
     """A grid's own equivalence-saving claim (e.g. SVFormer's parameter increase): judged on the sweep's per-seed
     fitted saving of that variant (the same fit, interval and rule as the paper's headline claim); not tested when
     the grid is no sweep or the fit has no saving for the variant."""
@@ -635,16 +638,11 @@ def _missing_crossing(results: GridResults, claim: Claim, seeds: Sequence[int]) 
     return f"{results.manifest['baseline']} never overtakes " + ", ".join(not_crossed) if not_crossed else ""
 
 
-def _scaling_verdicts(results: GridResults, sweep: dict | ScalingError | None) -> list[Verdict]:
+def _scaling_verdicts(results: GridResults, sweep: dict | ScalingError) -> list[Verdict]:
     """A size or token sweep's claims (fewer parameters / less data for the same loss), judged on the CI of the
     fitted equivalence saving by the same rule; a sweep that cannot be fitted yet says why."""
     variant, text = PAPER_CLAIMS[results.report_settings["scaling"]]
     baseline = results.manifest["baseline"]
-    if sweep is None:
-        try:
-            sweep = analyse_grid(results)
-        except ScalingError as err:
-            sweep = err
     if isinstance(sweep, ScalingError):
         claim = Claim(text, variant, baseline, EQUIVALENCE_SAVING, "higher")
         return [Verdict(results.name, claim, "inconclusive", None, None, None, 0, f"no fit: {sweep}",
@@ -657,11 +655,12 @@ def _scaling_verdicts(results: GridResults, sweep: dict | ScalingError | None) -
             for r in sweep["claims"]]
 
 
-def _judge_over(claim: Claim, results: GridResults) -> Verdict:
-    """A claim across a matrix key (`over`): one estimate per seed from that seed's runs at every matrix point,
-    then the one-sample t over seeds. critical_point_growth: the slope of log2(1 + critical step) against
-    log2(over) (stats.critical_point_growth); val_loss_gap_slope: the least-squares slope of the final validation
-    loss gap a - b against log2(over) (below zero: a gains on b as `over` grows)."""
+def _judge_over(claim: Claim, results: GridResults,
+                slopes: Callable[[dict, dict, list[int], int], tuple[dict[int, float], list[str], str]]) -> Verdict:
+    """A claim across a matrix key (`over`): one estimate per seed from that seed's runs at every matrix point
+    (`slopes`), then the one-sample t over seeds. critical_point_growth: the slope of log2(1 + critical step)
+    against log2(over) (`_growth_slopes`); val_loss_gap_slope: the least-squares slope of the final validation loss
+    gap a - b against log2(over) (`_gap_slopes`; below zero: a gains on b as `over` grows)."""
     window = results.report_settings.get("critical_point_window", 10)
     cells = results.manifest["cells"]
     pairs = {}  # value of `over` -> (a cell, b cell) at the same matrix point
@@ -671,8 +670,7 @@ def _judge_over(claim: Claim, results: GridResults) -> Verdict:
             pairs[cell["coords"][claim.over]] = (cell["name"], twin)
     runs = {name: results.done[name] for pair in pairs.values() for name in pair}
     seeds = sorted(set.intersection(*(set(r) for r in runs.values())))
-    estimates, notes, not_tested = (_growth_slopes if claim.metric == CRITICAL_POINT_GROWTH else _gap_slopes)(
-        pairs, runs, seeds, window)
+    estimates, notes, not_tested = slopes(pairs, runs, seeds, window)
     in_comparison = [runs[name][s] for name in runs for s in seeds]
     judged = judge(claim, estimates, None, in_comparison, results.name, "; ".join(notes), not_tested=not_tested)
     return replace(judged, runs=_identity(claim, [{s: runs[name][s] for s in seeds} for name in sorted(runs)]))
@@ -717,6 +715,71 @@ def _gap_slopes(pairs: dict, runs: dict, seeds: list[int], window: int) -> tuple
         slopes[seed] = float(np.polyfit([x for x, _, _ in points], [va - vb for _, va, vb in points], 1)[0])
     notes = [f"left out {', '.join(left_out)}: a run logged no final validation loss"] if left_out else []
     return slopes, notes, ""
+
+
+# ----------------------------------------------------------------------------------------------
+# the metric kinds: how a claim of each is judged and shown
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.4f}"
+
+
+def _fmt_pct(value: float | None) -> str:
+    """A fraction (time_to_target's data saving) as a signed percentage."""
+    return "–" if value is None else ("−∞" if value == -math.inf else f"{100 * value:+.1f}%")
+
+
+def _summary_label(claim: Claim) -> str:
+    where = {"warmup": " at the end of warm-up", "throughout": " at every evaluation after warm-up"}.get(claim.at, "")
+    if claim.margin is not None:
+        bound = claim.margin if claim.direction == "lower" else -claim.margin
+        return f"{claim.metric}{where} ({claim.direction} than {bound:+.4f}: a margin, not zero)"
+    return f"{claim.metric}{where} ({claim.direction})"
+
+
+def _analysis_label(claim: Claim) -> str:
+    return (f"{claim.metric}, middle layers: {ANALYSIS_METRICS[claim.metric.removeprefix(ANALYSIS_PREFIX)]} "
+            f"({claim.direction})")
+
+
+def _time_to_target_label(claim: Claim) -> str:
+    curve = claim.metric.replace(TIME_TO_TARGET, "val_loss", 1)
+    target = "b's final loss" if claim.target is None else f"loss {claim.target:g}"
+    return (f"{claim.metric}: data saving 1 − tokens(a)/tokens(b) to reach {target} on the {curve} curve, "
+            f"fraction (> 0 = a needs less data; {claim.direction})")
+
+
+@dataclass(frozen=True)
+class Judging:
+    """How a claim of one metric kind (lit_resformer.grids.claim_spec.METRIC_KINDS, under the same key) is judged
+    and shown."""
+
+    judge: Callable[[Claim, GridResults, Sweep], Verdict]  # its unadjusted verdict on a grid's runs
+    label: Callable[[Claim], str]  # what the tables' metric column says it measures
+    format_value: Callable[[float | None], str] = _fmt  # its Δ and interval: signed (nats, a slope), or a percentage
+
+
+# One entry per metric kind: a new kind is an entry here and its entry in claim_spec.METRIC_KINDS.
+JUDGING = {
+    "summary": Judging(lambda claim, results, _sweep: _judge_pair(claim, results, _summary_values), _summary_label),
+    CRITICAL_POINT_GROWTH: Judging(
+        lambda claim, results, _sweep: _judge_over(claim, results, _growth_slopes),
+        lambda claim: f"slope of log2 critical step vs log2 {claim.over} ({claim.direction})"),
+    GAP_SLOPE: Judging(
+        lambda claim, results, _sweep: _judge_over(claim, results, _gap_slopes),
+        lambda claim: f"slope of final val_loss gap (a − b) vs log2 {claim.over} ({claim.direction})"),
+    "analysis": Judging(lambda claim, results, _sweep: _judge_pair(claim, results, _analysis_values), _analysis_label),
+    EQUIVALENCE_SAVING: Judging(_declared_saving,
+                                lambda claim: f"fitted equivalence saving, fraction ({claim.direction})"),
+    TIME_TO_TARGET: Judging(lambda claim, results, _sweep: _judge_time_to_target(claim, results),
+                            _time_to_target_label, format_value=_fmt_pct),
+}
+
+
+def judging(claim: Claim) -> Judging:
+    """The record of the claim's metric kind (its metric was checked when its grid loaded)."""
+    return JUDGING[metric_kind(claim.metric).key]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -776,15 +839,6 @@ def is_sub_row(v: Verdict) -> bool:
     return v.claim.metric.startswith(DOMAIN_PREFIX)
 
 
-def _fmt(value: float | None) -> str:
-    return "–" if value is None else f"{value:+.4f}"
-
-
-def _fmt_pct(value: float | None) -> str:
-    """A fraction (time_to_target's data saving) as a signed percentage."""
-    return "–" if value is None else ("−∞" if value == -math.inf else f"{100 * value:+.1f}%")
-
-
 def _fmt_p(value: float | None) -> str:
     return "–" if value is None else f"{value:.3g}"
 
@@ -802,38 +856,16 @@ def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str
               "p Holm", "verdict", "note"]
     rows = []
     for v in verdicts:
-        fmt = _fmt_pct if is_time_to_target(v.claim.metric) else _fmt
+        fmt = judging(v.claim).format_value
         interval = "–" if v.low is None else f"[{fmt(v.low)}, {fmt(v.high)}]"
         label = f"↳ {v.claim.claim}" if is_sub_row(v) else v.claim.claim
         note = "; ".join(x for x in (v.note, f"grids differ: {v.disagree}" if v.disagree else "") if x)
-        rows.append([label, f"{v.claim.a} vs {v.claim.b}", _metric_label(v.claim), v.claim.paper or "–",
+        rows.append([label, f"{v.claim.a} vs {v.claim.b}", judging(v.claim).label(v.claim), v.claim.paper or "–",
                      fmt(v.delta), interval, str(v.n), v.design or "–", _fmt_p(v.p_two_sided),
                      _fmt_p(v.p_holm), verdict_text(v), note])
     if not with_grid:
         return header, rows
     return ["grid", *header], [[", ".join(v.grids or (v.grid,)), *row] for v, row in zip(verdicts, rows, strict=True)]
-
-
-def _metric_label(claim: Claim) -> str:
-    if claim.metric == CRITICAL_POINT_GROWTH:
-        return f"slope of log2 critical step vs log2 {claim.over} ({claim.direction})"
-    if claim.metric == GAP_SLOPE:
-        return f"slope of final val_loss gap (a − b) vs log2 {claim.over} ({claim.direction})"
-    if claim.metric == EQUIVALENCE_SAVING:
-        return f"fitted equivalence saving, fraction ({claim.direction})"
-    if is_time_to_target(claim.metric):
-        curve = claim.metric.replace(TIME_TO_TARGET, "val_loss", 1)
-        target = "b's final loss" if claim.target is None else f"loss {claim.target:g}"
-        return (f"{claim.metric}: data saving 1 − tokens(a)/tokens(b) to reach {target} on the {curve} curve, "
-                f"fraction (> 0 = a needs less data; {claim.direction})")
-    if claim.metric.startswith(ANALYSIS_PREFIX):
-        return (f"{claim.metric}, middle layers: {ANALYSIS_METRICS[claim.metric.removeprefix(ANALYSIS_PREFIX)]} "
-                f"({claim.direction})")
-    where = {"warmup": " at the end of warm-up", "throughout": " at every evaluation after warm-up"}.get(claim.at, "")
-    if claim.margin is not None:
-        bound = claim.margin if claim.direction == "lower" else -claim.margin
-        return f"{claim.metric}{where} ({claim.direction} than {bound:+.4f}: a margin, not zero)"
-    return f"{claim.metric}{where} ({claim.direction})"
 
 
 def markdown(verdicts: Sequence[Verdict]) -> str:
@@ -899,6 +931,12 @@ def grid_regime(results: GridResults) -> dict:
         "with_bigram": len(with_bigram),
         # model.optimizer of the runs' configs (the module's default, adamw, where a config does not say)
         "optimizer": sorted({str(((r.config or {}).get("model") or {}).get("optimizer") or "adamw") for r in runs}),
+        # the presets the runs' models start from (model.config.size) and data.source: a verdict holds for the model
+        # and corpus it was measured on
+        "size": sorted({str(((r.config or {}).get("model") or {}).get("config", {}).get("size")) for r in runs
+                        if ((r.config or {}).get("model") or {}).get("config", {}).get("size")}),
+        "corpus": sorted({str(((r.config or {}).get("data") or {}).get("source")) for r in runs
+                          if ((r.config or {}).get("data") or {}).get("source")}),
     }
 
 
@@ -921,6 +959,10 @@ def regime_text(regime: dict) -> str:
                        "runs end below it)")
     else:
         references += ", no bigram reference logged"
+    trained = ", ".join(x for x in ("+".join(regime.get("optimizer") or []),
+                                    " and ".join(f"the {c} corpus" for c in regime.get("corpus") or [])) if x)
     return (f"{regime['runs']} runs, {span('params', millions)} parameters, {span('tokens', millions)} training tokens "
-            f"({span('tokens_per_param', lambda x: f'{x:.2f}')} tokens per parameter; {epochs}), final "
-            f"validation loss {span('final_val_loss', lambda x: f'{x:.3f}')} against the references {references}")
+            f"({span('tokens_per_param', lambda x: f'{x:.2f}')} tokens per parameter; {epochs})"
+            + (f", {trained}" if trained else "")
+            + f", final validation loss {span('final_val_loss', lambda x: f'{x:.3f}')} against the references "
+            f"{references}")

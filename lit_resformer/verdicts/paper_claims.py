@@ -4,6 +4,8 @@ and its verdict derived from them by one rule (the registry file's header):
 
 - a comparison whose question (cells, metric, measurement point, margin) is tested (any verdict but "not tested") in a
   higher tier (gpu > evidence > any other grid) is "superseded by <grid>": shown, not counted;
+- a comparison of a transfer grid (configs/grids/transfer/: another optimizer, budget, size or corpus than the paper's
+  condition) is shown, not counted, and read in the transfer table (lit_resformer.verdicts.transfer);
 - of the counted comparisons: all reproduced -> reproduced; some contradicted and none reproduced -> contradicted;
   both -> mixed; all not tested -> not tested; otherwise inconclusive;
 - a claim no comparison measures is "not tested", with what would test it (`not_tested:`).
@@ -57,6 +59,8 @@ def base_text(text: str) -> str:
 
 
 def grid_tier(grid: str) -> str:
+    if grid.startswith("transfer-"):  # configs/grids/transfer/: the same questions in another regime
+        return "transfer"
     for tier in ("gpu", "evidence", "repro"):
         if grid.endswith(f"-{tier}"):
             return tier
@@ -165,6 +169,9 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[
             if not texts & wanted and v.claim.paper_claim != entry["id"]:
                 evidence.append(Evidence(v, False, "context (not counted)", subs.get(id(v), [])))
                 continue
+            if grid_tier(v.grid) == "transfer":  # outside the paper's condition: read in the transfer table
+                evidence.append(Evidence(v, False, "transfer regime (not counted)", subs.get(id(v), [])))
+                continue
             higher = [w for w in mine if w is not v and _same_question(w, v) and _rank(w.grid) > _rank(v.grid)
                       and w.verdict != "not tested"]
             if higher:
@@ -221,6 +228,8 @@ def headline_regime(claims: Sequence[PaperClaim]) -> str:
     params = [x for r in evidence for x in (r.regime.get("params") or [])]
     tokens = [x for r in evidence for x in (r.regime.get("tokens") or [])]
     tpp = [x for r in evidence for x in (r.regime.get("tokens_per_param") or [])]
+    if not (params and tokens and tpp):  # runs whose summaries record no size or token count
+        return ""
     epochs = max((r.regime.get("epochs") or 0 for r in evidence), default=0)
     optimizers = sorted({o for r in evidence for o in (r.regime.get("optimizer") or ["adamw (not recorded)"])})
     return (f"{min(params) / 1e6:.2f}M-{max(params) / 1e6:.2f}M parameters, {min(tokens) / 1e6:.1f}M-"
