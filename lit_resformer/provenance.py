@@ -15,14 +15,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Distributions whose version changes what a run computes or how it is evaluated, by the name the record uses.
 LIBRARIES = {"lightning": "lightning", "transformers": "transformers", "lm_eval": "lm_eval", "datasets": "datasets",
              "tokenizers": "tokenizers"}
-FIELDS = ("git_commit", "git_dirty", "python", "torch", "cuda", *LIBRARIES, "device", "precision")
+FIELDS = ("git_commit", "git_dirty", "python", "torch", "cuda", *LIBRARIES, "device", "precision", "threads")
 
 
-def collect(precision: str, accelerator: str = "auto", cuda_device: int = 0) -> dict:
+def collect(precision: str, accelerator: str = "auto", cuda_device: int = 0, threads: str | None = None) -> dict:
     """The record, every field of FIELDS: None where a thing is not there (no git checkout, a library not installed,
     a CPU build of torch). `cuda_device` is the index, as this process sees the GPUs, of the one the run trains on;
     the device is that GPU's name when the run trains on a GPU (`accelerator` not cpu and one is visible), else the
-    CPU's."""
+    CPU's. `threads`: the run's OMP_NUM_THREADS (None: torch's default, every core). A CPU run's floating-point
+    sums depend on it, and early training amplifies a difference in the 7th digit to 0.04 nats by the end (issue 40's
+    re-derivation), so a run is reproduced to the last digit only at its own thread count."""
     import torch
 
     commit, dirty = git_state()
@@ -36,6 +38,7 @@ def collect(precision: str, accelerator: str = "auto", cuda_device: int = 0) -> 
         **{name: _version(distribution) for name, distribution in LIBRARIES.items()},
         "device": _gpu_name(cuda_device) if on_gpu else _cpu_name(),
         "precision": str(precision),
+        "threads": threads,
     }
 
 

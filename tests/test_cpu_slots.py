@@ -45,6 +45,8 @@ def test_results_do_not_depend_on_concurrent_runs(tmp_path, tiny_corpus, data_ca
                                              pool=PoolOptions(devices=[], cpu_slots=slots, threads_per_run=1)), progress=False)
         assert outcome.failed == [], outcome.summaries
         results[slots] = {cell: RunDir(runs / "pair" / cell / "seed0").read_metrics() for cell in ("vanilla", "resformer")}
+        # the thread count its sums ran with is part of what a run is recorded as (rederive compares it)
+        assert RunDir(runs / "pair" / "vanilla" / "seed0").read_summary()["provenance"]["threads"] == "1"
         (first_start, first_end), (second_start, second_end) = (interval(runs / "pair" / c / "seed0") for c in ("vanilla", "resformer"))
         side_by_side = second_start < first_end and first_start < second_end
         assert side_by_side == (slots == 2)

@@ -68,7 +68,7 @@ def plot_by_layer(curves: Curves, path: Path, title: str, ylabel: str, reference
     if reference is not None:
         ax.axhline(reference[0], color="grey", linestyle=":", label=reference[1])
     _layer_axis(ax, log_y)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     return save_figure(fig, path)
 
 
@@ -87,7 +87,7 @@ def plot_first_token_ratios(ratios: dict[str, Curves], path: Path, seq_len: int)
             uniform = M.first_to_others(M.uniform_causal_importance(seq_len)).item()
             ax.axhline(uniform, color="grey", linestyle="--", label="uniform causal attention")
         _layer_axis(ax, log_y=True)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=9)
     return save_figure(fig, path)
 
 
@@ -107,7 +107,7 @@ def plot_norms_by_position(models: dict[str, dict], path: Path) -> Path:
                 ax.scatter([0], [norms[0]], color=colour, edgecolor="red", s=30, zorder=3)
             ax.set(title=f"{name}: {kind} norm (first token ringed)", xlabel="position", ylabel="L2 norm")
             _log_y(ax)
-            ax.legend(fontsize=6, ncol=2)
+            ax.legend(fontsize=8, ncol=2)
     return save_figure(fig, path)
 
 
@@ -126,14 +126,14 @@ def plot_value_spectrum(models: dict[str, dict], path: Path) -> Path:
             left.plot(range(1, len(spectrum) + 1), spectrum, label=f"{name} (layer {result['value_spectrum_layer']})")
     left.set(title="Value spectrum (Eq. 12, uncentred)", xlabel="eigenvalue rank", ylabel="eigenvalue")
     _log_y(left)
-    left.legend(fontsize=7)
+    left.legend(fontsize=9)
     _draw_by_layer(right, {n: r["top_eigenvalue"] for n, r in models.items() if "top_eigenvalue" in r},
                    "Largest value eigenvalue (Fig. 12)", "eigenvalue")
     _draw_by_layer(right, {f"{n}: own V_n (before mixing)": r["raw_value_top_eigenvalue"]
                            for n, r in models.items() if _mixes_values(r)},
                    "Largest value eigenvalue (Fig. 12)", "eigenvalue", style="--")
     _layer_axis(right, log_y=True)
-    right.legend(fontsize=7)
+    right.legend(fontsize=9)
     return save_figure(fig, path)
 
 
@@ -143,7 +143,7 @@ def plot_fig4(models: dict[str, dict], path: Path) -> Path:
                               ("fig4_first_cos_eq4", ":", "Eq. 4, m = 1"), ("fig4_first_cos_eq6", "-.", "Eq. 6, m = 1")):
         _draw_by_layer(ax, {f"{n}: {label}": r[key] for n, r in models.items() if key in r},
                        "cos to cross-layer attention (Eq. 2), Fig. 4", "cosine similarity", style)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     return save_figure(fig, path)
 
 
@@ -156,7 +156,7 @@ def plot_top_i(models: dict[str, dict], path: Path) -> Path:
         ax.set(title=f"{name}: top-i importance (Fig. 21)", xlabel="i (most important tokens)",
                ylabel="share of importance", ylim=(0, 1.02))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=8, ncol=2)
     return save_figure(fig, path)
 
 

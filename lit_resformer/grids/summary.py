@@ -234,10 +234,10 @@ def run_provenance(config: dict, env: Mapping[str, str]) -> dict:
     precision, accelerator = str(trainer.get("precision", "32-true")), str(trainer.get("accelerator", "auto"))
     own = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if "CUDA_VISIBLE_DEVICES" in env and not own:
-        return collect(precision, accelerator="cpu")
+        return collect(precision, accelerator="cpu", threads=env.get("OMP_NUM_THREADS"))
     seen_here = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if own and own[0] in seen_here:
         index = seen_here.index(own[0])
     else:
         index = int(own[0]) if own and own[0].isdigit() and not seen_here else 0
-    return collect(precision, accelerator=accelerator, cuda_device=index)
+    return collect(precision, accelerator=accelerator, cuda_device=index, threads=env.get("OMP_NUM_THREADS"))

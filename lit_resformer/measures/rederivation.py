@@ -29,7 +29,7 @@ from lit_resformer.writing import atomic_write, atomic_write_json
 COMPARED = ("final_val_loss", "best_val_loss", "final_train_loss")
 BY_DOMAIN = ("final_val_loss_by_domain",)
 # Where each run's machine is recorded: a difference in any of these explains a difference in the numbers.
-MACHINE = ("python", "torch", "device", "precision")
+MACHINE = ("python", "torch", "device", "precision", "threads")
 
 
 class RederivationError(ValueError):
