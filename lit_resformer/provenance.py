@@ -23,8 +23,9 @@ def collect(precision: str, accelerator: str = "auto", cuda_device: int = 0, thr
     a CPU build of torch). `cuda_device` is the index, as this process sees the GPUs, of the one the run trains on;
     the device is that GPU's name when the run trains on a GPU (`accelerator` not cpu and one is visible), else the
     CPU's. `threads`: the run's OMP_NUM_THREADS (None: torch's default, every core). A CPU run's floating-point
-    sums depend on it, and early training amplifies a difference in the 7th digit to 0.04 nats by the end (issue 40's
-    re-derivation), so a run is reproduced to the last digit only at its own thread count."""
+    sums depend on it, and early training amplifies a difference in the 7th digit to 0.04 nats by the end
+    (docs/rederivation/2026-11-27-fig7-evidence.md), so a run is reproduced to the last digit only at its own
+    thread count."""
     import torch
 
     commit, dirty = git_state()
