@@ -143,10 +143,11 @@ def link_shared_runs(results_dir: str | Path) -> list[str]:
     for manifest in sorted(results_dir.glob(f"*/{MANIFEST}")):
         grid = GridDir(manifest.parent)
         for cell, seed, run in grid.finished_runs():
-            summary = run.read_summary()
+            summary = run.read_summary()  # a summary written before runs named their grid says nothing: kept
+            if run.path.is_symlink() or summary.get("grid") in (None, grid.name) or "cell" not in summary:
+                continue
             trained = GridDir(results_dir / summary["grid"]).run_dir(summary["cell"], summary["seed"])
-            if (run.path.is_symlink() or summary["grid"] == grid.name or trained.path.is_symlink()
-                    or run_state(trained) not in FINISHED or not _same_results(run, trained)):
+            if trained.path.is_symlink() or run_state(trained) not in FINISHED or not _same_results(run, trained):
                 continue
             shutil.rmtree(run.path)
             grid.share(cell, seed, trained)
