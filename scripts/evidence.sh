@@ -25,7 +25,7 @@ THREADS=${THREADS:-1}
 # The order configs/grids/evidence/README.md states; value-path (the value-path variants beyond the paper, 30 runs
 # of its own) before fig11: one more grid that can be finished and committed in a working session, where the
 # figures after it run on into the next ones. A figure of configs/grids/evidence/ the order does not name runs after
-# these (tests/test_grid_tiers.py checks that the order names only the tier's files, each once).
+# these (tests/grids/test_grid_tiers.py checks that the order names only the tier's files, each once).
 ORDER="fig7 fig9 configs/grids/value-path.yaml fig11 fig8 fig10 fig13 fig16 fig5 fig17 learnable fig7-lengths fig14"
 every_grid() {
     local file names=" $ORDER "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for the browser tests (tests/test_browser.py, tests/helpers/chromium.py), from Debian's packages,
+# Headless Chromium for the browser tests (tests/reports/test_browser.py, tests/helpers/chromium.py), from Debian's packages,
 # when it is missing. Non-interactive; it never fails the caller: without a browser those tests skip and say why.
 set -uo pipefail
 if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null; then

@@ -1,10 +1,16 @@
-"""Shared fixtures. (Data fixtures: a tiny synthetic two-domain corpus and an LMDataModule factory over it.)"""
+"""Shared fixtures: a tiny synthetic two-domain corpus, one data cache and one trained tiny run for the session, an
+LMDataModule factory, and the fake trainer the grid runner tests drive. Helpers that are plain functions live in
+tests/helpers/."""
 
 import json
+import os
 import random
 import signal
+import sys
 
 import pytest
+
+from tests.helpers.fake_trainer import FAKE_TRAINER
 
 _ALPHA_WORDS = "the a river stone bright quiet morning walks over under north song light old".split()
 _BETA_WORDS = "def return if else for in range self value list dict none true false import".split()
@@ -78,6 +84,36 @@ def tiny_datamodule(tiny_corpus, data_cache):
     return make
 
 
+@pytest.fixture
+def fake(tmp_path):
+    """The command line of the fake trainer (tests/helpers/fake_trainer.py), written to this test's folder."""
+    script = tmp_path / "fake_trainer.py"
+    script.write_text(FAKE_TRAINER)
+    return [sys.executable, str(script), "fit"]
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, tiny_corpus, data_cache):
+    """A vanilla run of two steps through `lit-resformer fit`, trained once a session: its checkpoint is what users
+    evaluate. Tests read it and never write into it."""
+    from lit_resformer.cli import main
+
+    root = tmp_path_factory.mktemp("eval_run")
+    config = {
+        "seed_everything": 0,
+        "trainer": {"accelerator": "cpu", "devices": 1, "max_steps": 2, "val_check_interval": 2,
+                    "check_val_every_n_epoch": None, "num_sanity_val_steps": 0, "enable_progress_bar": False,
+                    "enable_model_summary": False},
+        "model": {"config": {"n_layer": 2, "n_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64},
+                  "lr": 3e-3, "warmup_steps": 1},
+        "data": {"source": "local", "path": str(tiny_corpus), "bpe_vocab_size": 300, "seq_len": 16,
+                 "micro_batch_size": 4, "holdout_fraction": 0.05, "cache_dir": str(data_cache)},
+    }
+    (root / "experiment.yaml").write_text(json.dumps(config))  # JSON is YAML
+    main(["fit", "--config", str(root / "experiment.yaml"), "--trainer.default_root_dir", str(root / "vanilla")])
+    return root / "vanilla"
+
+
 # The integration tier (`make test-all`) is marked where each test is written (@pytest.mark.integration); these are
 # marked here, their module being in other hands: each reads every repository grid, or the committed results.
 INTEGRATION = {
@@ -95,3 +131,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.originalname in INTEGRATION.get(item.path.name, ()):
             item.add_marker(pytest.mark.integration)
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker computes with one thread (and so do the processes its tests start): on two cores
+    two workers of two threads each would oversubscribe the cores and run slower than one worker."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)

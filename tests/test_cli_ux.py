@@ -1,6 +1,6 @@
 """What a new user meets first: `lit-resformer --help` and every command's own help, `grid --dry-run` showing what
 each cell changes, Ctrl-C on a grid, and the runner's one-line messages. Grids here train with the fake trainer of
-test_ablations (the `lit-resformer fit` contract without Lightning)."""
+tests/helpers/fake_trainer.py (the `lit-resformer fit` contract without Lightning)."""
 
 import json
 import os
@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from test_ablations import THREE_CELLS, alive, calls, fake, summary, write_grid  # noqa: F401  (fake: a fixture)
 
 from lit_resformer.cli import SUITE_COMMANDS, main
 from lit_resformer.grids import GridOptions, run_grid
 from lit_resformer.training.lightning_cli import ResFormerCLI
+from tests.helpers.fake_trainer import THREE_CELLS, alive, calls, summary, write_grid
 
 # Every command `lit-resformer` dispatches: the suite's and the LightningCLI's.
 COMMANDS = [*ResFormerCLI.subcommands(), *SUITE_COMMANDS]

@@ -167,3 +167,21 @@ def test_only_the_project_s_own_names_are_installed():
     assert setuptools_config["package-data"] == {"lit_resformer.eval": ["tasks_data/**/*"],
                                                  "lit_resformer.corpora": ["pinned_corpus.json"]}
     assert (REPO / "lit_resformer/eval/tasks_data").is_dir()
+
+
+def test_tests_are_laid_out_like_the_package_and_import_no_other_test_module():
+    """A test of lit_resformer/<package>/ lives in tests/<package>/ (project-wide checks at tests/), a test module's name
+    is used once (pytest imports each by its name), and what tests share is a fixture in conftest.py or a function in
+    tests/helpers/, never an import of another test module."""
+    tests = REPO / "tests"
+    packages = {p.name for p in (REPO / "lit_resformer").iterdir() if (p / "__init__.py").is_file()}
+    files = sorted(tests.rglob("test_*.py"))
+    folders = {f.parent.name for f in files if f.parent != tests}
+    assert folders <= packages, folders - packages
+    names = [f.name for f in files]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            imported = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(name.split(".")[-1].startswith("test_") for name in imported), (path, imported)

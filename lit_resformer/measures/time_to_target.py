@@ -53,7 +53,7 @@ the log-ratio design is the suite's own paired / Welch t (stats), so its one-sid
 claims' adjustment for multiple comparisons apply unchanged. The per-seed savings are listed beside it; their
 arithmetic mean is at most the geometric one (Jensen) and equal when the seeds agree. Against the baseline's own final
 loss the baseline's tokens are (nearly) the same in every seed, so the two designs nearly coincide there; they part
-for a stated target. Coverage (tests/test_time_to_target.py): 2,000 simulated experiments of 5 seeds with a true saving
+for a stated target. Coverage (tests/measures/test_time_to_target.py): 2,000 simulated experiments of 5 seeds with a true saving
 of 25%, power-law curves read at the committed runs' evaluation density with 0.01-nat evaluation noise, are covered by
 the 95% interval 96.2% (paired), 95.0% (unpaired) and 95.3% (unpaired, stated target) of the time; reading the
 crossing at the first evaluation at or below the target instead of interpolating covers 37%.

@@ -132,7 +132,7 @@ class Verdict:
     unadjusted: str = ""  # the verdict before adjustment for multiple comparisons
     grids: tuple[str, ...] = ()  # every grid the same comparison was seen in (the scoreboard's rows)
     texts: tuple[str, ...] = ()  # the comparison's words in each of those grids (how paper claims find it)
-    disagree: str = ""  # the grids' verdicts when they differ (never in committed results: tests/test_paper_claims.py)
+    disagree: str = ""  # the grids' verdicts when they differ (never in committed results: tests/verdicts/test_paper_claims.py)
     evidence: bool = True  # every run in the comparison is past the unigram plateau
     regime: dict = field(default_factory=dict, compare=False)  # the grid's regime (grid_regime)
     runs: tuple | None = field(default=None, compare=False, repr=False)  # identity of the runs compared
@@ -791,7 +791,7 @@ def scoreboard(paths: Iterable[str | Path]) -> list[Verdict]:
     exactly its grid's verdict and Holm-adjusted p (the suite's one error-control rule: Holm within each grid's family
     of claims; no second adjustment across the board). A comparison seen in several grids keeps the verdict they
     agree on; where they would differ the row takes the most conservative (largest Holm p) and says so in
-    `disagree` (no committed comparison does: tests/test_paper_claims.py)."""
+    `disagree` (no committed comparison does: tests/verdicts/test_paper_claims.py)."""
     rows: list[Verdict] = []
     seen: dict[tuple, int] = {}
     for grid in grid_dirs(paths):

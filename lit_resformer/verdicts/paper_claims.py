@@ -11,7 +11,7 @@ and its verdict derived from them by one rule (the registry file's header):
 - a claim no comparison measures is "not tested", with what would test it (`not_tested:`).
 
 Per-domain sub-rows stay beneath the comparison they split and are not counted. Comparisons no claim lists are
-collected under "unassigned" (none in the committed results: tests/test_paper_claims.py)."""
+collected under "unassigned" (none in the committed results: tests/verdicts/test_paper_claims.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,20 @@
-"""A complete experiment YAML for a very small model on the tiny two-domain test corpus."""
+"""A complete experiment YAML for a very small model on the tiny two-domain test corpus, and `lit-resformer fit` on it:
+in-process, killed mid-run in a process of its own, or refused."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+from lit_resformer.cli import main
+from lit_resformer.training.run_dir import RunDir
+
+HELPERS = Path(__file__).parent
 
 
 def tiny_experiment(path: Path, corpus: Path, cache: Path, **sections) -> Path:
@@ -28,3 +38,34 @@ def tiny_experiment(path: Path, corpus: Path, cache: Path, **sections) -> Path:
             config[section] = values
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def read_metrics(run: Path) -> dict:
+    return RunDir(run).read_metrics()
+
+
+def fit_killed_at_step_5(config: Path, run: Path) -> None:
+    """`lit-resformer fit` in a process of its own, SIGKILLed at step 5 (tests/helpers/crash.py): a crash mid-run."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(config), "--trainer.default_root_dir",
+         str(run), "--allow-any-class", "--trainer.callbacks+=crash.KillAtStep", "--trainer.callbacks.step=5"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == -9, proc.stderr[-2000:]
+
+
+def experiment(tmp_path: Path, corpus: Path, cache: Path, **sections) -> Path:
+    return tiny_experiment(tmp_path / "experiment.yaml", corpus, cache, **sections)
+
+
+def fit(config: Path, run_dir: Path, *extra: str) -> None:
+    main(["fit", "--config", str(config), "--trainer.default_root_dir", str(run_dir), *extra])
+
+
+def refused(capsys, config, run, *extra) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        fit(config, run, *extra)
+    assert exit_info.value.code == 2
+    assert not run.exists(), "a refused run must not leave a run directory behind"
+    return capsys.readouterr().err

@@ -1,0 +1,342 @@
+"""Hugging Face export of every variant, and lm-eval's own command line.
+
+Every variant is exported to a trust_remote_code folder; one fresh `python -I` process, in which lit_resformer
+cannot be imported, loads all folders with transformers alone and records logits, greedy `generate()` (with the
+logits of each cached decoding step), the KV-cache bytes and left-padded batched generation. The project's model
+is the reference for all of it. Slow tests score exported folders with lm-eval's `hf` model through the real
+`lm_eval` command and run `lit-resformer lm-eval` end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.experiments import tiny_experiment
+from helpers.hf_remote import check_in_plain_transformers
+
+from lit_resformer import load_checkpoint
+from lit_resformer.cli import main
+from lit_resformer.eval.lm_eval_cli import lm_eval_argv, task_folder
+from lit_resformer.export import export_model, export_resformer, hf_config_fields
+from lit_resformer.export.hf_remote.configuration_resformer import ResFormerConfig
+from lit_resformer.model import ModelConfig, Transformer, kv_cache_bytes
+from tests.helpers.eval_data import CORPUS, arc_data_dir, byte_bpe_tokenizer
+
+PROMPT_LEN, NEW_TOKENS = 10, 8
+
+# name -> ModelConfig overrides of a 6-layer model (d_model 32, 4 heads).
+VARIANTS = {
+    "resformer": {"residual": {"target": "v"}},
+    "resformer-lambda": {"residual": {"target": "v", "self_weight": 1.0, "lam": 2.0}},
+    "resformer-scalar": {"residual": {"target": "v", "learnable": "scalar"}},
+    "resformer-head-gqa": {"residual": {"target": "v", "learnable": "head"}, "n_kv_head": 2},
+    "resformer-token": {"residual": {"target": "v", "learnable": "token"}},
+    "resformer-tied": {"residual": {"target": "v", "learnable": "tied"}},
+    "resformer-last-layers": {"residual": {"target": "v", "layers": [4, 5, 6]}},
+    "query-previous": {"residual": {"target": "q", "source": "previous", "learnable": "head"}},
+    "key-all-uniform": {"residual": {"target": "k", "source": "all", "self_weight": "uniform", "lam": "uniform"}},
+    "identity-all": {"residual": {"target": "v", "source": "all", "mapping": "identity", "self_weight": 1.0,
+                                  "lam": 1.0}},
+    "cross-attention-gqa": {"residual": {"target": "v", "mapping": "cross_attention", "source": "previous"},
+                            "n_kv_head": 2},
+    "neutreno": {"neutreno_lambda": 0.4},
+    "resformer-neutreno-mqa": {"residual": {"target": "v"}, "neutreno_lambda": 0.2, "n_kv_head": 1},
+    "denseformer": {"dwa": {"enabled": True, "dilation": 2, "period": 2}},
+    "svformer": {"share": {"svformer": True}},
+    "svformer-anchors-gqa": {"share": {"svformer": True, "anchors": [4]}, "n_kv_head": 2},
+    "svformer-num-anchors-cla-k": {"share": {"svformer": True, "num_anchors": 4, "every": 2, "what": "k"}},
+    "cla-gqa": {"share": {"every": 2, "what": "kv"}, "n_kv_head": 2},
+    "share-k-every-3-mqa-resformer": {"share": {"every": 3, "what": "k"}, "n_kv_head": 1,
+                                      "residual": {"target": "v"}},
+    "first-q": {"share": {"first": "q"}},
+    "first-k": {"share": {"first": "k"}},  # layers n >= 2 cache V only
+    # The value path beyond the paper: x-transformers' per-head gate with a bias, RWKV-7's low-rank per-channel gate,
+    # nanochat's value embeddings, modded-nanogpt's (shared table, gate reading the table, learned λ) with ResFormer.
+    "token-gate-head-bias-gqa": {"residual": {"target": "v", "learnable": "token", "gate_bias": True}, "n_kv_head": 2},
+    "token-gate-channel-low-rank": {"residual": {"target": "v", "learnable": "token", "gate_per": "channel",
+                                                 "gate_rank": 4, "gate_bias": True}},
+    "value-embed-alternate": {"value_embed": {"layers": "alternate"}},
+    "value-embed-shared-lambda-resformer-gqa": {
+        "value_embed": {"layers": [1, 2, 5, 6], "shared": True, "gate_width": 6, "gate_reads_table": True,
+                        "gate_scale": 2.0, "value_weight": "learnable"},
+        "residual": {"target": "v"}, "n_kv_head": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    return byte_bpe_tokenizer()
+
+
+def make_model(bpe, seed: int, **overrides) -> Transformer:
+    """A small model whose learnable mixing weights (DenseFormer's alphas too) are moved off their initial values."""
+    torch.manual_seed(seed)
+    config = ModelConfig.from_dict({"n_layer": 6, "n_head": 4, "d_model": 32, "ffn_dim": 64, "init_std": 0.1,
+                                    "vocab_size": bpe.get_vocab_size(), "max_seq_len": 64, **overrides})
+    model = Transformer(config).eval()
+    with torch.no_grad():
+        for p in model.mixing_parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
+@torch.no_grad()
+def reference_case(model: Transformer, folder: Path, seed: int) -> tuple[dict, dict]:
+    """(inputs for the checking process, what the project's model computes on them)."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    ids = torch.randint(1, vocab, (2, PROMPT_LEN), generator=generator)
+    greedy = model.generate(ids, max_new_tokens=NEW_TOKENS)
+    short = ids[1, :6]
+    padded_ids = torch.zeros_like(ids)  # row 1 is left-padded to the length of row 0
+    padded_ids[0], padded_ids[1, -len(short):] = ids[0], short
+    padded_mask = (torch.arange(PROMPT_LEN) >= torch.tensor([[0], [PROMPT_LEN - len(short)]])).long()
+    case = {"dir": str(folder), "ids": ids, "max_new_tokens": NEW_TOKENS, "padded_ids": padded_ids,
+            "padded_mask": padded_mask, "text": CORPUS[1]}
+    expected = {
+        "logits": model(ids),
+        "sequences": greedy,
+        "step_logits": model(greedy[:, :-1])[:, PROMPT_LEN - 1:],
+        "cache_bytes": kv_cache_bytes(model.config, batch=2, seq=PROMPT_LEN + NEW_TOKENS - 1),
+        "padded_new_tokens": [model.generate(ids[:1], NEW_TOKENS)[0, PROMPT_LEN:],
+                              model.generate(short[None], NEW_TOKENS)[0, len(short):]],
+    }
+    return case, expected
+
+
+@pytest.fixture(scope="module")
+def svformer_run(tmp_path_factory, tiny_corpus, data_cache):
+    """Two training steps of an SVFormer with an anchor and GQA, through `lit-resformer fit`."""
+    root = tmp_path_factory.mktemp("svformer_run")
+    config = tiny_experiment(
+        root / "experiment.yaml", tiny_corpus, data_cache,
+        trainer={"max_steps": 2, "val_check_interval": 2},
+        model={"config": {"n_layer": 4, "n_head": 4, "n_kv_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64,
+                          "share": {"svformer": True, "anchors": [3]}},
+               "lr": 3e-3, "warmup_steps": 1})
+    main(["fit", "--config", str(config), "--trainer.default_root_dir", str(root / "svformer")])
+    return root / "svformer" / "checkpoints" / "last.ckpt"
+
+
+def padded_vocab_export(bpe, folder: Path):
+    """Embedding and LM head padded to 384 rows (a multiple of 128) as fast kernels keep them: export drops them."""
+    model = make_model(bpe, seed=43, residual={"target": "v"})
+    weights = model.state_dict()
+    for name in ("tok_emb.weight", "lm_head.weight"):
+        weights[name] = torch.cat([weights[name], torch.randn(384 - len(weights[name]), 32)])
+    export_resformer(model.config.to_dict(), weights, bpe, folder)
+    return model
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory, bpe, svformer_run):
+    """Every folder through one isolated process: {name: (expected, what the folder computed)}."""
+    root = tmp_path_factory.mktemp("hf_export")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: one thread is fastest, and robust to a busy machine
+    models = {}
+    for seed, (name, overrides) in enumerate(VARIANTS.items()):
+        models[name] = make_model(bpe, seed, **overrides)
+        export_model(models[name], bpe, root / name)
+    models["vanilla"] = make_model(bpe, seed=40)
+    export_model(models["vanilla"], bpe, root / "vanilla")
+    models["padded-vocab"] = padded_vocab_export(bpe, root / "padded-vocab")
+    main(["export", "--ckpt", str(svformer_run), "--to-hf", str(root / "checkpoint")])
+    models["checkpoint"], _ = load_checkpoint(svformer_run)
+
+    cases, expected = {}, {}
+    for seed, (name, model) in enumerate(models.items()):
+        cases[name], expected[name] = reference_case(model, root / name, seed)
+    torch.set_num_threads(threads)
+    results = check_in_plain_transformers(root, cases)
+    return {name: (expected[name], results["folders"][name]) for name in models}, root
+
+
+@pytest.mark.integration
+def test_at_least_twelve_variants_and_every_extra_case_were_checked(checked):
+    outcomes, root = checked
+    assert set(outcomes) == {*VARIANTS, "vanilla", "padded-vocab", "checkpoint"}
+    for name in outcomes:
+        modeling = (root / name / "modeling_resformer.py").is_file()
+        assert modeling == (name != "vanilla"), name
+        assert outcomes[name][1]["class"] == ("LlamaForCausalLM" if name == "vanilla" else "ResFormerForCausalLM")
+    config = json.loads((root / "svformer" / "config.json").read_text())
+    assert config["auto_map"] == {"AutoConfig": "configuration_resformer.ResFormerConfig",
+                                  "AutoModelForCausalLM": "modeling_resformer.ResFormerForCausalLM"}
+    assert config["share"]["svformer"] is True and (root / "svformer" / "model.safetensors").is_file()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", [*VARIANTS, "vanilla", "padded-vocab", "checkpoint"])
+def test_exported_folder_computes_what_the_project_model_computes(checked, name):
+    expected, got = checked[0][name]
+    assert (got["logits"] - expected["logits"]).abs().max() <= 1e-5
+    assert torch.equal(got["sequences"], expected["sequences"])
+    # Each decoding step through HF's cache reproduces the full-sequence logits of the project's model.
+    assert (got["step_logits"] - expected["step_logits"]).abs().max() <= 1e-5
+    # The cache holds only what layers produce (SVFormer: V once, CLA: one K/V per group): the analytic bytes.
+    assert got["cache_length"] == PROMPT_LEN + NEW_TOKENS - 1
+    assert got["cache_bytes"] == expected["cache_bytes"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", [*VARIANTS, "vanilla", "padded-vocab", "checkpoint"])
+def test_beam_search_through_the_cache_equals_beam_search_recomputing_everything(checked, name):
+    with_cache, without_cache = checked[0][name][1]["beam_sequences"]
+    assert torch.equal(with_cache, without_cache)
+
+
+@pytest.mark.parametrize("name", ["resformer", "cross-attention-gqa", "svformer-anchors-gqa", "denseformer",
+                                  "identity-all", "first-k", "value-embed-shared-lambda-resformer-gqa"])
+@pytest.mark.integration
+def test_left_padded_batch_generates_what_each_prompt_generates_alone(checked, name):
+    expected, got = checked[0][name]
+    new_tokens = got["padded_sequences"][:, PROMPT_LEN:]
+    for row, alone in enumerate(expected["padded_new_tokens"]):
+        assert torch.equal(new_tokens[row], alone), row
+
+
+@pytest.mark.integration
+def test_exported_tokenizer_is_the_runs_tokenizer(checked, bpe, svformer_run):
+    _, run_tokenizer = load_checkpoint(svformer_run)
+    for name, tokenizer in (("svformer", bpe), ("vanilla", bpe), ("checkpoint", run_tokenizer)):
+        assert checked[0][name][1]["text_ids"] == tokenizer.encode(CORPUS[1]).ids, name
+
+
+def test_export_refuses_config_fields_the_modeling_code_does_not_know():
+    fields = ModelConfig.preset("tiny").to_dict()
+    assert "size" not in hf_config_fields(fields) and "attn_impl" not in hf_config_fields(fields)
+    with pytest.raises(ValueError, match=r"\['window'\].*lit_resformer/export/hf_remote"):
+        hf_config_fields({**fields, "window": 128})
+    with pytest.raises(ValueError, match=r"\['residual\.gate_temperature'\]"):
+        hf_config_fields({**fields, "residual": {**fields["residual"], "gate_temperature": 1.0}})
+    with pytest.raises(ValueError, match=r"residual\.learnable='gated' is not allowed; choose one of \['none'"):
+        ResFormerConfig(**{**hf_config_fields(fields), "residual": {"target": "v", "learnable": "gated"}})
+
+
+def test_a_model_built_from_its_config_starts_where_the_training_code_starts(bpe):
+    from lit_resformer.export.hf_remote.modeling_resformer import ResFormerForCausalLM
+
+    for overrides in ({"residual": {"target": "v", "learnable": "head", "source": "all", "self_weight": "uniform",
+                                    "lam": "uniform"}, "dwa": {"enabled": True}},
+                      {"residual": {"target": "v", "learnable": "token"}},
+                      {"residual": {"target": "v", "learnable": "tied"}},
+                      {"residual": {"target": "v", "learnable": "token", "gate_per": "channel", "gate_bias": True},
+                       "value_embed": {"layers": [2, 3], "gate_width": 4, "gate_reads_table": True,
+                                       "value_weight": "learnable"}}):
+        torch.manual_seed(0)
+        ours = Transformer(ModelConfig(n_layer=3, n_head=2, d_model=16, ffn_dim=32, vocab_size=64, max_seq_len=16,
+                                       **overrides))
+        theirs = ResFormerForCausalLM(ResFormerConfig(**hf_config_fields(ours.config.to_dict())))
+        untouched = {n: p for n, p in ours.state_dict().items() if "mix." in n or n.startswith("dwa.") or "norm" in n}
+        assert untouched and set(untouched) <= set(theirs.state_dict())
+        for name, value in untouched.items():
+            assert torch.equal(theirs.state_dict()[name], value), name
+        stds = [float(p.std()) for n, p in theirs.named_parameters() if n.endswith(("wq.weight", "lm_head.weight"))]
+        assert all(abs(std - 0.02) < 0.005 for std in stds)
+
+
+# ------------------------------------------------------------------------------------ lit-resformer lm-eval
+def test_lm_eval_command_adds_only_the_missing_defaults(tmp_path):
+    tasks = tmp_path / "tasks"
+    assert lm_eval_argv(["--model_args", "ckpt=a.ckpt", "--tasks", "piqa"], tasks, "cpu") == [
+        "run", "--model_args", "ckpt=a.ckpt", "--tasks", "piqa", "--model", "lit-resformer", "--device", "cpu",
+        "--include_path", str(tasks)]
+    mine = ["run", "--model", "hf", "--device=cuda:1", "--include_path", "x", "--tasks", "piqa"]
+    assert lm_eval_argv(mine, tasks, "cpu") == mine
+    assert lm_eval_argv(["ls", "tasks"], tasks, "cpu") == ["ls", "tasks"]
+    assert lm_eval_argv(["--help"], tasks, "cpu") == ["run", "--help"]
+
+
+def test_offline_task_folder_holds_the_project_tasks_and_the_prepared_data(tmp_path):
+    from lm_eval.tasks import TaskManager
+
+    from lit_resformer.eval.tasks import PROJECT_TASKS_DIR
+
+    assert task_folder(None, tmp_path / "unused") == PROJECT_TASKS_DIR
+    data_dir, _ = arc_data_dir(tmp_path / "data")
+    folder = task_folder(data_dir, tmp_path / "tasks")
+    manager = TaskManager(include_path=str(folder), include_defaults=False)
+    assert {"arc_easy", "lrf_tiny_mc"} <= set(manager.all_tasks)
+    assert "dataset_path: arrow" in (folder / "offline" / "arc_easy.yaml").read_text()
+
+
+# ------------------------------------------------------------------------------------ slow: lm-eval end to end
+def lm_eval_samples(out_dir: Path, task: str) -> list[dict]:
+    (path,) = Path(out_dir).rglob(f"samples_{task}_*.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def request_args(sample: dict) -> list[tuple]:
+    """(context, continuation) of each request: tuples in memory, {"gen_args_i": {"arg_j": ...}} in lm-eval's files."""
+    args = sample["arguments"]
+    return [tuple(a.values()) for a in args.values()] if isinstance(args, dict) else [tuple(a) for a in args]
+
+
+def assert_same_scores(ours: list[dict], theirs: list[dict]) -> None:
+    ours, theirs = sorted(ours, key=lambda s: s["doc_id"]), sorted(theirs, key=lambda s: s["doc_id"])
+    assert [s["doc_id"] for s in ours] == [s["doc_id"] for s in theirs] and ours
+    for a, b in zip(ours, theirs, strict=True):
+        assert request_args(a) == request_args(b)
+        ll_a = torch.tensor([float(r[0][0]) for r in a["resps"]], dtype=torch.float64)
+        ll_b = torch.tensor([float(r[0][0]) for r in b["resps"]], dtype=torch.float64)
+        assert (ll_a - ll_b).abs().max() <= 1e-4, a["doc_id"]
+        for metric in ("acc", "acc_norm"):
+            assert a[metric] == b[metric], (a["doc_id"], metric)
+
+
+OFFLINE_TASKS = ("lrf_tiny_mc", "arc_easy")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resformer-token", "svformer-anchors-gqa"])
+def test_lm_evals_hf_model_on_an_exported_folder_matches_the_registered_model(tmp_path, bpe, name):
+    from lit_resformer.eval.lm_eval_model import LitResFormerLM
+    from lit_resformer.eval.run import run_eval
+
+    model = make_model(bpe, seed=7, **VARIANTS[name])
+    export_model(model, bpe, tmp_path / "hf")
+    data_dir, _ = arc_data_dir(tmp_path / "data")
+    ours = run_eval(LitResFormerLM(model=model, tokenizer=bpe, batch_size=4), tasks=list(OFFLINE_TASKS),
+                    data_dir=data_dir, out_dir=tmp_path / "ours")
+
+    # lm-eval's own command, unchanged: the hf model with trust_remote_code on the exported folder.
+    lm_eval = Path(sys.executable).with_name("lm_eval")
+    command = [str(lm_eval), "--model", "hf", "--model_args",
+               f"pretrained={tmp_path / 'hf'},trust_remote_code=True,dtype=float32", "--tasks", ",".join(OFFLINE_TASKS),
+               "--include_path", str(task_folder(data_dir, tmp_path / "tasks")), "--device", "cpu",
+               "--batch_size", "4", "--output_path", str(tmp_path / "theirs"), "--log_samples"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "m")}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (results_path,) = (tmp_path / "theirs").rglob("results_*.json")
+    theirs = json.loads(results_path.read_text())
+    for task in OFFLINE_TASKS:
+        assert_same_scores(ours["samples"][task], lm_eval_samples(tmp_path / "theirs", task))
+        for metric in ("acc,none", "acc_norm,none"):
+            assert ours["results"][task][metric] == theirs["results"][task][metric], (task, metric)
+
+
+@pytest.mark.slow
+def test_lit_resformer_lm_eval_runs_lm_evals_cli_on_a_checkpoint(tmp_path, svformer_run):
+    from lit_resformer.eval.run import run_eval
+
+    data_dir, _ = arc_data_dir(tmp_path / "data")
+    command = [sys.executable, "-m", "lit_resformer.cli", "lm-eval", "--model_args", f"ckpt={svformer_run}",
+               "--tasks", ",".join(OFFLINE_TASKS), "--data-dir", str(data_dir), "--batch_size", "4",
+               "--output_path", str(tmp_path / "out"), "--log_samples"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (results_path,) = (tmp_path / "out").rglob("results_*.json")
+    results = json.loads(results_path.read_text())
+    assert results["config"]["model"] == "lit-resformer" and results["config"]["device"] == "cpu"
+    direct = run_eval(svformer_run, tasks=list(OFFLINE_TASKS), data_dir=data_dir, batch_size=4)
+    for task in OFFLINE_TASKS:
+        assert_same_scores(direct["samples"][task], lm_eval_samples(tmp_path / "out", task))

@@ -1,0 +1,41 @@
+"""The KV-cache frontier section: each cell's loss against the cache it holds, the Pareto front, in the report of
+every grid with KV variants (committed fig13-evidence: SVFormer, GQA and CLA at 1/2 and 1/8 of vanilla's cache)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lit_resformer.measures.grid_results import load_results
+from lit_resformer.reports import write_report
+from lit_resformer.reports.kv_frontier import frontier_points
+
+REPO = Path(__file__).resolve().parents[2]
+FIG13 = REPO / "docs/results/fig13-evidence"
+
+
+def test_frontier_points_of_a_committed_kv_grid_follow_the_pareto_rule():
+    points = frontier_points(load_results(FIG13))
+    assert len({p.kv_bytes_per_token for p in points}) >= 3 and all(p.seeds == 5 for p in points)
+    for p in points:
+        beaten = any(q.kv_bytes_per_token <= p.kv_bytes_per_token and q.loss < p.loss for q in points if q is not p)
+        assert p.on_front == (not beaten), p
+        assert p.half_width is not None and p.half_width > 0
+    cheapest = min(points, key=lambda p: (p.kv_bytes_per_token, p.loss))
+    assert cheapest.on_front  # nothing holds less
+
+
+def test_a_grid_whose_cells_hold_one_cache_size_has_no_frontier():
+    assert frontier_points(load_results(REPO / "docs/results/fig7-evidence")) == []
+
+
+@pytest.mark.integration  # writes a whole report
+def test_the_report_of_a_kv_grid_draws_the_frontier(tmp_path):
+    grid = tmp_path / FIG13.name
+    shutil.copytree(FIG13, grid)  # shared runs (links) copied as files
+    write_report(grid)
+    report = (grid / "report.md").read_text()
+    assert "## KV-cache frontier" in report and "plots/kv_frontier.png" in report
+    assert (grid / "plots/kv_frontier.png").stat().st_size > 10_000

@@ -1,0 +1,187 @@
+"""The grid report and the scoreboard as a reader meets them: a table of what each cell changes relative to the base
+experiment, step axes with whole-number ticks, files that others may read; a page that answers first (tally and
+claims on top, reference sections folded), tables that fit, a forest plot, a scoreboard that fits a terminal."""
+
+import os
+import re
+import stat
+
+import pandas as pd
+import pytest
+import yaml
+
+import lit_resformer.reports.document as document_module
+from lit_resformer.reports.grid_report import write_report
+from lit_resformer.writing import atomic_write, atomic_write_json
+from tests.helpers.claims_grids import judged_grid
+from tests.helpers.grid_dirs import make_grid_dir, synthetic_grid, write_run
+
+
+def markdown_section(text: str, heading: str) -> list[str]:
+    section = text.split(f"## {heading}\n", 1)[1]
+    return section.split("\n## ", 1)[0].strip().splitlines()
+
+
+def test_report_tables_what_each_cell_changes_relative_to_the_base(tmp_path):
+    # The report's base: trainer.max_steps 100, model.lr 1e-3, no residual (default target "none").
+    grid_dir = make_grid_dir(tmp_path, {
+        "baseline": "vanilla",
+        "overrides": {"trainer.max_steps": 50},
+        "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v", "model.config.residual.lam": 0.25},
+                  "same-lr": {"model.lr": 1e-3, "model.config.residual.lam": 0.5}},  # base and default values
+    })
+    for cell in ("vanilla", "resformer", "same-lr"):
+        write_run(grid_dir, cell, 0, {step: 3.0 - 0.01 * step for step in range(20)})
+    write_report(grid_dir)
+    lines = markdown_section((grid_dir / "report.md").read_text(), "Cells")
+    assert "Every cell: trainer.max_steps 100 → 50." in lines
+    table = [line for line in lines if line.startswith("|")]
+    assert table == [
+        '| cell | model.config.residual.lam (base 0.5) | model.config.residual.target (base "none") |',
+        "|---|---|---|",
+        "| vanilla |  |  |",
+        '| resformer | 0.25 | "v" |',
+        "| same-lr |  |  |",
+    ]
+
+
+def test_report_of_an_older_manifest_shows_the_grid_files_overrides(tmp_path):
+    grid_dir = make_grid_dir(tmp_path, {"baseline": "vanilla", "overrides": {"trainer.max_steps": 50},
+                                        "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}})
+    manifest = yaml.safe_load((grid_dir / "grid.yaml").read_text())
+    assert "version" not in manifest  # as the runner wrote it before manifests had a version
+    for cell in manifest["cells"]:
+        del cell["changes"]  # nor did the runner record the changes then
+    (grid_dir / "grid.yaml").write_text(yaml.safe_dump(manifest))
+    write_report(grid_dir)
+    lines = markdown_section((grid_dir / "report.md").read_text(), "Cells")
+    assert "Every cell: trainer.max_steps → 50." in lines
+    assert [line for line in lines if line.startswith("|")] == [
+        "| cell | model.config.residual.target |", "|---|---|", "| vanilla |  |", '| resformer | "v" |']
+
+
+def test_step_axes_tick_whole_steps(tmp_path, monkeypatch):
+    """Four logged steps: matplotlib's default locator would tick 0.5, 1.0, 1.5, ..."""
+    ticks = []
+    save_figure = document_module.save_figure
+
+    def record(fig, path):
+        ticks.append((path.name, list(fig.axes[0].get_xticks())))
+        return save_figure(fig, path)
+
+    monkeypatch.setattr(document_module, "save_figure", record)
+    plotter = document_module.Plotter(tmp_path, ["a", "b"])
+    curves = {"a": pd.Series([3.0, 2.5, 2.2, 2.0], index=[0, 1, 2, 3]), "b": pd.Series([3.1, 2.4, 2.1, 1.9])}
+    plotter.curves("loss", curves, "loss", "loss")
+    (name, xticks), = ticks
+    assert name == "loss.png" and len(xticks) >= 2
+    assert all(float(x).is_integer() for x in xticks), xticks
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_report_files_are_readable_by_others_unless_the_umask_says_otherwise(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        grid_dir = synthetic_grid(tmp_path)
+        written = [write_report(grid_dir), grid_dir / "report.md", *(grid_dir / "plots").glob("*.png"),
+                   atomic_write(tmp_path / "a.txt", "text"), atomic_write_json(tmp_path / "b.json", {"x": 1})]
+    finally:
+        os.umask(old)
+    assert len(written) > 4
+    assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in written} == {path.name: mode for path in written}
+    assert not list(tmp_path.rglob("*.tmp"))  # no temporary file left behind
+
+
+# ------------------------------------------------------------------------------------------ answers first
+
+
+def test_index_html_answers_first_and_folds_what_a_reader_looks_up(tmp_path):
+    grid_dir = judged_grid(tmp_path)
+    page = write_report(grid_dir).read_text()
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    lead, rest = page.split('<nav class="toc">', 1)
+    # the lead: the tally as chips (symbol and colour), then each comparison with its Δ and interval
+    assert re.search(r'<span class="chip" style="background:#[0-9a-f]{6}">✓ \d+ reproduced</span>', lead)
+    assert "✗" in lead and "better ends below vanilla" in lead and "Δ -0.3000 [" in lead
+    assert lead.index('class="tally"') < lead.index('<ol class="claims">')
+    # a table of contents with an anchor for every section; reference sections and method prose folded
+    for anchor in ("claims", "final-losses", "runs", "cells", "provenance"):
+        assert f'href="#{anchor}"' in rest and f'id="{anchor}"' in rest
+    assert '<details id="provenance">' in rest and '<details id="cells">' in rest and '<section id="runs">' in rest
+    assert '<details class="method"><summary>How this is computed</summary>' in rest
+    assert page.count("<table>") == page.count('<div class="wide"><table>') > 0  # every table scrolls in its box
+    report = (grid_dir / "report.md").read_text()
+    assert report.index("**Verdicts (") < report.index("## Claims") < report.index("## Final losses")
+    assert "![Forest plot" in report.split("## Claims")[1]
+
+
+def test_tables_shorten_hashes_and_footnote_notes_repeated_on_rows():
+    from lit_resformer.reports.document import footnote_repeats, short_hashes
+
+    full = "c94743fa3d62ed88c3decf589b9801bc587d98cd"
+    assert short_hashes(f"git_commit {full} vs {'1' * 40}") == "git_commit c94743fa vs 11111111"
+    rows = [["a", "mean over the middle layers; runs differ"], ["b", "runs differ"], ["c", "own note"]]
+    assert footnote_repeats(rows, 1) == (
+        [["a", "mean over the middle layers; ¹"], ["b", "¹"], ["c", "own note"]], ["¹ runs differ"])
+    assert footnote_repeats([["a", "x"], ["b", "y"]], 1) == ([["a", "x"], ["b", "y"]], [])
+
+
+def test_forest_plot_reads_the_papers_effect_and_keeps_units_apart(tmp_path, monkeypatch):
+    from lit_resformer.grids.claim_spec import Claim
+    from lit_resformer.reports import forest
+
+    def claim(metric: str, paper: str | None) -> Claim:
+        return Claim(claim="c", a="a", b="b", metric=metric, direction="lower", paper=paper)
+
+    assert forest.paper_effect(claim("val_loss", "-0.0272 at 82M, -0.0323 at 180M (Table 5)")) == -0.0272
+    assert forest.paper_effect(claim("time_to_target", "20.3% less data (v5)")) == pytest.approx(0.203)
+    assert forest.paper_effect(claim("val_loss", "1,750 -> 1,530 steps to the target loss")) is None
+    assert forest.paper_effect(claim("val_loss", None)) is None
+    assert forest.short_claim("ResFormer beats NeuTRENO (Fig. 7, right)", 60) == "ResFormer beats NeuTRENO"
+
+    from lit_resformer.verdicts.claims import evaluate_grid
+
+    verdicts = evaluate_grid(judged_grid(tmp_path))
+    panels = []
+    save = forest.save_figure
+    monkeypatch.setattr(forest, "save_figure", lambda fig, path: (panels.extend(ax.get_xlabel() for ax in fig.axes),
+                                                                   save(fig, path))[1])
+    png = forest.forest_plot(verdicts, tmp_path / "forest.png", "g")
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert panels == ["Δ loss, a − b (nats; < 0: a is lower)"]  # val_loss, val_loss/code and train_loss share one
+    assert forest.forest_plot([], tmp_path / "none.png", "g") is None
+
+
+def test_scoreboard_fits_the_terminal_tally_first_decisive_first(tmp_path):
+    from lit_resformer.reports.scoreboard import terminal_text
+    from lit_resformer.verdicts.claims import scoreboard
+    from lit_resformer.verdicts.paper_claims import paper_claims
+
+    claims = paper_claims(scoreboard([judged_grid(tmp_path)]))
+    for width in (80, 120):
+        lines = terminal_text(claims, width).splitlines()
+        assert max(map(len, lines)) <= width
+        assert lines[0].startswith(f"{sum(not c.beyond_paper for c in claims)} claims of the paper:")
+        verdicts = [line.split()[1].rstrip("*") for line in lines if line[:2] in ("✓ ", "✗ ", "~ ", "± ")]
+        rank = {"reproduced": 0, "contradicted": 1, "mixed": 2, "inconclusive": 3}
+        assert verdicts and verdicts == sorted(verdicts, key=rank.get)
+        # the registry's claims that no comparison here measures: counted by reason, one line a reason at most
+        not_tested = [c for c in claims if c.verdict == "not tested"]
+        assert any(line.startswith(f"– not tested: {len(not_tested)} claims, by reason") for line in lines)
+        assert len(lines) < len(claims) + 20
+
+
+def test_claims_command_html_page_and_help(tmp_path, capsys):
+    from lit_resformer.cli import main
+
+    grid_dir = judged_grid(tmp_path)
+    write_report(grid_dir)
+    out = tmp_path / "board/scoreboard.html"
+    main(["claims", str(grid_dir.parent), "--html", str(out)])
+    page = out.read_text()
+    assert '<meta name="viewport"' in page and 'class="tally"' in page
+    assert 'href="../runs/g/index.html"' in page and page.count('src="data:image/png;base64,') == 1  # g's forest plot
+    with pytest.raises(SystemExit):
+        main(["claims", "--help"])
+    help_text = capsys.readouterr().out
+    assert "95% CI" in help_text and "%%" not in help_text

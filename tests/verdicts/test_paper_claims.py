@@ -1,0 +1,161 @@
+"""The paper claim as the unit of the scoreboard (lit_resformer.verdicts.paper_claims, configs/claims.yaml): the
+derivation rule, one verdict per comparison wherever it is shown, the preconditions' dates, and the counts the
+documents print."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from lit_resformer.grids.claim_spec import Claim
+from lit_resformer.measures.stats import ALPHA, fragile
+from lit_resformer.verdicts import claims as claims_module
+from lit_resformer.verdicts import paper_claims as pc
+from lit_resformer.verdicts.claims import Verdict, judge, scoreboard, table, verdict_text
+from tests.helpers.claims_grids import row
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "docs/results"
+RECORD = REPO / "tests/verdicts/claims-docs-results.json"
+
+
+def test_a_claims_verdict_is_derived_by_one_rule():
+    assert pc.derive([]) == "not tested"
+    assert pc.derive(["reproduced", "reproduced"]) == "reproduced"
+    assert pc.derive(["reproduced", "inconclusive"]) == "inconclusive"  # "at every size" needs every size
+    assert pc.derive(["reproduced", "not tested"]) == "inconclusive"
+    assert pc.derive(["contradicted", "inconclusive"]) == "contradicted"
+    assert pc.derive(["reproduced", "contradicted"]) == "mixed"
+    assert pc.derive(["not tested", "not tested"]) == "not tested"
+
+
+def test_a_question_tested_in_a_higher_tier_supersedes_the_lower_tier():
+    registry = {"claims": [{"id": "c", "statement": "s", "where": "Fig. 1", "comparisons": ["x"]}],
+                "preconditions": {}}
+    rows = [row("fig1-repro", "not tested"), row("fig1-evidence", "reproduced")]
+    (claim,) = pc.paper_claims(rows, registry)
+    assert claim.verdict == "reproduced" and claim.tiers == ["evidence"]
+    assert [(e.row.grid, e.counted, e.status) for e in claim.evidence] == [
+        ("fig1-repro", False, "superseded by fig1-evidence"), ("fig1-evidence", True, "")]
+    # a question the higher tier could not test leaves the lower tier's row counted
+    rows = [row("fig1-repro", "inconclusive"), row("fig1-evidence", "not tested")]
+    (claim,) = pc.paper_claims(rows, registry)
+    assert [e.counted for e in claim.evidence] == [True, True] and claim.verdict == "inconclusive"
+    # a claim nothing measures is not tested, saying what would test it
+    registry["claims"].append({"id": "d", "statement": "t", "where": "Table 1", "not_tested": "needs zero-shot runs"})
+    assert pc.paper_claims([], registry)[1].reason == "needs zero-shot runs"
+
+
+def test_contradicted_needs_what_reproduced_needs_and_fragile_is_labelled():
+    claim = Claim("a is lower", "a", "b", "val_loss", "lower")
+    seeds = range(5)
+    lower = judge(claim, {s: 1.0 - 0.1 - 0.01 * s for s in seeds}, {s: 1.0 - 0.005 * s for s in seeds}, [], "g",
+                  design="unpaired")
+    higher = judge(claim, {s: 1.0 + 0.1 + 0.01 * s for s in seeds}, {s: 1.0 + 0.005 * s for s in seeds}, [], "g",
+                   design="unpaired")
+    assert (lower.verdict, higher.verdict) == ("reproduced", "contradicted")
+    assert lower.p_two_sided == pytest.approx(higher.p_two_sided)  # the same two-sided test either way
+    assert fragile("reproduced", ALPHA * 0.6) and fragile("contradicted", ALPHA / 2)
+    assert not fragile("reproduced", ALPHA / 2 - 1e-9) and not fragile("inconclusive", ALPHA * 0.6)
+    shown = Verdict("g", claim, "reproduced", -0.1, -0.2, -0.01, 5, p_holm=0.03)
+    assert verdict_text(shown) == "**reproduced** (fragile)"
+    header, rows = table([shown])
+    assert "p (two-sided)" in header and "p Holm" in header and "p (one-sided)" not in header
+    assert rows[0][header.index("verdict")] == "**reproduced** (fragile)"
+
+
+def test_a_margin_claim_is_judged_against_its_bound_by_the_same_interval():
+    claim = Claim("no gain", "q", "v", "val_loss", "higher", margin=0.05)
+    seeds = range(5)
+    # a − b ≈ -0.01 ± small: no gain beyond 0.05 -> reproduced; a − b ≈ -0.2: a gain beyond the margin -> contradicted
+    small = judge(claim, {s: 1.0 - 0.01 + 0.002 * s for s in seeds}, {s: 1.0 for s in seeds}, [], "g", design="paired")
+    big = judge(claim, {s: 1.0 - 0.2 + 0.002 * s for s in seeds}, {s: 1.0 for s in seeds}, [], "g", design="paired")
+    assert small.verdict == "reproduced" and small.low > -0.05 and small.delta == pytest.approx(-0.006)
+    assert big.verdict == "contradicted" and big.high < -0.05
+    assert "bound -0.0500" in small.note
+
+
+@cache
+def _grid_verdicts(path: str) -> tuple:
+    return tuple(ORIGINAL_EVALUATE(path))
+
+
+ORIGINAL_EVALUATE = claims_module.evaluate_grid
+
+
+@pytest.fixture(scope="module")
+def committed():
+    """The scoreboard of docs/results and every grid's own verdicts, each grid evaluated once."""
+    patch = pytest.MonkeyPatch()
+    patch.setattr(claims_module, "evaluate_grid", lambda grid, sweep=None: list(_grid_verdicts(str(grid))))
+    try:
+        rows = scoreboard([RESULTS])
+    finally:
+        patch.undo()
+    grids = {g for v in rows for g in v.grids}
+    return rows, {g: list(_grid_verdicts(str(RESULTS / g))) for g in grids}
+
+
+def test_every_committed_comparison_has_one_verdict_in_its_grid_report_and_on_the_scoreboard(committed):
+    rows, per_grid = committed
+    assert rows
+    for v in rows:
+        assert not v.disagree, (v.claim.claim, v.disagree)
+        holm_ps = []
+        for grid in v.grids:
+            same = [w for w in per_grid[grid] if w.runs == v.runs and w.claim.metric == v.claim.metric
+                    and (v.runs is not None or w.claim.claim == v.claim.claim)]  # no run identity: by its words
+            assert same, (grid, v.claim.claim)
+            for w in same:  # what the grid's report renders (claims_table of evaluate_grid) is this verdict
+                assert w.verdict == v.verdict, (grid, v.claim.claim)
+                holm_ps += [w.p_holm] if w.p_holm is not None else []
+        # a comparison held by several grids shows the largest of their Holm p (each grid's family differs in size)
+        assert v.p_holm == (max(holm_ps) if holm_ps else None), v.claim.claim
+
+
+def test_every_committed_comparison_is_evidence_for_a_registered_claim(committed):
+    rows, _ = committed
+    claims = pc.paper_claims(rows)
+    assert [c.id for c in claims if c.id.startswith("unassigned")] == []
+    by_id = {c.id: c for c in claims}
+    # the mechanism rows are not tested: vanilla shows no sink, drain or peak at this scale (Fig. 2's thresholds)
+    for cid, words in (("fig2-sink", "no sink"), ("fig2-drain", "no value-state drain"),
+                       ("fig2-peak", "no hidden-state peak")):
+        assert by_id[cid].verdict == "not tested"
+        assert all(words in e.row.note for e in by_id[cid].evidence if e.counted and e.row.grid.endswith("evidence"))
+
+
+def test_preconditions_introduced_after_their_results_carry_a_justification(committed):
+    if not pc.git_available():
+        pytest.skip("git history unavailable (not a git checkout, or a shallow clone): cannot date the preconditions")
+    rows, _ = committed
+    listed = pc.precondition_report(pc.paper_claims(rows), RESULTS)
+    registry = pc.load_registry()
+    assert {r["id"] for r in listed if r["kind"] == "precondition"} == set(registry["preconditions"])
+    for r in listed:
+        if r["kind"] == "precondition":
+            assert r["cites"], r["id"]
+            if r["after_results"]:
+                assert r["justification"].strip(), f"precondition {r['id']} came after its results unjustified"
+
+
+def test_the_counts_printed_in_the_documents_are_the_commands():
+    recorded = json.loads(RECORD.read_text())["counts"]
+    for doc in (REPO / "docs/SCOREBOARD.md", REPO / "docs/RESULTS.md"):
+        text = doc.read_text()
+        for which in ("paper", "beyond"):
+            line = pc.counts_line(recorded, which)
+            assert line in text, (doc.name, line)
+        # no other count of claims is printed as current
+        printed = set(re.findall(r"\*\*(\d+) claims of the paper", text))
+        assert printed <= {str(recorded["paper"]["total"])}, (doc.name, printed)
+
+
+def test_the_recorded_counts_are_the_scoreboards(committed):
+    rows, _ = committed
+    counts = pc.claim_counts(pc.paper_claims(rows))
+    assert counts == json.loads(RECORD.read_text())["counts"]
