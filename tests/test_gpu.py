@@ -15,7 +15,6 @@ import lightning as L
 import pytest
 import torch
 from conftest import write_tiny_corpus
-from helpers.experiments import tiny_experiment
 
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
@@ -24,6 +23,7 @@ from lit_resformer.model.decoding import GraphedDecodeStep
 from lit_resformer.model.loss import linear_cross_entropy
 from lit_resformer.training.module import LitResFormer
 from lit_resformer.training.run_dir import RunDir
+from tests.helpers.experiments import tiny_experiment
 from tests.helpers.models import DECODE_VARIANTS, loss_inputs, reference, small, spy_on_loss_paths, tokens
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

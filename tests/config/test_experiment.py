@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.experiments import tiny_experiment
 from omegaconf import OmegaConf
 
 from lit_resformer.cli import main
 from lit_resformer.config.files import config_layers, load_experiment
 from lit_resformer.config.messages import describe_type
 from lit_resformer.grids import GridError, load_grid
+from tests.helpers.experiments import tiny_experiment
 
 # Each: dotted overrides of the tiny experiment (2 layers, max_seq_len 64, seq_len 16, micro-batch 4, local corpus).
 REFUSED = {

@@ -5,12 +5,12 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.experiments import tiny_experiment
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_resformer.cli import main
 from lit_resformer.training.run_dir import RunDir
+from tests.helpers.experiments import tiny_experiment
 
 TOTAL_STEPS = 20
 

@@ -12,7 +12,6 @@ import time
 import datasets
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from lit_resformer.eval.lm_eval_model import LitResFormerLM
 from lit_resformer.eval.prepare_data import prepare_data
@@ -20,7 +19,7 @@ from lit_resformer.eval.run import run_eval
 from lit_resformer.eval.tasks import PAPER_TASKS, load_manifest
 from lit_resformer.export import export_model
 from lit_resformer.model import ModelConfig, Transformer
-from tests.helpers.eval_data import go_offline
+from tests.helpers.eval_data import byte_bpe_tokenizer, go_offline
 
 pytestmark = pytest.mark.slow
 EOS = "<|endoftext|>"
@@ -48,21 +47,10 @@ def task_texts(data_dir, per_task: int = 2000) -> list[str]:
     return texts
 
 
-def bpe_tokenizer(texts: list[str], vocab_size: int = 2048) -> Tokenizer:
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tokenizer.train_from_iterator(texts, trainer)
-    return tokenizer
-
-
 def test_registered_model_matches_lm_evals_hf_model_on_the_six_tasks(offline_data, tmp_path, monkeypatch, capsys):
     from lm_eval.models.huggingface import HFLM
 
-    tokenizer = bpe_tokenizer(task_texts(offline_data))
+    tokenizer = byte_bpe_tokenizer(task_texts(offline_data))
     torch.manual_seed(0)
     config = ModelConfig.preset("tiny", vocab_size=tokenizer.get_vocab_size(), max_seq_len=256)
     model = Transformer(config).eval()

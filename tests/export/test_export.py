@@ -17,18 +17,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.experiments import tiny_experiment
-from helpers.hf_remote import check_in_plain_transformers
 
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
 from lit_resformer.eval.lm_eval_cli import lm_eval_argv, task_folder
 from lit_resformer.export import export_model, export_resformer, hf_config_fields
 from lit_resformer.export.hf_remote.configuration_resformer import ResFormerConfig
-from lit_resformer.model import ModelConfig, Transformer, kv_cache_bytes
+from lit_resformer.model import ModelConfig, Transformer
 from tests.helpers.eval_data import CORPUS, arc_data_dir, byte_bpe_tokenizer
-
-PROMPT_LEN, NEW_TOKENS = 10, 8
+from tests.helpers.experiments import tiny_experiment
+from tests.helpers.hf_remote import NEW_TOKENS, PROMPT_LEN, check_in_plain_transformers, reference_case
 
 # name -> ModelConfig overrides of a 6-layer model (d_model 32, 4 heads).
 VARIANTS = {
@@ -86,30 +84,6 @@ def make_model(bpe, seed: int, **overrides) -> Transformer:
     return model
 
 
-@torch.no_grad()
-def reference_case(model: Transformer, folder: Path, seed: int) -> tuple[dict, dict]:
-    """(inputs for the checking process, what the project's model computes on them)."""
-    generator = torch.Generator().manual_seed(seed)
-    vocab = model.config.vocab_size
-    ids = torch.randint(1, vocab, (2, PROMPT_LEN), generator=generator)
-    greedy = model.generate(ids, max_new_tokens=NEW_TOKENS)
-    short = ids[1, :6]
-    padded_ids = torch.zeros_like(ids)  # row 1 is left-padded to the length of row 0
-    padded_ids[0], padded_ids[1, -len(short):] = ids[0], short
-    padded_mask = (torch.arange(PROMPT_LEN) >= torch.tensor([[0], [PROMPT_LEN - len(short)]])).long()
-    case = {"dir": str(folder), "ids": ids, "max_new_tokens": NEW_TOKENS, "padded_ids": padded_ids,
-            "padded_mask": padded_mask, "text": CORPUS[1]}
-    expected = {
-        "logits": model(ids),
-        "sequences": greedy,
-        "step_logits": model(greedy[:, :-1])[:, PROMPT_LEN - 1:],
-        "cache_bytes": kv_cache_bytes(model.config, batch=2, seq=PROMPT_LEN + NEW_TOKENS - 1),
-        "padded_new_tokens": [model.generate(ids[:1], NEW_TOKENS)[0, PROMPT_LEN:],
-                              model.generate(short[None], NEW_TOKENS)[0, len(short):]],
-    }
-    return case, expected
-
-
 @pytest.fixture(scope="module")
 def svformer_run(tmp_path_factory, tiny_corpus, data_cache):
     """Two training steps of an SVFormer with an anchor and GQA, through `lit-resformer fit`."""
@@ -152,7 +126,7 @@ def checked(tmp_path_factory, bpe, svformer_run):
 
     cases, expected = {}, {}
     for seed, (name, model) in enumerate(models.items()):
-        cases[name], expected[name] = reference_case(model, root / name, seed)
+        cases[name], expected[name] = reference_case(model, root / name, seed, CORPUS[1])
     torch.set_num_threads(threads)
     results = check_in_plain_transformers(root, cases)
     return {name: (expected[name], results["folders"][name]) for name in models}, root

@@ -7,10 +7,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from helpers.experiments import tiny_experiment
 
 from lit_resformer.grids import GridOptions, LocalExecutor, PoolOptions, run_grid
 from lit_resformer.training.run_dir import RunDir
+from tests.helpers.experiments import tiny_experiment
 
 
 def test_slots_and_threads_per_run_are_set_for_every_run(monkeypatch):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.experiments import tiny_experiment
 
 from lit_resformer.grids.archive import SliceError, export_grid, merge_export
 from lit_resformer.training.run_dir import RunConflict, RunDir
+from tests.helpers.experiments import tiny_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 

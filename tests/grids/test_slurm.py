@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.experiments import tiny_experiment
 
 from lit_resformer.corpora.sources import SNIFF_BYTES
 from lit_resformer.training.run_dir import RunDir
+from tests.helpers.experiments import tiny_experiment
 
 pytestmark = pytest.mark.slurm
 

@@ -21,14 +21,15 @@ CORPUS = [
 ] * 4
 
 
-def byte_bpe_tokenizer(vocab_size: int = 320) -> Tokenizer:
+def byte_bpe_tokenizer(vocab_size: int = 320, texts: list[str] = CORPUS) -> Tokenizer:
+    """A byte-level BPE (GPT-2's pre-tokenizer, EOS as its one special token) trained on `texts`."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    tokenizer.train_from_iterator(CORPUS, trainer)
+    tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
 
 

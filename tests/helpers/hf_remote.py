@@ -11,7 +11,10 @@ from pathlib import Path
 import torch
 import transformers
 
+from lit_resformer.model import Transformer, kv_cache_bytes
+
 CHECK = Path(__file__).parent / "hf_remote_check.py"
+PROMPT_LEN, NEW_TOKENS = 10, 8
 
 
 def check_in_plain_transformers(root: Path, cases: dict) -> dict:
@@ -28,3 +31,28 @@ def check_in_plain_transformers(root: Path, cases: dict) -> dict:
     results = torch.load(root / "results.pt")
     assert results["transformers"] == transformers.__version__
     return results
+
+
+@torch.no_grad()
+def reference_case(model: Transformer, folder: Path, seed: int, text: str) -> tuple[dict, dict]:
+    """(inputs for the checking process, what the project's model computes on them): logits, greedy generation
+    through the cache, one left-padded row, the cache's size, and `text` for the exported tokenizer."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    ids = torch.randint(1, vocab, (2, PROMPT_LEN), generator=generator)
+    greedy = model.generate(ids, max_new_tokens=NEW_TOKENS)
+    short = ids[1, :6]
+    padded_ids = torch.zeros_like(ids)  # row 1 is left-padded to the length of row 0
+    padded_ids[0], padded_ids[1, -len(short):] = ids[0], short
+    padded_mask = (torch.arange(PROMPT_LEN) >= torch.tensor([[0], [PROMPT_LEN - len(short)]])).long()
+    case = {"dir": str(folder), "ids": ids, "max_new_tokens": NEW_TOKENS, "padded_ids": padded_ids,
+            "padded_mask": padded_mask, "text": text}
+    expected = {
+        "logits": model(ids),
+        "sequences": greedy,
+        "step_logits": model(greedy[:, :-1])[:, PROMPT_LEN - 1:],
+        "cache_bytes": kv_cache_bytes(model.config, batch=2, seq=PROMPT_LEN + NEW_TOKENS - 1),
+        "padded_new_tokens": [model.generate(ids[:1], NEW_TOKENS)[0, PROMPT_LEN:],
+                              model.generate(short[None], NEW_TOKENS)[0, len(short):]],
+    }
+    return case, expected

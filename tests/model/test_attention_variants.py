@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
 import torch
-from helpers.hf_remote import check_in_plain_transformers
 
 from lit_resformer.export import export_model, hf_config_fields
 from lit_resformer.export.hf_remote.configuration_resformer import GROUP_DEFAULTS, ResFormerConfig
@@ -23,6 +21,8 @@ from lit_resformer.export.hf_remote.modeling_resformer import ResFormerForCausal
 from lit_resformer.model import VARIANT_GROUPS, ModelConfig, Trace, Transformer, kv_cache_bytes
 from lit_resformer.model.hf import non_vanilla_fields, to_hf_llama
 from lit_resformer.model.transformer import ExclusiveSelfAttention
+from tests.helpers.eval_data import byte_bpe_tokenizer
+from tests.helpers.hf_remote import NEW_TOKENS, PROMPT_LEN, check_in_plain_transformers, reference_case
 from tests.helpers.models import SMALL, argmax_without_cache, build, small, tokens
 
 NEW_MODULES = ("out_gate", "xsa", "sat_gate", "dense_value")  # the submodules these variants add
@@ -442,50 +442,17 @@ def test_a_model_built_from_the_exported_config_starts_where_the_training_code_s
 
 
 # ---------------------------------------------------------------------------- Hugging Face export
-PROMPT_LEN, NEW_TOKENS = 10, 8
-EOS = "<|endoftext|>"
 TEXT = "the quiet river walks under the old stone bridge in the morning light"
 EXPORTED = ["gate-head", "gate-element+resformer+gqa", "xsa-head+svformer-anchors+gqa", "xsa-token+neutreno",
             "satformer+gqa+value-embed", "dense-input+denseformer+resformer", "dense-value-last",
             "skip-v1+gqa+neutreno", "skip-v1+cla-k+xsa+gate", "all-that-compose"]
 
 
-def _tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator([TEXT, "a bright song over the north river", "def value return self"] * 3, trainer)
-    return tokenizer
-
-
-@torch.no_grad()
-def _reference_case(model: Transformer, folder: Path, seed: int) -> tuple[dict, dict]:
-    """(inputs for the checking process, what the project's model computes on them), as tests/export/test_export.py."""
-    ids = torch.randint(1, model.config.vocab_size, (2, PROMPT_LEN), generator=torch.Generator().manual_seed(seed))
-    greedy = model.generate(ids, max_new_tokens=NEW_TOKENS)
-    short = ids[1, :6]
-    padded_ids = torch.zeros_like(ids)  # row 1 is left-padded to the length of row 0
-    padded_ids[0], padded_ids[1, -len(short):] = ids[0], short
-    padded_mask = (torch.arange(PROMPT_LEN) >= torch.tensor([[0], [PROMPT_LEN - len(short)]])).long()
-    case = {"dir": str(folder), "ids": ids, "max_new_tokens": NEW_TOKENS, "padded_ids": padded_ids,
-            "padded_mask": padded_mask, "text": TEXT}
-    expected = {
-        "logits": model(ids), "sequences": greedy, "step_logits": model(greedy[:, :-1])[:, PROMPT_LEN - 1:],
-        "cache_bytes": kv_cache_bytes(model.config, batch=2, seq=PROMPT_LEN + NEW_TOKENS - 1),
-        "padded_new_tokens": [model.generate(ids[:1], NEW_TOKENS)[0, PROMPT_LEN:],
-                              model.generate(short[None], NEW_TOKENS)[0, len(short):]],
-    }
-    return case, expected
-
-
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """Every exported variant through one isolated `python -I` process: {name: (expected, what the folder computed)}."""
     root = tmp_path_factory.mktemp("hf_variants")
-    tokenizer = _tokenizer()
+    tokenizer = byte_bpe_tokenizer(300, [TEXT, "a bright song over the north river", "def value return self"] * 3)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: one thread is fastest, and robust to a busy machine
     cases, expected = {}, {}
@@ -496,7 +463,7 @@ def exported(tmp_path_factory):
                                         **DECODE_VARIANTS[name]})
         model = moved_off_init(Transformer(config).eval())
         export_model(model, tokenizer, root / name)
-        cases[name], expected[name] = _reference_case(model, root / name, seed)
+        cases[name], expected[name] = reference_case(model, root / name, seed, TEXT)
     torch.set_num_threads(threads)
     results = check_in_plain_transformers(root, cases)
     return {name: (expected[name], results["folders"][name]) for name in EXPORTED}

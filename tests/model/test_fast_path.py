@@ -10,7 +10,6 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from helpers.experiments import tiny_experiment
 
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
@@ -20,6 +19,7 @@ from lit_resformer.model.decoding import GraphedDecodeStep
 from lit_resformer.model.loss import chunked_loss_pays, linear_cross_entropy, plain_cross_entropy
 from lit_resformer.training.module import LitResFormer
 from lit_resformer.training.run_dir import RunDir
+from tests.helpers.experiments import tiny_experiment
 from tests.helpers.models import (
     DECODE_VARIANTS,
     build,

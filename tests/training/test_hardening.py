@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import chromium
-from helpers.experiments import tiny_experiment
 
 from lit_resformer.cli import main
 from lit_resformer.grids import GridError, load_grid
 from lit_resformer.training.checker import ConfigChecker
 from tests.helpers.eval_data import ARC_ROWS, arc_data_dir
+from tests.helpers.experiments import tiny_experiment
 from tests.helpers.fake_trainer import FAKE_TRAINER, THREE_CELLS, write_grid
 from tests.helpers.grid_dirs import make_grid_dir, write_run
 

@@ -6,12 +6,12 @@ import importlib.util
 
 import pytest
 import yaml
-from helpers.experiments import tiny_experiment
 
 from lit_resformer.data import LMDataModule
 from lit_resformer.training.lightning_cli import CLI_SETTINGS, PARSER_SETTINGS, ResFormerCLI, run_loggers
 from lit_resformer.training.module import LitResFormer
 from lit_resformer.training.run_dir import RunDir
+from tests.helpers.experiments import tiny_experiment
 
 
 def fit(tmp_path, corpus, cache, loggers: list[dict]) -> tuple[ResFormerCLI, RunDir]:

@@ -6,11 +6,11 @@ import warnings
 
 import pytest
 import yaml
-from helpers.experiments import tiny_experiment
 
 from lit_resformer.data import LMDataModule
 from lit_resformer.training.lightning_cli import CLI_SETTINGS, PARSER_SETTINGS, ResFormerCLI
 from lit_resformer.training.module import LitResFormer, RichBar, TQDMBar
+from tests.helpers.experiments import tiny_experiment
 
 
 def cli(args: list[str]) -> ResFormerCLI:

@@ -11,13 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers.experiments import tiny_experiment
 
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
 from lit_resformer.training.module import warmup_cosine
 from lit_resformer.training.run_dir import RunDir
-from tests.helpers.experiments import experiment, fit, fit_killed_at_step_5, read_metrics, refused
+from tests.helpers.experiments import (
+    experiment,
+    fit,
+    fit_killed_at_step_5,
+    read_metrics,
+    refused,
+    tiny_experiment,
+)
 
 HELPERS = Path(__file__).parents[1] / "helpers"
 
