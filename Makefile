@@ -74,10 +74,10 @@ lock: latest-env
 
 # The unit tier and the fast integration checks (pyproject's addopts: a few minutes); test-all adds the integration
 # tier (real training, the repository's grids and committed results), as CI runs it (.ci/run). Both spread the tests
-# over TEST_WORKERS pytest-xdist processes of one thread each (tests/conftest.py), an idle one taking tests queued
-# for a busy one (worksteal); TEST_WORKERS=0 runs them in this process.
+# over TEST_WORKERS pytest-xdist processes of one thread each (tests/conftest.py); tests marked with one
+# xdist_group run on one worker (they share an expensive fixture); TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist worksteal
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
 test: install
 	$(PY) -m pytest -q --durations=20 $(PYTEST_PARALLEL)
 

@@ -63,6 +63,7 @@ def test_the_committed_fig7_evidence_grid_takes_the_claim_from_configs():
                              paper="20.3% less data (v5)")
 
 
+@pytest.mark.integration  # the committed fig7-evidence runs
 def test_fig7_evidence_resformer_reaches_vanillas_final_loss_with_less_data():
     result = ttt.time_to_target(load_results(FIG7), "resformer", "vanilla")
     verdicts = evaluate_grid(FIG7)
