@@ -139,14 +139,16 @@ def markdown(rows: Sequence[dict], commit: str | None, dirty: bool | None) -> st
     identical = sum(row["identical"] for row in rows)
     lines = [f"# Re-derived runs: {identical} of {len(rows)} identical to the last digit",
              "",
-             f"Re-derived at {commit or 'an unknown commit'}{' with uncommitted changes' if dirty else ''}. "
-             f"Each cell: committed -> re-derived (difference).",
+             f"Written at {commit or 'an unknown commit'}{' with uncommitted changes' if dirty else ''}; a run "
+             f"re-derived by an earlier call keeps the commit it was re-derived at. Each cell: committed -> re-derived "
+             f"(difference).",
              "",
-             "| run | trained at | " + " | ".join(keys) + " | machine differences |",
-             "|---|---|" + "---|" * len(keys) + "---|"]
+             "| run | trained at | re-derived at | " + " | ".join(keys) + " | machine differences |",
+             "|---|---|---|" + "---|" * len(keys) + "---|"]
     for row in rows:
         commits = row["commits"]
-        trained = f"{(commits['committed'] or '?')[:10]}{' (dirty)' if commits['committed_dirty'] else ''}"
+        trained, rederived = (f"{(commits[side] or '?')[:10]}{' (dirty)' if commits[f'{side}_dirty'] else ''}"
+                              for side in ("committed", "rederived"))
         cells = []
         for key in keys:
             v = row["values"].get(key) or {}
@@ -157,7 +159,7 @@ def markdown(rows: Sequence[dict], commit: str | None, dirty: bool | None) -> st
             else:
                 cells.append(f"{_number(v['committed'])} -> {_number(v['rederived'])} ({v['difference']:+.2e})")
         machine = "; ".join(f"{k}: {a} -> {b}" for k, (a, b) in row["machine_differences"].items()) or "none"
-        lines.append(f"| {row['run']} | {trained} | " + " | ".join(cells) + f" | {machine} |")
+        lines.append(f"| {row['run']} | {trained} | {rederived} | " + " | ".join(cells) + f" | {machine} |")
     return "\n".join(lines) + "\n"
 
 

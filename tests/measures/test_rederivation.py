@@ -11,7 +11,7 @@ import pytest
 
 from lit_resformer.grids.runner import GridOptions, run_grid
 from lit_resformer.measures import rederivation
-from lit_resformer.measures.rederivation import RederivationError, committed_runs, rederive
+from lit_resformer.measures.rederivation import RederivationError, committed_runs, markdown, rederive
 from tests.helpers.fake_trainer import calls, write_grid
 
 GRID = {"baseline": "vanilla", "seeds": [0, 1],
@@ -71,3 +71,18 @@ def test_a_dirty_checkout_or_nothing_to_rederive_is_refused_before_any_training(
         committed_runs([committed], cells=["nope"])
     with pytest.raises(RederivationError, match="no run under it"):
         committed_runs([tmp_path / "empty-folder-that-is-missing"])
+
+
+def test_each_row_names_the_commit_its_run_was_rederived_at():
+    """Runs re-derived by two calls (a stopped one, then the rest) keep their own commits; the page's header names
+    only the call that wrote it."""
+    def row(run, rederived_at):
+        return {"run": run, "identical": False, "status": "done", "machine_differences": {},
+                "values": {"final_val_loss": {"committed": 4.5, "rederived": 4.4, "difference": -0.1}},
+                "commits": {"committed": "a" * 40, "committed_dirty": True, "rederived": rederived_at,
+                            "rederived_dirty": False}}
+
+    page = markdown([row("g/vanilla/seed0", "b" * 40), row("g/vanilla/seed1", "c" * 40)], "c" * 40, False)
+    assert "Written at " + "c" * 40 in page
+    assert "| g/vanilla/seed0 | aaaaaaaaaa (dirty) | bbbbbbbbbb |" in page
+    assert "| g/vanilla/seed1 | aaaaaaaaaa (dirty) | cccccccccc |" in page
