@@ -87,12 +87,6 @@ def _grid_verdicts(path: str) -> tuple:
 ORIGINAL_EVALUATE = claims_module.evaluate_grid
 
 
-# The audits over docs/results (the whole scoreboard: about 40 s) are in the integration tier, and on one pytest-xdist
-# worker so that the module's scoreboard is computed once.
-def over_committed_results(test):
-    return pytest.mark.xdist_group("committed-results")(pytest.mark.integration(test))
-
-
 @pytest.fixture(scope="module")
 def committed():
     """The scoreboard of docs/results and every grid's own verdicts, each grid evaluated once."""
@@ -106,7 +100,7 @@ def committed():
     return rows, {g: list(_grid_verdicts(str(RESULTS / g))) for g in grids}
 
 
-@over_committed_results
+@pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
 def test_every_committed_comparison_has_one_verdict_in_its_grid_report_and_on_the_scoreboard(committed):
     rows, per_grid = committed
     assert rows
@@ -124,7 +118,7 @@ def test_every_committed_comparison_has_one_verdict_in_its_grid_report_and_on_th
         assert v.p_holm == (max(holm_ps) if holm_ps else None), v.claim.claim
 
 
-@over_committed_results
+@pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
 def test_every_committed_comparison_is_evidence_for_a_registered_claim(committed):
     rows, _ = committed
     claims = pc.paper_claims(rows)
@@ -137,7 +131,7 @@ def test_every_committed_comparison_is_evidence_for_a_registered_claim(committed
         assert all(words in e.row.note for e in by_id[cid].evidence if e.counted and e.row.grid.endswith("evidence"))
 
 
-@over_committed_results
+@pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
 def test_preconditions_introduced_after_their_results_carry_a_justification(committed):
     if not pc.git_available():
         pytest.skip("git history unavailable (not a git checkout, or a shallow clone): cannot date the preconditions")
@@ -164,7 +158,7 @@ def test_the_counts_printed_in_the_documents_are_the_commands():
         assert printed <= {str(recorded["paper"]["total"])}, (doc.name, printed)
 
 
-@over_committed_results
+@pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
 def test_the_recorded_counts_are_the_scoreboards(committed):
     rows, _ = committed
     counts = pc.claim_counts(pc.paper_claims(rows))
