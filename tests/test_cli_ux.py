@@ -44,6 +44,14 @@ def test_readme_shows_the_help_as_it_is(capsys):
     assert f"$ lit-resformer --help\n{text}```" in readme
 
 
+def test_the_documents_a_reader_opens_first_stay_short():
+    """The README is what it is, the two commands, the three uses and links (12 KB, OLMo-core's size); the results log
+    keeps the dated entries a reader finishes (60 KB), older passes left to git history."""
+    root = Path(__file__).resolve().parents[1]
+    assert len((root / "README.md").read_bytes()) <= 12 * 1024
+    assert len((root / "docs" / "RESULTS.md").read_bytes()) <= 60 * 1024
+
+
 def test_lit_resformer_is_the_only_command_line():
     """`lit-resformer` imports the grid runner, eval, export and benchmarks only inside the command that runs them,
     and the runner's own package has no second entry point."""
