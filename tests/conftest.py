@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.helpers.fake_trainer import FAKE_TRAINER
+from tests.helpers.repository_grids import repository_grid as cached_repository_grid
 
 _ALPHA_WORDS = "the a river stone bright quiet morning walks over under north song light old".split()
 _BETA_WORDS = "def return if else for in range self value list dict none true false import".split()
@@ -55,6 +56,17 @@ def gpu_tier_corpus(tmp_path_factory):
     corpus = tmp_path_factory.mktemp("gpu_tier_corpus") / "python.jsonl"
     corpus.write_text("".join(f'{{"text": "def f{i}(): return {i}"}}\n' for i in range(50)))
     return corpus
+
+
+@pytest.fixture(scope="session")
+def repository_grid(gpu_tier_corpus):
+    """configs/grids/<relative> -> its Grid, loaded once (tests/helpers/repository_grids.py); the GPU tier and
+    evidence/fig14, which train on code, read the stand-in code corpus."""
+    def load(relative: str):
+        on_code_corpus = relative.startswith("gpu/") or relative == "evidence/fig14.yaml"
+        return cached_repository_grid(relative, str(gpu_tier_corpus) if on_code_corpus else None)
+
+    return load
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
 
 from lit_resformer.model import ModelConfig
 from lit_resformer.model.config import ResidualConfig
+from tests.helpers.repository_grids import repository_grid
 
 # Each test reads the repository's grid files (a LightningCLI parser and every cell resolved, per grid).
 pytestmark = pytest.mark.integration
@@ -17,11 +17,8 @@ GRIDS = Path(__file__).resolve().parents[2] / "configs" / "grids"
 PAPER_TIER = "paper/"  # configs/grids/paper/<figure>.yaml; the quick tier's is configs/grids/<figure>.yaml
 
 
-@functools.cache
 def _grid(name: str):
-    from lit_resformer.grids.spec import load_grid
-
-    return load_grid(GRIDS / f"{name}.yaml")
+    return repository_grid(f"{name}.yaml")
 
 
 def _cell(grid: str, cell: str) -> dict:
@@ -71,15 +68,14 @@ def test_fig17_anchor_counts(tier):
 def test_gpu_tier_trains_the_82m_preset_on_at_least_25m_tokens_a_run(gpu_tier_corpus):
     """Every GPU-tier grid: the paper's 82M preset, bf16 on one GPU, >= 25M training tokens a run, the seeds the
     tier promises (3 where the paper's effect is the headline, else 2), its parent's cells."""
-    from lit_resformer.grids.spec import load_grid
 
     three_seeds = {"fig7", "fig7-lengths", "fig9", "fig11", "fig13"}
     grids = sorted((GRIDS / "gpu").glob("*.yaml"))
     # the GPU tier decides at the paper's model size what the CPU evidence tier decides on two cores
     assert {p.stem for p in grids} == {p.stem for p in (GRIDS / "evidence").glob("*.yaml")}
     for path in grids:
-        grid = load_grid(path, forced={"data.path": str(gpu_tier_corpus)})
-        paper = load_grid(GRIDS / PAPER_TIER / path.name)
+        grid = repository_grid(f"gpu/{path.name}", str(gpu_tier_corpus))
+        paper = repository_grid(f"{PAPER_TIER}{path.name}")
         assert grid.name == f"{path.stem}-gpu" and {c.family or c.name for c in grid.cells} == \
             {c.family or c.name for c in paper.cells}, path
         assert len(grid.seeds) == (3 if path.stem in three_seeds else 2), path

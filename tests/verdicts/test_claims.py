@@ -361,13 +361,12 @@ def test_each_metric_kind_is_one_entry_in_each_layer():
             assert [k for k in METRIC_KINDS if k.covers(value)] == [kind] and metric_kind(value) is kind, metric
 
 
-def test_every_shipped_grid_states_its_claims(gpu_tier_corpus):
+def test_every_shipped_grid_states_its_claims(repository_grid):
     """Every grid file (quick, reproduction, paper-sized and GPU) loads and judges at least one claim of its figure."""
     grids = sorted((REPO / "configs/grids").rglob("*.yaml"))
     assert any(p.parent.name == "gpu" for p in grids)
     for path in grids:
-        on_code_corpus = path.parent.name == "gpu" or path.relative_to(REPO).as_posix() == "configs/grids/evidence/fig14.yaml"
-        grid = load_grid(path, forced={"data.path": str(gpu_tier_corpus)} if on_code_corpus else None)
+        grid = repository_grid(path.relative_to(REPO / "configs/grids").as_posix())
         assert grid.claims, f"{path} has no claims"
         # what every run of the grid starts by writing (and `grid --dry-run` prints): each cell's changes to the
         # base, also where the base alone does not run (evidence/fig14: a 2,048-token corpus over a 512-token model)
@@ -380,12 +379,12 @@ def test_every_shipped_grid_states_its_claims(gpu_tier_corpus):
     assert "data.seq_len" in changes and "trainer.accelerator" not in changes
 
 
-def test_reproduction_tier_trains_a_million_tokens_and_validates_on_the_whole_split(tmp_path):
+def test_reproduction_tier_trains_a_million_tokens_and_validates_on_the_whole_split(repository_grid, tmp_path):
     repro = sorted((REPO / "configs/grids/repro").glob("*.yaml"))
     # every figure the evidence tier decides was first run at this budget
     assert {p.stem for p in repro} >= {p.stem for p in (REPO / "configs/grids/evidence").glob("*.yaml")}
     for path in repro:
-        grid = load_grid(path)
+        grid = repository_grid(f"repro/{path.name}")
         assert grid.name == f"{path.stem}-repro"  # never the quick grid's run directory
         assert len(grid.seeds) >= 2, path
         for cell, config in grid.configs.items():
@@ -642,8 +641,8 @@ def test_malformed_new_claim_fields_arerefused(tmp_path, claim, message):
             {"claim": "c", "a": "better", "b": "vanilla", "direction": "lower", **claim}]})
 
 
-def test_fig10_judges_the_identity_mapping_against_eq4_and_eq2():
+def test_fig10_judges_the_identity_mapping_against_eq4_and_eq2(repository_grid):
     """The paper's "identity hurts" compares Eq. 6 with the Eq. 4 and Eq. 2 mappings, not with vanilla."""
-    grid = load_grid(REPO / "configs/grids/fig10.yaml")
+    grid = repository_grid("fig10.yaml")
     identity = [(c["a"], c["b"], c["direction"]) for c in grid.claims if c["a"] == "identity"]
     assert identity == [("identity", "attention", "higher"), ("identity", "cross_attention", "higher")]
