@@ -1,6 +1,6 @@
-"""Shared fixtures: a tiny synthetic two-domain corpus, one data cache and one trained tiny run for the session, an
-LMDataModule factory, and the fake trainer the grid runner tests drive. Helpers that are plain functions live in
-tests/helpers/."""
+"""Shared fixtures: a tiny synthetic two-domain corpus, one data cache and one trained tiny run for the session, the
+repository's grids loaded once, an LMDataModule factory, and the fake trainer the grid runner tests drive. Helpers
+that are plain functions live in tests/helpers/."""
 
 import json
 import os
