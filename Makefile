@@ -28,7 +28,7 @@ install: $(VENV)/.installed
 # installing. pyproject keeps its ranges for people installing the package into an environment of their own.
 # PyTorch comes through pip (TORCH may name an index, and pip's configuration may hold a local build); the rest
 # through uv, which installs the same locked versions in parallel. Neither compiles bytecode ahead: Python compiles
-# a module when it is first imported. On the 2-core machine: 36 s from a fresh clone, cold caches (2 min 44 s by pip).
+# a module when it is first imported. On the 2-core machine: 36-65 s from a fresh clone, cold caches (pip: 2 min 44 s).
 LOCK ?= requirements.lock
 UV   ?= uv==0.13.9
 $(VENV)/.installed: pyproject.toml $(LOCK)
