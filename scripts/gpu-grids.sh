@@ -18,6 +18,11 @@
 #   lit-resformer claims docs/results
 #
 # SET holds `--set` overrides for every cell (default: train on the GPU); CPU-tier grids keep their fp32 recipe.
+# GRID_ARGS holds more arguments for every runner: `--analyze` for a grid whose claims read the attention analysis
+# (it needs the checkpoints, which stay on this machine; the analysis results are exported with the runs).
+# A grid on the pinned corpus (configs/data/pinned.yaml) needs its shard, which an offline machine cannot build:
+# carry it in $PINNED_SHARDS (default .pinned/; `python -m lit_resformer.corpora.pinned_corpus build --out .pinned/`,
+# 27 MiB) and it is copied into the cache first.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-$PWD/gpu-grids}
@@ -34,6 +39,8 @@ RUNS_PER_GPU=${RUNS_PER_GPU:-4}
 SET=${SET:-trainer.accelerator=gpu}
 PY=${PYTHON:-python3}
 GRIDS=${GRIDS:?name the grid files: GRIDS="configs/grids/repro/fig7.yaml ..."}
+GRID_ARGS=${GRID_ARGS:-}
+PINNED_SHARDS=${PINNED_SHARDS:-.pinned}
 export LIT_RESFORMER_CACHE=${LIT_RESFORMER_CACHE:-/tmp/lit-resformer-cache}
 
 START=$SECONDS
@@ -63,6 +70,11 @@ for grid in $GRIDS; do
         cp -r "$RESULTS/$name" "$RUNS/" && log "$name: seeded with $(ls -d "$RESULTS/$name"/*/seed*/ 2>/dev/null | wc -l) finished run(s)"
     fi
 done
+
+if ls "$PINNED_SHARDS"/pinned-*.corpus.xz >/dev/null 2>&1; then
+    mkdir -p "$LIT_RESFORMER_CACHE/pinned" && cp "$PINNED_SHARDS"/pinned-*.corpus.xz "$LIT_RESFORMER_CACHE/pinned/"
+    log "pinned corpus shard(s) copied into the cache: $(ls "$PINNED_SHARDS"/pinned-*.corpus.xz)"
+fi
 
 # The data, built once before the concurrent runners (they would otherwise all wait on its lock):
 #   PREPARE=embedded  the embedded corpus's 4k BPE and token caches (the CPU tier's data; default)
@@ -115,11 +127,11 @@ one_grid() {
         return 0
     fi
     "$PY" -m lit_resformer.cli grid "$grid" --runs-dir "$RUNS" --no-report --runs-per-gpu "$RUNS_PER_GPU" \
-        --time-limit "$limit" "${set_args[@]}" >"$OUT/.logs/$name.log" 2>&1
+        --time-limit "$limit" "${set_args[@]}" $GRID_ARGS >"$OUT/.logs/$name.log" 2>&1
     echo "[$((SECONDS - START))s] $name: runner exit $? ($(grep -c '' "$OUT/.logs/$name.log") log lines)" >>"$OUT/.logs/slice.log"
 }
 export -f one_grid grid_name
-export PY RUNS RUNS_PER_GPU BUDGET MARGIN START OUT
+export PY RUNS RUNS_PER_GPU BUDGET MARGIN START OUT GRID_ARGS
 export SET_ARGS="${set_args[*]}"
 # xargs runs the grids $PARALLEL at a time; each runner stops itself at its time limit
 printf '%s\n' $GRIDS | xargs -P "$PARALLEL" -I{} bash -c 'set_args=($SET_ARGS); one_grid "$@"' _ {}

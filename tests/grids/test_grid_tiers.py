@@ -81,6 +81,8 @@ def test_each_figures_cells_and_claims_are_written_once():
         for file in sorted({file for chain in chains.values() for file in chain}):
             spec = yaml.safe_load(file.read_text())
             for name, overrides in (spec.get("cells") or {}).items():
+                if overrides is None:  # `~` removes an inherited cell: it writes none
+                    continue
                 key = (name, json.dumps(_flat(overrides), sort_keys=True))
                 assert key not in written_cells, f"{file} repeats cell {name} of {written_cells[key]}"
                 written_cells[key] = file
@@ -112,6 +114,43 @@ def test_the_evidence_tier_trains_past_two_million_tokens_within_one_epoch_on_fi
                 assert data["val_sequences_per_domain"] is None, (path, cell)  # the whole validation split
             else:
                 assert data["source"] == "local" and long_run, (path, cell)
+
+
+PINNED_TRAIN_TOKENS = 44_517_274  # the pinned corpus's training split with its 4k BPE (the token cache's meta.json)
+
+
+def _params(config: dict) -> int:
+    import torch
+
+    from lit_resformer.model import ModelConfig, Transformer
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in Transformer(ModelConfig(**config["model"]["config"])).parameters())
+
+
+def test_the_transfer_tiers_train_ten_times_the_tokens_or_a_ten_times_larger_model_within_one_epoch(
+        configs_resolved_unchecked):
+    """tokens-x10: the evidence tier's model at ~20M tokens a run; size-x10: ~10x its parameters at >= 2 tokens per
+    parameter; both on the pinned corpus within one epoch, five seeds."""
+    from lit_resformer.grids.spec import load_grid
+
+    tiny = _params({"model": {"config": {"size": "tiny"}}})
+    tiers = {"tokens-x10": sorted((GRIDS / "transfer" / "tokens-x10").glob("*.yaml")),
+             "size-x10": sorted((GRIDS / "transfer" / "size-x10").glob("*.yaml"))}
+    assert all(tiers.values())
+    for tier, paths in tiers.items():
+        for path in paths:
+            grid = load_grid(path)
+            assert len(grid.seeds) >= 5, path
+            for cell, config in grid.configs.items():
+                data, trainer = config["data"], config["trainer"]
+                tokens = trainer["max_steps"] * data["micro_batch_size"] * data["seq_len"]
+                assert data["source"] == "pinned" and tokens <= PINNED_TRAIN_TOKENS, (path, cell)
+                params = _params({"model": {"config": {"size": config["model"]["config"]["size"]}}})  # vanilla's
+                if tier == "tokens-x10":
+                    assert params == tiny and tokens >= 20_000_000, (path, cell)
+                else:
+                    assert 8 * tiny <= params <= 12 * tiny and tokens >= 2 * params, (path, cell, params, tokens)
 
 
 def _evidence_script_grids(cwd: Path) -> list[str]:
