@@ -119,13 +119,14 @@ def test_the_evidence_tier_trains_past_two_million_tokens_within_one_epoch_on_fi
 PINNED_TRAIN_TOKENS = 44_517_274  # the pinned corpus's training split with its 4k BPE (the token cache's meta.json)
 
 
-def _params(config: dict) -> int:
+def _preset_params(size: str) -> int:
+    """Vanilla's parameters at a preset (built on the meta device: nothing is allocated)."""
     import torch
 
     from lit_resformer.model import ModelConfig, Transformer
 
     with torch.device("meta"):
-        return sum(p.numel() for p in Transformer(ModelConfig(**config["model"]["config"])).parameters())
+        return Transformer(ModelConfig.preset(size)).num_params()
 
 
 def test_the_transfer_tiers_train_ten_times_the_tokens_or_a_ten_times_larger_model_within_one_epoch(
@@ -134,7 +135,7 @@ def test_the_transfer_tiers_train_ten_times_the_tokens_or_a_ten_times_larger_mod
     parameter; both on the pinned corpus within one epoch, five seeds."""
     from lit_resformer.grids.spec import load_grid
 
-    tiny = _params({"model": {"config": {"size": "tiny"}}})
+    tiny = _preset_params("tiny")
     tiers = {"tokens-x10": sorted((GRIDS / "transfer" / "tokens-x10").glob("*.yaml")),
              "size-x10": sorted((GRIDS / "transfer" / "size-x10").glob("*.yaml"))}
     assert all(tiers.values())
@@ -146,7 +147,7 @@ def test_the_transfer_tiers_train_ten_times_the_tokens_or_a_ten_times_larger_mod
                 data, trainer = config["data"], config["trainer"]
                 tokens = trainer["max_steps"] * data["micro_batch_size"] * data["seq_len"]
                 assert data["source"] == "pinned" and tokens <= PINNED_TRAIN_TOKENS, (path, cell)
-                params = _params({"model": {"config": {"size": config["model"]["config"]["size"]}}})  # vanilla's
+                params = _preset_params(config["model"]["config"]["size"])
                 if tier == "tokens-x10":
                     assert params == tiny and tokens >= 20_000_000, (path, cell)
                 else:
