@@ -8,7 +8,9 @@ Peak = the best FLOP/s that square matmuls (fp32 on CPU, bf16 on CUDA) reach on 
 gone), every size timed in every round beside the training steps, after the warm-up rounds; the peak is the best
 size's best round. One size timed once swung by 40% between two days on the same kind of machine; the best of
 many warm calls moves only when the machine does. Its spread is the interquartile range of the best size's
-rounds, relative to their median: how far a typical call fell short of the peak.
+rounds, relative to their median: how far a typical call fell short of the peak. On a GPU the MFU is also stated
+against the card's datasheet dense bf16 peak (nanochat's convention, lit_resformer.provenance), so that it compares
+with theirs.
 
 On CUDA the models are the paper's 82M, 180M and 468M at 2,048 tokens with the paper's vocabulary, through the
 project's training path (`model(idx, labels=...)`: padded head, the chunked cross-entropy there) compiled as one
@@ -22,6 +24,7 @@ import torch
 
 from lit_resformer.model import ModelConfig, Transformer, causal_lm_loss
 from lit_resformer.model.loss import chunked_loss_pays
+from lit_resformer.provenance import spec_peak_flops
 
 from . import targets
 from .harness import (
@@ -110,6 +113,7 @@ def run(settings: Settings) -> Result:
     peak_spread = Metric(f"{NAME}.peak_matmul_spread", spread(rates[best]) / median(rates[best]),
                          "fraction of the best size's median", better="lower")
     metrics, rows = [peak_metric, peak_spread], []
+    datasheet = spec_peak_flops(torch.cuda.get_device_name(settings.device)) if settings.cuda else None
     unit, scale = ("TFLOP/s", 1e12) if settings.cuda else ("GFLOP/s", 1e9)
     for name, (n, _, _) in peaks.items():
         metrics.append(Metric(f"{NAME}.matmul_n{n}_flops", max(rates[name]), "FLOP/s", better="higher"))
@@ -129,7 +133,7 @@ def run(settings: Settings) -> Result:
                      else "logits + causal_lm_loss",
                      f"{flops_per_step[name] / (batch * seq_len) / 1e6:.1f}", tps.value,
                      f"{achieved.value / scale:.1f}", f"{100 * mfu.value:.1f}%", f"{100 * spread(mfus):.1f}%",
-                     target_mark(mfu)])
+                     *([] if datasheet is None else [f"{100 * achieved.value / datasheet:.1f}%"]), target_mark(mfu)])
     step_kind = "fwd + loss + bwd + fused AdamW, compiled as one function" if settings.cuda \
         else "fwd + loss + bwd + AdamW"
     peak_rows = [[f"{n} x {n}", repeats, f"{max(rates[name]) / scale:.1f}", f"{median(rates[name]) / scale:.1f}",
@@ -141,9 +145,13 @@ def run(settings: Settings) -> Result:
         f"spread of its rounds {100 * peak_spread.value:.1f}% of their median).\n\n"
         + markdown_table(["size", "products per call", f"best {unit}", f"median {unit}", "spread (IQR)", ""],
                          peak_rows)
-        + f"\n\nTraining: {step_kind}, {settings.precision}; MFU = achieved / peak, per round.\n\n"
+        + f"\n\nTraining: {step_kind}, {settings.precision}; MFU = achieved / peak, per round"
+        + ("" if datasheet is None else f"; MFU (datasheet) = achieved / {datasheet / scale:.1f} {unit}, the card's "
+           "dense bf16 datasheet peak")
+        + ".\n\n"
         + markdown_table(["contender", "layers/heads/d/ffn", "vocab", "batch", "loss", "MFLOP/token", "tokens/s",
-                          f"achieved {unit}", "MFU", "spread (IQR)", "target"], rows)
+                          f"achieved {unit}", "MFU", "spread (IQR)", *([] if datasheet is None else ["MFU (datasheet)"]),
+                          "target"], rows)
         + (f"\n\nLeft out (budget of {settings.budget_s:.0f} s spent): {', '.join(left_out)}." if left_out else "")
     )
     return Result(NAME, metrics, markdown, {"peak_matmul_n": peaks[best][0],

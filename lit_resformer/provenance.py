@@ -1,7 +1,16 @@
-"""What a run ran on: the code's version, the libraries' versions, the device and the precision.
+"""What a run ran on: the code's version, the libraries' versions, the device and the precision; and what that device
+can do at most, the peaks a GPU run's model FLOP utilisation (MFU) is stated against.
 
 A run's summary.json and a grid's manifest record it, so that a result says what produced it and two runs compared
 with each other can be checked for a difference that is not the one under study.
+
+Two peaks, as nanochat and this project's benchmarks state MFU:
+- the **specification** peak: the GPU's dense bf16 tensor-core FLOP/s from its datasheet, whatever the run's precision
+  (nanochat's convention, 989 TFLOP/s for an H100 SXM), so that an MFU compares with theirs (`spec_peak_flops`);
+- the **measured** peak: the best FLOP/s of bf16 square matmuls on the idle device (`measure_peak_flops`), what the
+  card really gives (an H200 here: 776 TFLOP/s, docs/BENCHMARKS.md). A grid runner cannot measure it while its runs
+  share the card, so the process that starts the runner measures it first and passes it on (`MEASURED_PEAK_ENV`;
+  `python -m lit_resformer.provenance --measure-peak`), with how many runs share the card (`RUNS_SHARING_ENV`).
 """
 
 from __future__ import annotations
@@ -16,6 +25,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = {"lightning": "lightning", "transformers": "transformers", "lm_eval": "lm_eval", "datasets": "datasets",
              "tokenizers": "tokenizers"}
 FIELDS = ("git_commit", "git_dirty", "python", "torch", "cuda", *LIBRARIES, "device", "precision", "threads")
+
+# Dense (no 2:4 sparsity) bf16 tensor-core FLOP/s from NVIDIA's datasheets, by a fragment of the name
+# torch.cuda.get_device_name gives, the most specific fragment first. Lightning's get_available_flops holds the same
+# figures but asks a live device, and it does not know an H200 whose name lacks "SXM"/"NVL" ("NVIDIA H200" here).
+SPEC_BF16_DENSE_FLOPS = (
+    ("h100 pcie", 756e12), ("h100 nvl", 835e12), ("h100", 989.4e12),  # an H100 SXM's name: "NVIDIA H100 80GB HBM3"
+    ("h200 nvl", 835e12), ("h200", 989.4e12),  # the SXM's name: "NVIDIA H200"
+    ("a100", 312e12),
+)
+MEASURED_PEAK_ENV = "LIT_RESFORMER_MEASURED_PEAK_FLOPS"
+RUNS_SHARING_ENV = "LIT_RESFORMER_RUNS_SHARING_DEVICE"
 
 
 def collect(precision: str, accelerator: str = "auto", cuda_device: int = 0, threads: str | None = None) -> dict:
@@ -41,6 +61,51 @@ def collect(precision: str, accelerator: str = "auto", cuda_device: int = 0, thr
         "precision": str(precision),
         "threads": threads,
     }
+
+
+def spec_peak_flops(device: str | None) -> float | None:
+    """The dense bf16 datasheet peak of a GPU named as provenance names it; None for a CPU or a GPU not listed."""
+    name = (device or "").lower()
+    if not name or name.startswith("cpu"):
+        return None
+    return next((flops for fragment, flops in SPEC_BF16_DENSE_FLOPS if fragment in name), None)
+
+
+def measure_peak_flops(device: str = "cuda", sizes: tuple[int, ...] = (4096, 8192, 16384), rounds: int = 5,
+                       dtype=None, call_flops: float = 10 * 2 * 8192**3) -> float:
+    """The best FLOP/s of `torch.mm` on square matrices (bf16 unless `dtype` says) over `sizes`, each timed `rounds`
+    times after a warm-up, every timed call repeating its product up to `call_flops` (~15 ms on an H100) for the
+    clocks to rise: one size timed once swung by 40% between two days (benchmarks/mfu.py), the best of many warm
+    calls moves only with the card."""
+    import time
+
+    import torch
+
+    dtype = dtype or torch.bfloat16
+    on_cuda = torch.device(device).type == "cuda"
+    best = 0.0
+    for n in sizes:
+        a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
+        repeats = max(1, round(call_flops / (2 * n**3)))
+        for round_index in range(rounds + 1):  # the first round warms up
+            if on_cuda:
+                torch.cuda.synchronize(device)
+            started = time.perf_counter()
+            for _ in range(repeats):
+                torch.mm(a, b, out=out)
+            if on_cuda:
+                torch.cuda.synchronize(device)
+            if round_index:
+                best = max(best, 2.0 * n**3 * repeats / (time.perf_counter() - started))
+        del a, b, out
+    return best
+
+
+def device_use(env: dict) -> dict:
+    """What a run's environment says of its device beyond its name: the measured peak its starter passed on and how
+    many runs share the device (None where not said), recorded in the run's summary beside its provenance."""
+    peak, sharing = env.get(MEASURED_PEAK_ENV), env.get(RUNS_SHARING_ENV)
+    return {"measured_peak_flops": float(peak) if peak else None, "runs_sharing_device": int(sharing) if sharing else None}
 
 
 def _version(distribution: str) -> str | None:
@@ -84,3 +149,23 @@ def _cpu_name() -> str:
             if line.startswith("model name"):
                 return f"CPU: {line.split(':', 1)[1].strip()}"
     return f"CPU: {platform.processor() or platform.machine()}"
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m lit_resformer.provenance",
+                                     description="What this machine would record for a run, as JSON.")
+    parser.add_argument("--measure-peak", action="store_true",
+                        help="print only the measured bf16 matmul peak of GPU 0 in FLOP/s (for " + MEASURED_PEAK_ENV + ")")
+    args = parser.parse_args()
+    if args.measure_peak:
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.exit(2, "no GPU visible: the measured peak is a GPU's\n")
+        print(f"{measure_peak_flops():.4g}")
+    else:
+        record = collect("32-true")
+        print(json.dumps({**record, "spec_peak_flops": spec_peak_flops(record["device"])}, indent=1))

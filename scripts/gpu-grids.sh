@@ -118,6 +118,13 @@ if [[ -n $prepare ]]; then
     log "data prepared (${PREPARE:-embedded})"
 fi
 
+# the idle card's bf16 matmul peak, before the runs share it: every run records it, and the reports state MFU against
+# it beside the datasheet's (lit_resformer.provenance)
+if peak=$("$PY" -m lit_resformer.provenance --measure-peak 2>>"$OUT/.logs/slice.log"); then
+    export LIT_RESFORMER_MEASURED_PEAK_FLOPS=$peak
+    log "measured bf16 matmul peak: $peak FLOP/s"
+fi
+
 one_grid() {
     local grid=$1 name
     name=$(grid_name "$grid")

@@ -19,6 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from lit_resformer.grids.jobs import RunJob, execute
+from lit_resformer.provenance import RUNS_SHARING_ENV
 
 # on_done(job, summary, error): summary is None when the job could not run at all (error says why).
 OnDone = Callable[[RunJob, dict | None, str | None], None]
@@ -56,7 +57,9 @@ class LocalExecutor:
             groups = [devices[i : i + gpus_per_run] for i in range(0, len(devices) - gpus_per_run + 1, gpus_per_run)]
             if runs_per_gpu > 1 and not threads:  # small runs side by side: the host's cores split between them
                 threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // (len(groups) * runs_per_gpu)))}
-            self.slots = [{"CUDA_VISIBLE_DEVICES": ",".join(group), **threads} for group in groups] * runs_per_gpu
+            # each run records how many share its GPU: its MFU is a share of the card's (reports/budget.py)
+            self.slots = [{"CUDA_VISIBLE_DEVICES": ",".join(group), RUNS_SHARING_ENV: str(runs_per_gpu), **threads}
+                          for group in groups] * runs_per_gpu
         else:
             if not threads and cpu_slots > 1 and "OMP_NUM_THREADS" not in os.environ:
                 threads = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // cpu_slots))}

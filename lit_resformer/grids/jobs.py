@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_resformer.grids.summary import FINISHED, error_lines, now, results, run_provenance
+from lit_resformer.provenance import device_use
 from lit_resformer.training.run_dir import RunBusy, RunDir
 
 TRAIN_COMMAND_ENV = "LIT_RESFORMER_TRAIN_CMD"
@@ -173,6 +174,7 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
         "command": command,
         "wall_time_sec": previous.get("wall_time_sec", 0.0),
         "provenance": run_provenance(run.read_experiment() or {}, env),
+        "device_use": device_use(env),  # the peak and the sharing a GPU run's MFU is stated with (reports/budget.py)
     }
     run.write_summary(summary)
 

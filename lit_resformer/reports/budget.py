@@ -7,7 +7,8 @@ parameters and almost no FLOPs).
     budget_section(results)   # the report's Budget section (markdown)
 
 Parameters, FLOPs and KV bytes come from the config of the cell's runs (the model built on the meta device: no
-checkpoint, no memory); the step time from its finished runs' summaries.
+checkpoint, no memory); the step time from its finished runs' summaries. Runs that trained on a GPU add their model
+FLOP utilisation, against the card's datasheet peak and its measured one (lit_resformer.provenance).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from lit_resformer.grids.summary import model_stats
 from lit_resformer.measures.grid_results import GridResults, RunResult
 from lit_resformer.measures.scaling import non_embedding_params
+from lit_resformer.provenance import spec_peak_flops
 from lit_resformer.writing import markdown_table
 
 
@@ -94,7 +96,73 @@ def budget_section(results: GridResults) -> str:
     )
     header = ["cell", "parameters", "non-embedding parameters", "training MFLOP / token", "KV bytes / token",
               "s / step", "runs timed"]
-    return f"## Budget\n\n{note}\n\n{markdown_table(header, table)}\n"
+    return f"## Budget\n\n{note}\n\n{markdown_table(header, table)}\n" + utilisation_section(results, rows)
+
+
+@dataclass(frozen=True)
+class RunUtilisation:
+    device: str
+    achieved_flops: float  # training FLOPs per token x the run's median tokens/s
+    spec_peak_flops: float | None  # the card's dense bf16 datasheet peak
+    measured_peak_flops: float | None  # the idle card's bf16 matmul peak, measured by whoever started the runner
+    runs_sharing_device: int | None  # runs side by side on the card (the runner's runs per GPU)
+
+    @property
+    def mfu_spec(self) -> float | None:
+        return self.achieved_flops / self.spec_peak_flops if self.spec_peak_flops else None
+
+    @property
+    def mfu_measured(self) -> float | None:
+        return self.achieved_flops / self.measured_peak_flops if self.measured_peak_flops else None
+
+    @property
+    def card_mfu_spec(self) -> float | None:
+        """The card's MFU with every run that shared it (each as fast as this one), against the datasheet peak."""
+        return self.mfu_spec * self.runs_sharing_device if self.mfu_spec and self.runs_sharing_device else None
+
+
+def run_utilisation(run: RunResult, flops_per_token: float | None) -> RunUtilisation | None:
+    """A finished GPU run's utilisation; None for a CPU run or one without a throughput or a FLOP count."""
+    device = (run.provenance or {}).get("device") or ""
+    rate = run.summary.get("tokens_per_sec")
+    if not device or device.startswith("CPU") or not rate or not flops_per_token:
+        return None
+    use = run.summary.get("device_use") or {}
+    return RunUtilisation(device, flops_per_token * rate, spec_peak_flops(device), use.get("measured_peak_flops"),
+                          use.get("runs_sharing_device"))
+
+
+def utilisation_section(results: GridResults, rows: list[CellBudget]) -> str:
+    """Model FLOP utilisation of the cells' GPU runs (mean over each cell's finished GPU runs); "" when none."""
+    table = []
+    for row in rows:
+        runs = [u for r in results.done[row.cell].values() if (u := run_utilisation(r, row.flops_per_token))]
+        if not runs:
+            continue
+
+        def mean(field: str, runs: list[RunUtilisation] = runs) -> str:
+            values = [getattr(u, field) for u in runs]
+            return "–" if None in values else f"{100 * float(np.mean(values)):.3g}%"
+
+        sharing = sorted({u.runs_sharing_device for u in runs}, key=lambda n: (n is None, n))
+        table.append([row.cell, ", ".join(sorted({u.device for u in runs})), str(len(runs)),
+                      ", ".join("–" if n is None else str(n) for n in sharing),
+                      f"{np.mean([u.achieved_flops for u in runs]) / 1e12:.3g}",
+                      mean("mfu_spec"), mean("mfu_measured"), mean("card_mfu_spec")])
+    if not table:
+        return ""
+    note = (
+        "Model FLOP utilisation of the runs that trained on a GPU: achieved = training FLOPs per token (above) x the "
+        "run's median tokens/s, against the card's **datasheet** dense bf16 peak whatever the run's precision "
+        "(nanochat's convention: 989 TFLOP/s for an H100 SXM or an H200) and against its **measured** bf16 matmul "
+        "peak (`python -m lit_resformer.provenance --measure-peak` on the idle card before the runner started; – "
+        "where the run did not record one). Runs that shared a card each used a share of it: **card** is a run's "
+        "MFU times the runs side by side, what the card did for the grid. Small models on a big card are bound by "
+        "the host's per-step overhead, not by the card."
+    )
+    header = ["cell", "device", "GPU runs", "runs side by side", "achieved TFLOP/s a run", "MFU (datasheet)",
+              "MFU (measured peak)", "card MFU (datasheet)"]
+    return f"\n### GPU utilisation\n\n{note}\n\n{markdown_table(header, table)}\n"
 
 
 def _count(value: int | None) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lit_resformer.grids import GridOptions, LocalExecutor, PoolOptions, run_grid
+from lit_resformer.provenance import RUNS_SHARING_ENV
 from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment
 
@@ -22,7 +23,11 @@ def test_slots_and_threads_per_run_are_set_for_every_run(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "8")
     assert LocalExecutor(devices=[], cpu_slots=1, threads_per_run=2).slots == [{"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "2"}]
     assert LocalExecutor(devices=[], cpu_slots=2).slots[0] == {"CUDA_VISIBLE_DEVICES": ""}
-    assert LocalExecutor(devices=["0", "1"], threads_per_run=4).slots[1] == {"CUDA_VISIBLE_DEVICES": "1", "OMP_NUM_THREADS": "4"}
+    assert LocalExecutor(devices=["0", "1"], threads_per_run=4).slots[1] == \
+        {"CUDA_VISIBLE_DEVICES": "1", RUNS_SHARING_ENV: "1", "OMP_NUM_THREADS": "4"}
+    # runs sharing a GPU each record how many share it (their MFU is a share of the card's)
+    shared = LocalExecutor(devices=["0"], runs_per_gpu=3, threads_per_run=1).slots
+    assert shared == [{"CUDA_VISIBLE_DEVICES": "0", RUNS_SHARING_ENV: "3", "OMP_NUM_THREADS": "1"}] * 3
     with pytest.raises(ValueError, match=r"threads_per_run \(0\) must be >= 1"):
         LocalExecutor(devices=[], threads_per_run=0)
 

@@ -80,6 +80,8 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
         assert provenance["device"].startswith("CPU: ") or torch.cuda.is_available()
         assert provenance["git_commit"] is None or len(provenance["git_commit"]) == 40
     assert final["provenance"]["threads"] == os.environ.get("OMP_NUM_THREADS")  # one slot: the environment's
+    # a CPU run shares no GPU and its starter measured no peak (a GPU run's MFU needs them: reports/budget.py)
+    assert final["device_use"] == {"measured_peak_flops": None, "runs_sharing_device": None}
     assert yaml.safe_load((g / "grid.yaml").read_text())["version"] == MANIFEST_VERSION
     assert "## Provenance" in (g / "report.md").read_text()
 

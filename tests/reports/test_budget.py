@@ -3,6 +3,7 @@ synthetic grid run directory (manifest, run configs, metrics and summaries writt
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,27 @@ def test_section_renders_each_cell_with_ratios_to_its_baseline(grid_dir, rows):
     assert "| resformer | 2,254,464 | 1,205,888 |" in section  # equal to the baseline: no ratio shown
     assert "| 0.512 (1.33x) | 1 |" in section
     assert "| deeper | – | – | – | – | – | 0 |" in section
+
+
+def test_gpu_runs_state_their_mfu_against_the_datasheet_and_the_measured_peak(tmp_path, grid_dir, rows):
+    """vanilla's two runs as if trained on an H200 beside nine others, with the idle card's peak measured: the
+    utilisation table's figures by hand; a CPU-only grid has no such table."""
+    assert "GPU utilisation" not in budget_section(load_results(grid_dir))
+    gpu_dir = tmp_path / "g"
+    shutil.copytree(grid_dir, gpu_dir)
+    for seed in (0, 1):
+        path = gpu_dir / f"vanilla/seed{seed}/summary.json"
+        summary = json.loads(path.read_text())
+        summary["provenance"] = {"device": "NVIDIA H200"}
+        summary["device_use"] = {"measured_peak_flops": 776.4e12, "runs_sharing_device": 10}
+        path.write_text(json.dumps(summary))
+    section = budget_section(load_results(gpu_dir))
+    achieved = rows["vanilla"].flops_per_token * sum(TOKENS_PER_SEC.values()) / 2
+    mfu = achieved / 989.4e12
+    row = (f"| vanilla | NVIDIA H200 | 2 | 10 | {achieved / 1e12:.3g} | {100 * mfu:.3g}% | "
+           f"{100 * achieved / 776.4e12:.3g}% | {100 * mfu * 10:.3g}% |")
+    assert row in section.split("### GPU utilisation")[1]
+    assert "| value-embed |" not in section.split("### GPU utilisation")[1]  # its runs trained on a CPU
 
 
 @pytest.mark.integration
