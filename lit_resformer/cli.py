@@ -252,7 +252,8 @@ def claims_command(argv: list[str]) -> None:
     parser.add_argument("--comparisons", action="store_true", help="the flat table of comparisons instead of claims")
     parser.add_argument("--transfer", action="store_true",
                         help="the transfer table: each claim's verdict and effect in each regime (optimizer, tokens, "
-                             "parameters, corpus) side by side, flips named")
+                             "parameters, corpus) side by side, how far each transfer effect moved from the counted "
+                             "one (with an interval), flips named; with --json, its rows as JSON")
     parser.add_argument("--preconditions", action="store_true",
                         help="list when each claim and precondition was introduced (git) beside the first run it judged")
     parser.add_argument("--html", type=Path, metavar="OUT.html",
@@ -279,6 +280,8 @@ def claims_command(argv: list[str]) -> None:
                                                                                   " (NO JUSTIFICATION)")
                                                                        if r["after_results"] else "")
                          for r in listed) + "\n"
+    elif args.json and args.transfer:
+        text = json.dumps([r.to_dict() for r in transfer.transfer_rows(claims)[1]], indent=2, default=str) + "\n"
     elif args.json and args.comparisons:
         text = json.dumps([v.to_dict() for v in rows], indent=2) + "\n"
     elif args.json:

@@ -340,6 +340,30 @@ def search_crossing(curves: Mapping[int, pd.Series], tail: float = TREND_TAIL, l
                           trend=_spread_t(np.array(slopes), "greater", level))
 
 
+def change_between(after: SeedTest, before: SeedTest) -> SeedTest:
+    """How far an effect moved between two regimes: `after.estimate - before.estimate`, two estimates from disjoint
+    runs (independent), each a two-sided t interval with its degrees of freedom. Each interval gives back its
+    standard error (half-width over its t quantile); the change's interval is Welch's: the standard errors added in
+    quadrature, the Welch-Satterthwaite degrees of freedom, at the level both were built at. No interval where
+    either has none, or either is not a two-sided t interval (a saving's log-scale interval is not symmetric)."""
+    if (after.low is None or before.low is None or after.df is None or before.df is None
+            or (after.alternative, before.alternative) != ("two-sided", "two-sided")):
+        return _no_interval("unpaired", min(after.n, before.n), np.asarray(after.estimate) - np.asarray(before.estimate),
+                            "two-sided", after.level)
+    if after.level != before.level:
+        raise ValueError(f"change_between: both intervals need one level, got {after.level} and {before.level}")
+    quantile = (1 + after.level) / 2
+    se_after = (np.asarray(after.high) - np.asarray(after.low)) / (2 * stats.t.ppf(quantile, after.df))
+    se_before = (np.asarray(before.high) - np.asarray(before.low)) / (2 * stats.t.ppf(quantile, before.df))
+    se = np.sqrt(se_after**2 + se_before**2)
+    df = se**4 / (se_after**4 / np.asarray(after.df) + se_before**4 / np.asarray(before.df))
+    estimate = np.asarray(after.estimate) - np.asarray(before.estimate)
+    half = stats.t.ppf(quantile, df) * se
+    p = 2 * stats.t.sf(np.abs(estimate) / se, df)
+    return SeedTest("unpaired", min(after.n, before.n), _scalar(estimate), _scalar(estimate - half),
+                    _scalar(estimate + half), _scalar(p), _scalar(df), "two-sided", after.level)
+
+
 def _spread_t(estimates: np.ndarray, alternative: Alternative, level: float) -> SeedTest:
     """per_seed_t, or no interval where the seeds agree exactly (a t interval needs a spread; only constructed
     curves have none)."""

@@ -134,6 +134,7 @@ class Verdict:
     texts: tuple[str, ...] = ()  # the comparison's words in each of those grids (how paper claims find it)
     disagree: str = ""  # the grids' verdicts when they differ (never in committed results: tests/verdicts/test_paper_claims.py)
     evidence: bool = True  # every run in the comparison is past the unigram plateau
+    df: float | None = None  # degrees of freedom of a t interval (None: no interval, or not a t interval)
     regime: dict = field(default_factory=dict, compare=False)  # the grid's regime (grid_regime)
     runs: tuple | None = field(default=None, compare=False, repr=False)  # identity of the runs compared
 
@@ -153,7 +154,8 @@ class Verdict:
     def to_dict(self) -> dict:
         return {"grid": self.grid, "grids": list(self.grids or (self.grid,)), **self.claim.to_dict(),
                 "verdict": self.verdict, "verdict_unadjusted": self.unadjusted, "design": self.design,
-                "delta": self.delta, "ci_low": self.low, "ci_high": self.high, "n": self.n, "p_raw": self.p_raw,
+                "delta": self.delta, "ci_low": self.low, "ci_high": self.high, "n": self.n, "df": self.df,
+                "p_raw": self.p_raw,
                 "p_two_sided": self.p_two_sided, "p_holm": self.p_holm, "fragile": self.fragile, "note": self.note,
                 "trained_on": self.trained_on, "regime": self.regime, "regime_text": regime_text(self.regime)
                 if self.regime else ""}
@@ -215,7 +217,7 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
         decided = verdict(low, high, two_sided.n, claim.direction, not stuck)
     return Verdict(grid, claim, decided, two_sided.estimate, two_sided.low, two_sided.high, two_sided.n,
                    "; ".join(notes), design=two_sided.design, p_raw=one_sided.p, p_two_sided=two_sided.p,
-                   unadjusted=decided, evidence=not stuck)
+                   unadjusted=decided, evidence=not stuck, df=two_sided.df)
 
 
 def corpus_mismatch(runs: Iterable[RunResult]) -> str:

@@ -12,6 +12,7 @@ from scipy import stats
 from lit_resformer.measures.scaling import PowerLaw, equivalence_saving, fit_power_law
 from lit_resformer.measures.stats import (
     benjamini_hochberg,
+    change_between,
     compare_seeds,
     holm,
     paired_t,
@@ -182,3 +183,50 @@ def test_crossing_search_trend_covers_the_mean_slope_and_the_crossing_interval_i
     _assert_nominal(np.array(covered_trend), f"trend, n={n}")
     # the measured crossing is the last zero of a noisy line: near the true one to within the noise's reach
     _assert_nominal(np.array(covered_crossing), f"critical step, n={n}")
+
+
+@pytest.mark.parametrize(("n_before", "n_after", "paired_after"), [(5, 5, True), (5, 3, True), (3, 5, False)])
+def test_the_change_between_two_regimes_covers_the_true_change(n_before, n_after, paired_after):
+    """An effect of -0.15 in one regime (the evidence tier's runs) and -0.02 in another (other runs: independent),
+    each judged by its own design: the change's interval covers the true +0.13 at the nominal rate, and its p-value
+    agrees with it."""
+    rng = np.random.default_rng(100 * n_before + n_after)
+    shared = rng.normal(0, 0.1, (REPLICATES, n_before))
+    before = paired_t(5.0 - 0.15 + shared + rng.normal(0, 0.03, (REPLICATES, n_before)),
+                      5.0 + shared + rng.normal(0, 0.05, (REPLICATES, n_before)))
+    if paired_after:
+        shared = rng.normal(0, 0.05, (REPLICATES, n_after))
+        after = paired_t(3.4 - 0.02 + shared + rng.normal(0, 0.04, (REPLICATES, n_after)),
+                         3.4 + shared + rng.normal(0, 0.02, (REPLICATES, n_after)))
+    else:
+        after = welch_t(3.4 - 0.02 + rng.normal(0, 0.06, (REPLICATES, n_after)),
+                        3.4 + rng.normal(0, 0.03, (REPLICATES, n_after)))
+    change = change_between(after, before)
+    assert change.estimate.shape == (REPLICATES,) and np.all(change.df >= min(before.df.min(), after.df.min()))
+    _assert_nominal(_covers(change, 0.13), f"change, {n_before} -> {n_after} seeds")
+    _assert_p_matches_interval(change)
+
+
+def test_the_change_is_welchs_interval_of_the_two_estimates():
+    """By hand: paired differences (-0.2, -0.1, -0.15) and a Welch comparison; the change's standard error is the
+    two standard errors in quadrature, its degrees of freedom Welch-Satterthwaite's."""
+    before = paired_t([4.4, 4.5, 4.45], [4.6, 4.6, 4.6])
+    after = welch_t([3.40, 3.42, 3.38, 3.41], [3.41, 3.44, 3.43])
+    se_before = np.std([-0.2, -0.1, -0.15], ddof=1) / np.sqrt(3)
+    se_after = np.sqrt(np.var([3.40, 3.42, 3.38, 3.41], ddof=1) / 4 + np.var([3.41, 3.44, 3.43], ddof=1) / 3)
+    se = np.hypot(se_before, se_after)
+    df = se**4 / (se_before**4 / 2 + se_after**4 / after.df)
+    change = change_between(after, before)
+    assert change.estimate == pytest.approx(after.estimate - before.estimate)
+    assert change.df == pytest.approx(df)
+    assert change.high - change.estimate == pytest.approx(stats.t.ppf(0.975, df) * se)
+    assert change.p == pytest.approx(2 * stats.t.sf(abs(change.estimate) / se, df))
+
+
+def test_the_change_has_no_interval_where_either_regime_has_none():
+    with_interval = paired_t([4.4, 4.5, 4.3], [4.6, 4.6, 4.5])
+    one_seed = paired_t([4.4], [4.6])
+    assert change_between(with_interval, one_seed).low is None
+    assert change_between(one_seed, with_interval).estimate == pytest.approx(-0.2 - with_interval.estimate)
+    one_sided = paired_t([4.4, 4.5, 4.3], [4.6, 4.6, 4.5], alternative="less")
+    assert change_between(with_interval, one_sided).low is None

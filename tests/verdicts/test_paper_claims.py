@@ -132,6 +132,24 @@ def test_every_committed_comparison_is_evidence_for_a_registered_claim(committed
 
 
 @pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
+def test_the_value_residuals_gain_shrinks_with_ten_times_the_tokens_and_no_sink_appears(committed):
+    """The transfer tier's first finding as committed: ResFormer - vanilla is -0.146 at 2M tokens (counted) and
+    -0.016 at 20.5M (transfer-tokens-x10-fig7-table5), a change whose interval leaves out zero; vanilla still shows
+    no first-token sink there, so Fig. 2's claim stays not tested in that regime too."""
+    from lit_resformer.verdicts.transfer import transfer_rows
+
+    rows, _ = committed
+    table = {r.claim.id: r for r in transfer_rows(pc.paper_claims(rows))[1]}
+    tokens_x10 = "AdamW, 20.5M tokens, tiny, pinned"
+    (table5,) = [v for v in table["table5-lower-loss"].by_regime[tokens_x10] if v.grid.startswith("transfer-tokens")]
+    change = table["table5-lower-loss"].change(table5)
+    assert change.reference.delta == pytest.approx(-0.146, abs=5e-4) and table5.delta == pytest.approx(-0.016, abs=5e-4)
+    assert change.direction == "shrinks" and change.test.low > 0.05
+    (sink,) = table["fig2-sink"].by_regime[tokens_x10]
+    assert sink.verdict == "not tested" and "no sink" in sink.note
+
+
+@pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
 def test_preconditions_introduced_after_their_results_carry_a_justification(committed):
     if not pc.git_available():
         pytest.skip("git history unavailable (not a git checkout, or a shallow clone): cannot date the preconditions")

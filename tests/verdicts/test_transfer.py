@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+import pytest
+from scipy import stats
+
 from lit_resformer.verdicts import paper_claims as pc
 from lit_resformer.verdicts.transfer import markdown, regime_label, transfer_rows
 from tests.helpers.claims_grids import row
@@ -49,3 +53,41 @@ def test_transfer_rows_are_shown_not_counted_and_a_flip_is_named():
     text = markdown([table5, other])
     assert "table5 **(flips)**" in text and "**contradicted** +0.010 [+0.002, +0.020]" in text
     assert "Verdicts that flip between regimes: table5." in text
+
+
+def test_each_transfer_comparison_says_how_far_its_effect_moved_from_the_counted_one():
+    """The counted -0.10 [-0.15, -0.05] (paired, 5 seeds) against the transfer rows: Welch's interval of the
+    difference (measures.stats.change_between, whose coverage tests/measures/test_stats_coverage.py simulates),
+    shown in the transfer cells; a comparison without degrees of freedom (no t interval) gets the bare difference."""
+    evidence, adamw, muon, undecided = rows()
+    evidence = replace(evidence, low=-0.15, high=-0.05, df=4.0, design="paired")
+    adamw = replace(adamw, low=-0.12, high=-0.04, df=4.0, design="paired")  # -0.08: within noise of -0.10
+    muon = replace(muon, df=2.0, design="paired")  # +0.01 [+0.002, +0.020]: moved past zero
+    table5, _ = pc.paper_claims([evidence, adamw, muon, undecided], REGISTRY)
+    (row_,) = transfer_rows([table5])[1]
+    assert row_.counted == [evidence] and row_.change(evidence) is None
+    near, past = row_.change(adamw), row_.change(muon)
+    se = np.hypot(0.05 / stats.t.ppf(0.975, 4), 0.04 / stats.t.ppf(0.975, 4))
+    df = se**4 / ((0.05 / stats.t.ppf(0.975, 4)) ** 4 / 4 + (0.04 / stats.t.ppf(0.975, 4)) ** 4 / 4)
+    assert near.test.estimate == pytest.approx(0.02) and near.test.df == pytest.approx(df)
+    assert near.test.high - near.test.estimate == pytest.approx(stats.t.ppf(0.975, df) * se)
+    assert near.direction == "no change shown"
+    assert past.test.estimate == pytest.approx(0.11) and past.test.low > 0 and past.direction == "shrinks"
+    text = markdown([table5])
+    assert f"**contradicted** +0.010 [+0.002, +0.020]; shrinks +0.110 [{past.test.low:+.3f}, {past.test.high:+.3f}]" \
+        in text
+    assert past.to_dict() == {"reference_grid": "fig7-evidence", "change": past.test.estimate, "ci_low": past.test.low,
+                              "ci_high": past.test.high, "df": past.test.df, "p_two_sided": past.test.p,
+                              "direction": "shrinks"}
+    no_df = replace(muon, df=None)
+    table5, _ = pc.paper_claims([evidence, adamw, no_df, undecided], REGISTRY)
+    (row_,) = transfer_rows([table5])[1]
+    assert row_.change(no_df).test.low is None and "; change +0.110" in markdown([table5])
+
+
+def test_a_grown_effect_is_named():
+    evidence = replace(rows()[0], low=-0.11, high=-0.09, df=4.0, design="paired")
+    larger = replace(rows()[1], delta=-0.30, low=-0.32, high=-0.28, df=4.0, design="paired")
+    table5, _ = pc.paper_claims([evidence, larger], REGISTRY)
+    (row_,) = transfer_rows([table5])[1]
+    assert row_.change(larger).direction == "grows"
