@@ -16,8 +16,10 @@ Two peaks, as nanochat and this project's benchmarks state MFU:
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +108,23 @@ def device_use(env: dict) -> dict:
     many runs share the device (None where not said), recorded in the run's summary beside its provenance."""
     peak, sharing = env.get(MEASURED_PEAK_ENV), env.get(RUNS_SHARING_ENV)
     return {"measured_peak_flops": float(peak) if peak else None, "runs_sharing_device": int(sharing) if sharing else None}
+
+
+def run_provenance(config: dict, env: Mapping[str, str]) -> dict:
+    """What a grid run's training process runs on (`collect`), from its config and its environment: a run
+    whose environment hides the GPUs trains on the CPU; else on the first GPU of its CUDA_VISIBLE_DEVICES, found among
+    the GPUs this process sees."""
+    trainer = config.get("trainer") or {}
+    precision, accelerator = str(trainer.get("precision", "32-true")), str(trainer.get("accelerator", "auto"))
+    own = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if "CUDA_VISIBLE_DEVICES" in env and not own:
+        return collect(precision, accelerator="cpu", threads=env.get("OMP_NUM_THREADS"))
+    seen_here = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if own and own[0] in seen_here:
+        index = seen_here.index(own[0])
+    else:
+        index = int(own[0]) if own and own[0].isdigit() and not seen_here else 0
+    return collect(precision, accelerator=accelerator, cuda_device=index, threads=env.get("OMP_NUM_THREADS"))
 
 
 def _version(distribution: str) -> str | None:

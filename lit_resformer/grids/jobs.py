@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lit_resformer.grids.summary import FINISHED, error_lines, now, results, run_provenance
-from lit_resformer.provenance import device_use
+from lit_resformer.grids.summary import FINISHED, error_lines, now, results
+from lit_resformer.provenance import device_use, run_provenance
 from lit_resformer.training.run_dir import RunBusy, RunDir
 
 TRAIN_COMMAND_ENV = "LIT_RESFORMER_TRAIN_CMD"

@@ -13,7 +13,8 @@ references in bits per byte), params, kv_cache_bytes_per_token, model_stats_sour
 tokens_seen, epoch_tokens (the training tokens of one pass over the training split, read where the run went on
 into a second: tokens_seen / epoch_tokens is how many times it saw its data; None for a run that stayed within its
 first pass), wall_time_sec (all attempts), started_at, finished_at, host, pid, slurm_job_id, command,
-provenance (lit_resformer.provenance: code version, library versions, device and precision), references_added (when
+provenance (lit_resformer.provenance: code version, library versions, device and precision), device_use (the
+measured peak and the runs sharing a GPU that its MFU is stated with), references_added (when
 the bigram reference was computed after the run by `add_references`, and how closely its unigram check matched).
 
 The final and best losses are computed here and nowhere else: the report, the claims and the scaling fits read them
@@ -23,14 +24,11 @@ from the summary (lit_resformer.measures.grid_results).
 from __future__ import annotations
 
 import csv
-import os
-from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import lit_resformer.training.curves as M
-from lit_resformer.provenance import collect
 from lit_resformer.training.run_dir import RunDir, open_metrics
 
 FINISHED = ("done", "diverged")  # a rerun of the grid skips these; failed and interrupted runs are retried
@@ -224,20 +222,3 @@ def error_lines(log_text: str, tail: int = 40) -> tuple[str | None, str | None]:
     # The exception line of a traceback is the last line that starts at column 0 after the traceback.
     error = next((line for line in reversed(lines) if not line.startswith((" ", "\t"))), lines[-1])
     return error.strip(), "\n".join(lines[-tail:])
-
-
-def run_provenance(config: dict, env: Mapping[str, str]) -> dict:
-    """What the run's training process runs on (lit_resformer.provenance), from its config and its environment: a run
-    whose environment hides the GPUs trains on the CPU; else on the first GPU of its CUDA_VISIBLE_DEVICES, found among
-    the GPUs this process sees."""
-    trainer = config.get("trainer") or {}
-    precision, accelerator = str(trainer.get("precision", "32-true")), str(trainer.get("accelerator", "auto"))
-    own = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if "CUDA_VISIBLE_DEVICES" in env and not own:
-        return collect(precision, accelerator="cpu", threads=env.get("OMP_NUM_THREADS"))
-    seen_here = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if own and own[0] in seen_here:
-        index = seen_here.index(own[0])
-    else:
-        index = int(own[0]) if own and own[0].isdigit() and not seen_here else 0
-    return collect(precision, accelerator=accelerator, cuda_device=index, threads=env.get("OMP_NUM_THREADS"))
