@@ -100,10 +100,9 @@ def merge_export(archive: str | Path, results_dir: str | Path) -> dict:
         source = source_grid.path
         target_grid = GridDir(results_dir / source.name)
         target = target_grid.path
-        if target_grid.is_grid():
-            if _comparable(target_grid.read_manifest()) != _comparable(source_grid.read_manifest()):
-                raise SliceError(f"{target / MANIFEST} describes another version of grid {source.name} (cells, seeds "
-                                 f"or overrides differ); merge into another folder")
+        if target_grid.is_grid() and not _extends(source_grid.read_manifest(), target_grid.read_manifest()):
+            raise SliceError(f"{target / MANIFEST} describes another version of grid {source.name} (cells, seeds "
+                             f"or overrides differ); merge into another folder")
         added, kept_same, conflicts = [], [], []
         for cell, seed, run in source_grid.finished_runs():
             relative = source_grid.relative(run)
@@ -158,6 +157,14 @@ def link_shared_runs(results_dir: str | Path) -> list[str]:
 def _comparable(manifest: dict) -> dict:
     """The parts of a grid manifest that decide what its runs are (not where the file was read from, nor what
     later versions of the runner derive from the cells for the report)."""
-    cells = [{k: c.get(k) for k in ("name", "overrides", "family", "coords")} for c in manifest.get("cells") or []]
+    cells = {c.get("name"): {k: c.get(k) for k in ("overrides", "family", "coords")} for c in manifest.get("cells") or []}
     return {"name": manifest.get("name"), "baseline": manifest.get("baseline"),
             "overrides": manifest.get("overrides"), "cells": cells}
+
+
+def _extends(source: dict, target: dict) -> bool:
+    """Whether the exported grid is the merged one or that grid grown by cells: every merged cell is in the export
+    with the same definition, so its runs stay what they were (the export's manifest, a superset, replaces it)."""
+    source, target = _comparable(source), _comparable(target)
+    return ({k: v for k, v in source.items() if k != "cells"} == {k: v for k, v in target.items() if k != "cells"}
+            and all(source["cells"].get(name) == cell for name, cell in target["cells"].items()))

@@ -112,6 +112,16 @@ def test_merge_adds_new_runs_keeps_identical_ones_and_refuses_other_results(tmp_
     export_grid(edited, tmp_path / "fourth.tar.gz")
     with pytest.raises(SliceError, match="another version of grid g"):
         merge_export(tmp_path / "fourth.tar.gz", results)
+    # the grid grown by a cell keeps its runs: the new cell's runs join them and its manifest lists all three
+    grown = fake_grid(tmp_path / "five", {"a": "done", "b": "done", "c": "done"})
+    export_grid(grown, tmp_path / "fifth.tar.gz")
+    merged = merge_export(tmp_path / "fifth.tar.gz", results)
+    assert merged["added"] == ["c/seed0"] and merged["already_there"] == ["a/seed0", "b/seed0"]
+    assert [c["name"] for c in yaml.safe_load((results / "g/grid.yaml").read_text())["cells"]] == ["a", "b", "c"]
+    # but a slice of the grown grid, one cell short, would drop that cell from the merged manifest: refused
+    export_grid(grid2, tmp_path / "second.tar.gz")
+    with pytest.raises(SliceError, match="another version of grid g"):
+        merge_export(tmp_path / "second.tar.gz", results)
 
 
 def test_a_merged_results_folder_is_a_runs_folder(tmp_path):
