@@ -39,8 +39,9 @@ Verdict (`stats.verdict`, then `stats.adjusted_verdict`):
                 reads (analysis results, an evaluation after warm-up).
 Many comparisons are tested at once, so by chance alone some would pass: the p-values are adjusted for that, by the
 suite's one rule (stats.ALPHA): Holm within each grid's family of comparisons (`p_holm`: no false verdict in the
-figure with 95% probability). The grid report and the scoreboard show the same verdict and p for a comparison; the
-scoreboard does not adjust again across grids. "Contradicted" needs exactly what "reproduced" needs (the two-sided
+figure with 95% probability). Each comparison is in one family: one whose runs all trained in another grid (an
+overlay sharing them) is judged there (`_judged_where_trained`). The grid report and the scoreboard show the same
+verdict and p for a comparison; the scoreboard does not adjust again across grids. "Contradicted" needs exactly what "reproduced" needs (the two-sided
 test at the same alpha). A decisive verdict with its Holm p in [ALPHA/2, ALPHA) is labelled "(fragile)". A sweep's
 scaling claim is judged on the t test over its per-seed fitted savings (lit_resformer.measures.scaling) and adjusted
 like the others; a comparison with a `margin` is tested against that bound. The evidence gate is checked where the
@@ -79,7 +80,7 @@ from lit_resformer.grids.claim_spec import (
     Claim,
     metric_kind,
 )
-from lit_resformer.grids.directory import grid_dirs
+from lit_resformer.grids.directory import GridDir, grid_dirs
 from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.measures.grid_results import (
     GridResults,
@@ -137,6 +138,8 @@ class Verdict:
     df: float | None = None  # degrees of freedom of a t interval (None: no interval, or not a t interval)
     regime: dict = field(default_factory=dict, compare=False)  # the grid's regime (grid_regime)
     runs: tuple | None = field(default=None, compare=False, repr=False)  # identity of the runs compared
+    trained_in: frozenset = field(default=frozenset(), compare=False, repr=False)  # the grids its runs trained in
+    judged_in: str = ""  # the grid whose family judged it, when its runs all trained there ("": this grid's own)
 
     @property
     def fragile(self) -> bool:
@@ -149,7 +152,7 @@ class Verdict:
         """Whether its test enters a family of adjusted p-values: it ran on runs that are evidence, and was tested."""
         # a p-value is NaN when both sides are identical on every seed (no variance): there is no test to adjust
         return (self.p_two_sided is not None and math.isfinite(self.p_two_sided) and self.unadjusted != "not tested"
-                and self.evidence)
+                and self.evidence and not self.judged_in)
 
     def to_dict(self) -> dict:
         return {"grid": self.grid, "grids": list(self.grids or (self.grid,)), **self.claim.to_dict(),
@@ -157,7 +160,7 @@ class Verdict:
                 "delta": self.delta, "ci_low": self.low, "ci_high": self.high, "n": self.n, "df": self.df,
                 "p_raw": self.p_raw,
                 "p_two_sided": self.p_two_sided, "p_holm": self.p_holm, "fragile": self.fragile, "note": self.note,
-                "trained_on": self.trained_on, "regime": self.regime, "regime_text": regime_text(self.regime)
+                "trained_on": self.trained_on, "judged_in": self.judged_in, "regime": self.regime, "regime_text": regime_text(self.regime)
                 if self.regime else ""}
 
 
@@ -244,12 +247,18 @@ def provenance_note(runs: Iterable[RunResult]) -> list[str]:
     return notes
 
 
-def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None) -> list[Verdict]:
+def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None,
+                  judged: dict[str, list[Verdict] | None] | None = None) -> list[Verdict]:
     """Verdicts on every claim of a grid's runs (its manifest lists them), each judged as its metric's kind says
-    (JUDGING), decided on p-values adjusted within the grid (Holm). `sweep` is the scaling analysis of a sweep grid
-    (lit_resformer.measures.scaling.analyse_grid) when the caller has it already, else it is made here; a grid that
-    is no sweep has none, whatever the caller passes."""
+    (JUDGING), decided on p-values adjusted within the grid (Holm). A comparison whose runs this grid shares, all
+    trained in one other grid, is judged there (`_judged_where_trained`). `sweep` is the scaling analysis of a sweep
+    grid (lit_resformer.measures.scaling.analyse_grid) when the caller has it already, else it is made here; a grid
+    that is no sweep has none, whatever the caller passes. `judged` (a grid folder, resolved -> its verdicts) keeps
+    the grids judged so far for a caller that judges many (the scoreboard)."""
     results = grid if isinstance(grid, GridResults) else load_results(grid)
+    judged = {} if judged is None else judged
+    key = str(results.grid_dir.path.resolve())
+    judged[key] = None  # being judged: a grid that shares runs back with this one judges them itself
     is_sweep = bool(results.report_settings.get("scaling"))
     if not is_sweep:
         sweep = None
@@ -261,9 +270,42 @@ def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None) -> list[V
     verdicts = [judging(claim).judge(claim, results, sweep) for claim in current_claims(results)]
     if is_sweep:
         verdicts.extend(_scaling_verdicts(results, sweep))
+    verdicts = _judged_where_trained(verdicts, results, judged)
     regime = grid_regime(results)
-    return [replace(v, trained_on=results.trained_on, regime=regime, texts=(v.claim.claim,))
-            for v in _adjust(verdicts, holm, "p_holm")]
+    verdicts = [replace(v, trained_on=results.trained_on, regime=regime, texts=(v.claim.claim,))
+                for v in _adjust(verdicts, holm, "p_holm")]
+    judged[key] = verdicts
+    return verdicts
+
+
+def _judged_where_trained(verdicts: list[Verdict], results: GridResults,
+                          judged: dict[str, list[Verdict] | None]) -> list[Verdict]:
+    """Each comparison is tested once, in one family. An overlay grid shares runs another grid trained (the runner
+    links them, lit_resformer.grids.runner.Twins): a comparison whose runs all trained in one other grid, which
+    judges the same comparison (`Verdict.runs`), takes that grid's verdict, interval and Holm p, marked `judged_in`,
+    and stays out of this grid's family, so that it shows one verdict wherever it is shown. That grid is read from
+    beside this one (a runs folder, docs/results); where it is not there, or does not judge the comparison, or is
+    itself being judged (two grids that share runs with each other), the comparison is judged here, in this
+    grid's family."""
+    out = []
+    for v in verdicts:
+        (trained_in,) = v.trained_in if len(v.trained_in) == 1 else ("",)
+        if trained_in in ("", results.name):
+            out.append(v)
+            continue
+        other = results.grid_dir.path.parent / trained_in
+        key = str(other.resolve())
+        if key not in judged:
+            judged[key] = evaluate_grid(other, judged=judged) if GridDir(other).is_grid() else []
+        there = next((w for w in judged[key] or [] if v.runs is not None and w.runs == v.runs), None)
+        if there is None:
+            out.append(replace(v, note="; ".join(filter(None, [
+                v.note, f"its runs trained in {trained_in}, which does not judge it beside this grid: judged here"]))))
+        else:
+            out.append(replace(there, grid=v.grid, claim=v.claim, judged_in=trained_in, trained_in=v.trained_in,
+                               note="; ".join(filter(None, [f"judged in {trained_in}, which trained its runs (that "
+                                                            "grid's family and Holm p)", there.note]))))
+    return out
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -316,7 +358,7 @@ def _judge_pair(claim: Claim, results: GridResults,
                    values.measured)
     if values.against and judged.unadjusted == "reproduced":  # the mean holds, not every point of the curve
         judged = replace(judged, verdict="inconclusive", unadjusted="inconclusive")
-    return replace(judged, runs=_identity(claim, sides))
+    return replace(judged, **_compared(claim, sides))
 
 
 def _judge_time_to_target(claim: Claim, results: GridResults) -> Verdict:
@@ -329,14 +371,14 @@ def _judge_time_to_target(claim: Claim, results: GridResults) -> Verdict:
     seeds = sorted(set(a) & set(b))
     sides = {s: a[s] for s in seeds}, {s: b[s] for s in seeds}
     runs = [*sides[0].values(), *sides[1].values()]
-    identity = _identity(claim, sides)
+    compared = _compared(claim, sides)
     gate = evidence_gate([RunLosses(r.name, r.final("val_loss"), r.unigram_loss, r.bigram_loss) for r in runs])
     domain = claim.metric.removeprefix(TIME_TO_TARGET)  # "" or "/<domain>"
     try:
         res = time_to_target(results, claim.a, claim.b, target=claim.target, metric="val_loss" + domain)
     except TimeToTargetError as err:
         return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {err}",
-                       unadjusted="not tested", evidence=not gate.stuck, runs=identity)
+                       unadjusted="not tested", evidence=not gate.stuck, **compared)
     decided, why = decide(res, claim.direction, evidence=not gate.stuck)
     if mismatch := corpus_mismatch(runs):
         decided, why = "not tested", f"not tested: {mismatch}"
@@ -360,7 +402,7 @@ def _judge_time_to_target(claim: Claim, results: GridResults) -> Verdict:
     p_raw = res["p_greater"] if claim.direction == "higher" else res["p_less"]
     return Verdict(results.name, claim, decided, res["saving"], res["ci_low"], res["ci_high"], res["n"],
                    "; ".join(notes), design=res["design"] if res["saving"] is not None else "", p_raw=p_raw,
-                   p_two_sided=res["p_two_sided"], unadjusted=decided, evidence=not gate.stuck, runs=identity)
+                   p_two_sided=res["p_two_sided"], unadjusted=decided, evidence=not gate.stuck, **compared)
 
 
 @dataclass(frozen=True)
@@ -592,10 +634,18 @@ def _adjust(verdicts: list[Verdict], method, field_name: str) -> list[Verdict]:
             if i in adjusted else v for i, v in enumerate(verdicts)]
 
 
+def _compared(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> dict:
+    """The Verdict fields that say which runs a comparison compared: their identity (`runs`) and the grids they
+    trained in (`trained_in`, from their summaries; a run summarised before runs named their grid: its own)."""
+    return {"runs": _identity(claim, sides),
+            "trained_in": frozenset(run.recorded.get("grid") or run.grid for side in sides for run in side.values())}
+
+
 def _identity(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> tuple | None:
-    """What makes two comparisons the same: the metric, direction and the run identities (the grid spec's
-    `run_identity`: the resolved config, seed included, where a run trained and wrote left out) of the runs on each
-    side; None when a run has no recorded config (then it is only itself)."""
+    """What makes two comparisons the same: what is tested (metric, direction, where on the run, the bound, the
+    precondition) and the run identities (the grid spec's `run_identity`: the resolved config, seed included, where
+    a run trained and wrote left out) of the runs on each side; None when a run has no recorded config (then it is
+    only itself)."""
     # the one definition of a run's identity, read at each call (the runner and the tests use it too)
     from lit_resformer.grids.spec import run_identity
 
@@ -605,7 +655,7 @@ def _identity(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> tuple | No
         if any(config is None for config in resolved):
             return None
         configs.append(tuple(sorted(json.dumps(run_identity(config), sort_keys=True) for config in resolved)))
-    return (claim.metric, claim.direction, claim.over, claim.at, getattr(claim, "target", None), *configs)
+    return (claim.metric, claim.direction, claim.over, claim.at, claim.target, claim.margin, claim.requires, *configs)
 
 
 def _resolved_config(run: RunResult) -> dict | None:
@@ -675,7 +725,7 @@ def _judge_over(claim: Claim, results: GridResults,
     estimates, notes, not_tested = slopes(pairs, runs, seeds, window)
     in_comparison = [runs[name][s] for name in runs for s in seeds]
     judged = judge(claim, estimates, None, in_comparison, results.name, "; ".join(notes), not_tested=not_tested)
-    return replace(judged, runs=_identity(claim, [{s: runs[name][s] for s in seeds} for name in sorted(runs)]))
+    return replace(judged, **_compared(claim, [{s: runs[name][s] for s in seeds} for name in sorted(runs)]))
 
 
 def _growth_slopes(pairs: dict, runs: dict, seeds: list[int],
@@ -788,16 +838,20 @@ def judging(claim: Claim) -> Judging:
 # the scoreboard
 
 
-def scoreboard(paths: Iterable[str | Path]) -> list[Verdict]:
+def scoreboard(paths: Iterable[str | Path], judged: dict[str, list[Verdict] | None] | None = None) -> list[Verdict]:
     """Every grid's verdicts, each distinct comparison once (one row naming every grid it was seen in), each with
     exactly its grid's verdict and Holm-adjusted p (the suite's one error-control rule: Holm within each grid's family
-    of claims; no second adjustment across the board). A comparison seen in several grids keeps the verdict they
-    agree on; where they would differ the row takes the most conservative (largest Holm p) and says so in
-    `disagree` (no committed comparison does: tests/verdicts/test_paper_claims.py)."""
+    of claims; no second adjustment across the board). A comparison an overlay shares shows the verdict of the grid
+    that trained its runs (evaluate_grid). Runs of one config trained twice, each in its own grid, are judged in
+    each; where those verdicts would differ the row takes the most conservative (largest Holm p) and says so in
+    `disagree` (no committed comparison does: tests/verdicts/test_paper_claims.py). `judged` (evaluate_grid's) is
+    filled with every grid's verdicts, each grid judged once, also where another grid needs its verdicts."""
     rows: list[Verdict] = []
     seen: dict[tuple, int] = {}
+    judged = {} if judged is None else judged
     for grid in grid_dirs(paths):
-        for v in evaluate_grid(grid.path):
+        verdicts = judged.get(str(grid.path.resolve())) or evaluate_grid(grid.path, judged=judged)
+        for v in verdicts:
             if v.runs is not None and v.runs in seen:
                 first = rows[seen[v.runs]]
                 # the row speaks in the words of a grid that states the paper's effect, wherever that grid sorts

@@ -248,7 +248,8 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
         lines += [f"Regime of the evidence: {regime}. Every verdict holds in its grid's regime only.", ""]
     lines += ["One rule decides every comparison: its two-sided 95% interval excludes zero (or its margin's bound) on "
               "one side and its two-sided p, Holm-adjusted within its grid's family, is below 0.05 — the same for "
-              "reproduced and contradicted, in the grid report and here; (fragile): Holm p in [0.025, 0.05). A claim's "
+              "reproduced and contradicted, in the grid report and here (a comparison of runs another grid trained is "
+              "judged in that grid's family only); (fragile): Holm p in [0.025, 0.05). A claim's "
               "verdict is derived from its comparisons (configs/claims.yaml): superseded rows are shown, not counted.",
               ""]
     for title, group in (("Claims of the paper", [c for c in claims if not c.beyond_paper]),

@@ -5,6 +5,7 @@ the report's Claims section and plateau flag, and refusal of malformed claims.""
 import csv
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,10 @@ import yaml
 from lit_resformer.cli import main
 from lit_resformer.grids import GridError, load_grid
 from lit_resformer.grids.claim_spec import METRIC_KINDS, metric_kind
+from lit_resformer.grids.directory import GridDir
 from lit_resformer.measures.stats import holm
 from lit_resformer.reports.grid_report import write_report
+from lit_resformer.training.run_dir import RunDir
 from lit_resformer.verdicts.claims import JUDGING, evaluate_grid, scoreboard
 from tests.helpers.claims_grids import (
     BASE,
@@ -206,6 +209,47 @@ def test_a_shared_comparison_speaks_in_the_words_that_state_the_papers_effect(tm
     assert verdicts[better].claim.paper == "-0.03 at 82M" and verdicts[better].grids == ("aaa", "zzz")
     assert (verdicts[better + 1].claim.metric, verdicts[better + 1].grid) == ("val_loss/code", "zzz")
     assert len(verdicts) == 5
+
+
+def test_a_comparison_of_shared_runs_is_judged_in_the_grid_that_trained_them(tmp_path):
+    """An overlay shares the runs another grid trained (linked in the runs folder, as the runner does) and declares
+    more claims: the shared comparison keeps the trained grid's verdict and Holm p (a family of one there: reproduced
+    at p 0.035; in the overlay's family of four it would not be) and stays out of the overlay's family. Without
+    the trained grid beside it, the overlay judges the comparison in its own family and says why."""
+    runs = tmp_path / "runs"
+    weak = [-0.2, -0.1, -0.15]  # two-sided p = 0.035 alone
+    owner = grid_dir_from(tmp_path, "owner", {"baseline": "vanilla", "seeds": [0, 1, 2], "cells": {
+        "vanilla": {}, "weak": {"model.lr": 4e-3}}, "claims": [
+        {"claim": "weak ends below vanilla", "a": "weak", "b": "vanilla", "metric": "val_loss", "direction": "lower"}]})
+    claims = [{"claim": f"{cell} ends below vanilla", "a": cell, "b": "vanilla", "metric": "val_loss",
+               "direction": "lower"} for cell in ("weak", "better", "worse", "same")]
+    overlay = grid_dir_from(tmp_path, "overlay", {"baseline": "vanilla", "seeds": [0, 1, 2], "cells": {
+        **CELLS, "weak": {"model.lr": 4e-3}}, "claims": claims})
+    for seed, base in VANILLA.items():
+        write_summary(owner, "vanilla", seed, base, grid="owner")
+        write_summary(owner, "weak", seed, base + weak[seed], grid="owner")
+        for cell in ("vanilla", "weak"):
+            GridDir(overlay).share(cell, seed, RunDir(owner / cell / f"seed{seed}"))
+        for cell, effect in EFFECT.items():
+            write_summary(overlay, cell, seed, base + effect[seed], grid="overlay")
+
+    (in_owner,) = evaluate_grid(owner)
+    assert (in_owner.verdict, in_owner.p_holm) == ("reproduced", pytest.approx(in_owner.p_two_sided))
+    assert 0.025 < in_owner.p_holm < 0.05
+    shown = {v.claim.a: v for v in evaluate_grid(overlay)}
+    assert (shown["weak"].verdict, shown["weak"].p_holm, shown["weak"].judged_in) == ("reproduced", in_owner.p_holm, "owner")
+    assert "judged in owner" in shown["weak"].note
+    own = [shown[cell] for cell in ("better", "worse", "same")]
+    assert [v.p_holm for v in own] == pytest.approx(list(holm([v.p_two_sided for v in own])))
+    (row,) = [v for v in scoreboard([runs]) if v.claim.a == "weak"]
+    assert (row.grids, row.verdict, row.p_holm, row.disagree) == (("overlay", "owner"), "reproduced", in_owner.p_holm, "")
+
+    alone = tmp_path / "alone"
+    shutil.copytree(overlay, alone / "overlay")  # the shared runs copied, as an export of the overlay carries them
+    shown = {v.claim.a: v for v in evaluate_grid(alone / "overlay")}
+    assert (shown["weak"].verdict, shown["weak"].judged_in) == ("inconclusive", "")
+    assert shown["weak"].p_holm == pytest.approx(holm([shown[c].p_two_sided for c in ("weak", "better", "worse", "same")])[0])
+    assert "its runs trained in owner, which does not judge it beside this grid: judged here" in shown["weak"].note
 
 
 def test_p_values_follow_the_design_and_adjustment_decides(tmp_path):

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
 from pathlib import Path
 
 import pytest
 
 from lit_resformer.grids.claim_spec import Claim
 from lit_resformer.measures.stats import ALPHA, fragile
-from lit_resformer.verdicts import claims as claims_module
 from lit_resformer.verdicts import paper_claims as pc
 from lit_resformer.verdicts.claims import Verdict, judge, scoreboard, table, verdict_text
 from tests.helpers.claims_grids import row
@@ -79,25 +77,12 @@ def test_a_margin_claim_is_judged_against_its_bound_by_the_same_interval():
     assert "bound -0.0500" in small.note
 
 
-@cache
-def _grid_verdicts(path: str) -> tuple:
-    return tuple(ORIGINAL_EVALUATE(path))
-
-
-ORIGINAL_EVALUATE = claims_module.evaluate_grid
-
-
 @pytest.fixture(scope="module")
 def committed():
-    """The scoreboard of docs/results and every grid's own verdicts, each grid evaluated once."""
-    patch = pytest.MonkeyPatch()
-    patch.setattr(claims_module, "evaluate_grid", lambda grid, sweep=None: list(_grid_verdicts(str(grid))))
-    try:
-        rows = scoreboard([RESULTS])
-    finally:
-        patch.undo()
-    grids = {g for v in rows for g in v.grids}
-    return rows, {g: list(_grid_verdicts(str(RESULTS / g))) for g in grids}
+    """The scoreboard of docs/results and every grid's own verdicts (what its report renders), each grid judged once."""
+    judged = {}
+    rows = scoreboard([RESULTS], judged)
+    return rows, {verdicts[0].grid: verdicts for verdicts in judged.values() if verdicts}
 
 
 @pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
