@@ -41,8 +41,8 @@ Many comparisons are tested at once, so by chance alone some would pass: the p-v
 suite's one rule (stats.ALPHA): Holm within each grid's family of comparisons (`p_holm`: no false verdict in the
 figure with 95% probability). Each comparison is in one family: one whose runs all trained in another grid (an
 overlay sharing them) is judged there (`_judged_where_trained`). The grid report and the scoreboard show the same
-verdict and p for a comparison; the scoreboard does not adjust again across grids. "Contradicted" needs exactly what "reproduced" needs (the two-sided
-test at the same alpha). A decisive verdict with its Holm p in [ALPHA/2, ALPHA) is labelled "(fragile)". A sweep's
+verdict and p for a comparison; the scoreboard does not adjust again across grids. "Contradicted" needs exactly
+what "reproduced" needs (the two-sided test at the same alpha). A decisive verdict with its Holm p in [ALPHA/2, ALPHA) is labelled "(fragile)". A sweep's
 scaling claim is judged on the t test over its per-seed fitted savings (lit_resformer.measures.scaling) and adjusted
 like the others; a comparison with a `margin` is tested against that bound. The evidence gate is checked where the
 claim is measured (the end, the end of warm-up, or each evaluation used); a mechanism claim (analysis/first_token_*)
@@ -160,8 +160,8 @@ class Verdict:
                 "delta": self.delta, "ci_low": self.low, "ci_high": self.high, "n": self.n, "df": self.df,
                 "p_raw": self.p_raw,
                 "p_two_sided": self.p_two_sided, "p_holm": self.p_holm, "fragile": self.fragile, "note": self.note,
-                "trained_on": self.trained_on, "judged_in": self.judged_in, "regime": self.regime, "regime_text": regime_text(self.regime)
-                if self.regime else ""}
+                "trained_on": self.trained_on, "judged_in": self.judged_in, "regime": self.regime,
+                "regime_text": regime_text(self.regime) if self.regime else ""}
 
 
 def data_seeds(runs: dict[int, RunResult]) -> dict[int, int | None]:
