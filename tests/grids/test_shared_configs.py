@@ -60,6 +60,7 @@ def test_the_runner_the_scoreboard_and_this_check_judge_by_one_run_identity(tmp_
     import yaml
 
     from lit_resformer.grids import spec
+    from lit_resformer.grids.claim_spec import Claim
     from lit_resformer.verdicts import claims
 
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({
@@ -69,7 +70,7 @@ def test_the_runner_the_scoreboard_and_this_check_judge_by_one_run_identity(tmp_
         "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}}}))
     grid = spec.load_grid(tmp_path / "grid.yaml")
     vanilla, resformer = grid.runs()
-    claim = SimpleNamespace(metric="val_loss", direction="lower", over=None, at=None)
+    claim = Claim("resformer ends below vanilla", "resformer", "vanilla", "val_loss", "lower")
 
     def scoreboard_identity(run):
         result = SimpleNamespace(run=SimpleNamespace(config_file=tmp_path / "no-config.yaml"), config=run.resolved)

@@ -110,8 +110,13 @@ def test_an_export_holds_shared_runs_as_files_and_a_deleted_run_trains_again(tmp
             assert shared.is_symlink() and shared.resolve() == (tmp_path / f"results/first/{cell.removesuffix('-again')}"
                                                                 f"/seed{seed}").resolve(), shared
     assert not (tmp_path / "results/second/residual-q/seed0").is_symlink()  # trained in "second" itself
-    assert [v.to_dict() for v in scoreboard([tmp_path / "results/second"])] == \
-        [v.to_dict() for v in before if "second" in v.grids]
+    # the same results read through the links; the comparisons of runs "first" trained are now judged there
+    after = [v.to_dict() for v in scoreboard([tmp_path / "results/second"])]
+    shared = [v.to_dict() for v in before if "second" in v.grids]
+    assert [v["note"].startswith("judged in first") for v in after] == [v["judged_in"] == "first" for v in after]
+    assert any(v["judged_in"] == "first" for v in after)
+    assert [{k: x for k, x in v.items() if k not in ("note", "judged_in")} for v in after] == \
+        [{k: x for k, x in v.items() if k not in ("note", "judged_in")} for v in shared]
 
     shutil.rmtree(runs / "first")  # the runs the links point to are gone
     assert listing(second, runs, fake)[0]["second/vanilla/seed0"] == "run"
