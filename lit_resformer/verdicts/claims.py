@@ -293,11 +293,13 @@ def _judged_where_trained(verdicts: list[Verdict], results: GridResults,
         if trained_in in ("", results.name):
             out.append(v)
             continue
-        other = results.grid_dir.path.parent / trained_in
-        key = str(other.resolve())
-        if key not in judged:
-            judged[key] = evaluate_grid(other, judged=judged) if GridDir(other).is_grid() else []
-        there = next((w for w in judged[key] or [] if v.runs is not None and w.runs == v.runs), None)
+        there = None
+        if v.runs is not None:  # a comparison without a run identity cannot be found in another grid
+            other = results.grid_dir.path.parent / trained_in
+            key = str(other.resolve())
+            if key not in judged:
+                judged[key] = evaluate_grid(other, judged=judged) if GridDir(other).is_grid() else []
+            there = next((w for w in judged[key] or [] if w.runs == v.runs), None)
         if there is None:
             out.append(replace(v, note="; ".join(filter(None, [
                 v.note, f"its runs trained in {trained_in}, which does not judge it beside this grid: judged here"]))))
