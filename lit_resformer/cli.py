@@ -255,7 +255,9 @@ def claims_command(argv: list[str]) -> None:
                              "parameters, corpus) side by side, how far each transfer effect moved from the counted "
                              "one (with an interval), flips named; with --json, its rows as JSON")
     parser.add_argument("--preconditions", action="store_true",
-                        help="list when each claim and precondition was introduced (git) beside the first run it judged")
+                        help="whether every field that decides a verdict (each comparison's, each paper claim's, each "
+                             "precondition) was fixed before its results were seen (git), each change with its quote or "
+                             "'unjustified' (lit_resformer/verdicts/declared.py); with --json, as JSON")
     parser.add_argument("--html", type=Path, metavar="OUT.html",
                         help="write one self-contained page: the tally, the claims, a forest plot per grid and links to "
                              "each grid's report")
@@ -263,23 +265,25 @@ def claims_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     import json
 
+    from lit_resformer.grids.directory import grid_dirs
+    from lit_resformer.grids.spec import claims_change
     from lit_resformer.reports import scoreboard as board
     from lit_resformer.verdicts import paper_claims as pc
     from lit_resformer.verdicts import transfer
     from lit_resformer.verdicts.claims import markdown, scoreboard
 
+    stale = [change for grid in grid_dirs(args.runs_dirs) if (change := claims_change(grid)[1])]
+    if stale:
+        raise ValueError(f"{stale[0]}" + (f" (and {len(stale) - 1} more grids)" if len(stale) > 1 else "")
+                         + "; store them with `lit-resformer report <grid folder>` before judging")
     rows = scoreboard(args.runs_dirs)
     claims = pc.paper_claims(rows)
     counts = pc.claim_counts(claims)
     if args.preconditions:
-        root = args.runs_dirs[0]
-        listed = pc.precondition_report(claims, root)
-        text = "\n".join(f"{r['kind']:12} {r['id']:28} introduced {r['commit']} {r['date'][:10] or '-':10} first run "
-                         f"judged {r['first_run'][:10] or '-':10}" + ("  AFTER" + ("" if r["justification"] or
-                                                                                  r["kind"] == "claim" else
-                                                                                  " (NO JUSTIFICATION)")
-                                                                       if r["after_results"] else "")
-                         for r in listed) + "\n"
+        from lit_resformer.verdicts import declared
+
+        listed = declared.declaration_report(args.runs_dirs[0], declared.counted_comparisons(claims))
+        text = declared.as_json(listed) if args.json else declared.markdown(listed)
     elif args.json and args.transfer:
         text = json.dumps([r.to_dict() for r in transfer.transfer_rows(claims)[1]], indent=2, default=str) + "\n"
     elif args.json and args.comparisons:

@@ -16,14 +16,14 @@ collected under "unassigned" (none in the committed results: tests/verdicts/test
 from __future__ import annotations
 
 import re
-import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from lit_resformer.verdicts.claims import REPO, Verdict, is_sub_row, regime_text, verdict_text
+from lit_resformer.provenance import REPO_ROOT as REPO
+from lit_resformer.verdicts.claims import Verdict, is_sub_row, regime_text, verdict_text
 
 REGISTRY = REPO / "configs" / "claims.yaml"
 CLAIM_VERDICTS = ("reproduced", "contradicted", "mixed", "inconclusive", "not tested")
@@ -38,7 +38,7 @@ def load_registry(path: Path = REGISTRY) -> dict:
     if len(set(ids)) != len(ids):
         raise ValueError(f"{path}: duplicate claim ids {sorted({i for i in ids if ids.count(i) > 1})}")
     allowed = {"id", "statement", "where", "condition", "comparisons", "context", "not_tested", "reading",
-               "beyond_paper", "preconditions"}
+               "beyond_paper", "preconditions", "quote"}
     preconditions = raw.get("preconditions") or {}
     for c in claims:
         unknown = set(c) - allowed
@@ -284,62 +284,3 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
             if c.regimes:
                 lines.append("")
     return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------------------------
-# when each claim and precondition was introduced, beside the first run it judged
-
-
-def git_available() -> bool:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--is-shallow-repository"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return False
-    return out == "false"
-
-
-def introduced(needle: str, paths: Iterable[str]) -> tuple[str, str]:
-    """(commit, ISO date) of the first commit whose diff adds `needle` under `paths` (git log -S); ("uncommitted",
-    "") when no commit has it yet."""
-    out = subprocess.run(["git", "-C", str(REPO), "log", "-S", needle, "--reverse", "--format=%h %aI", "--",
-                          *paths], capture_output=True, text=True, check=True).stdout.split("\n")[0].strip()
-    return tuple(out.split(" ", 1)) if out else ("uncommitted", "")
-
-
-def first_run(rows: Iterable[Verdict], results_root: Path) -> str:
-    """The earliest `started_at` of the runs of the grids these rows come from ("" when none recorded)."""
-    import json
-
-    dates = []
-    for grid in {g for v in rows for g in (v.grids or (v.grid,))}:
-        for summary in (results_root / grid).glob("*/seed*/summary.json"):
-            started = json.loads(summary.read_text()).get("started_at")
-            if started:
-                dates.append(str(started))
-    return min(dates, default="")
-
-
-def precondition_report(claims: Sequence[PaperClaim], results_root: Path, registry: dict | None = None) -> list[dict]:
-    """For every precondition and every claim: the commit and date that introduced it, the first run it judged, and
-    whether it came after that run (then a precondition needs its `justification:`)."""
-    registry = registry or load_registry()
-    by_id = {c.id: c for c in claims}
-    out = []
-    for pid, pre in registry["preconditions"].items():
-        applies = pre.get("applies_to") or [c.id for c in claims]
-        rows = [e.row for cid in applies if cid in by_id for e in by_id[cid].evidence]
-        commit, date = introduced(pre["needle"], pre.get("paths") or ["."])
-        judged = first_run(rows, results_root)
-        after = commit == "uncommitted" or (bool(judged) and date > judged)
-        out.append({"kind": "precondition", "id": pid, "commit": commit, "date": date, "first_run": judged,
-                    "after_results": after, "justification": pre.get("justification", ""), "cites": pre["cites"]})
-    for entry in registry["claims"]:
-        c = by_id.get(entry["id"])
-        needle = (entry.get("comparisons") or [entry["statement"]])[0]
-        commit, date = introduced(needle, ["configs"])
-        judged = first_run([e.row for e in c.evidence], results_root) if c else ""
-        out.append({"kind": "claim", "id": entry["id"], "commit": commit, "date": date, "first_run": judged,
-                    "after_results": commit == "uncommitted" or (bool(judged) and date > judged),
-                    "justification": entry.get("reading", ""), "cites": entry["where"]})
-    return out
