@@ -121,6 +121,10 @@ def grid_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-limit", type=float, metavar="SECONDS",
                         help="stop after this many seconds: no run starts later, running ones are stopped and "
                              "resumed by the next call (exit code 75 while runs are left)")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="train from a checkout with uncommitted changes to tracked files (refused otherwise: a "
+                             "run must name the code that trained it); each run keeps the patch (git.diff) and its "
+                             "hash in its provenance. LIT_RESFORMER_ALLOW_DIRTY=1 does the same")
     parser.add_argument("--allow-any-class", action="store_true",
                         help="let the grid's configs construct any class (only for a grid file you trust)")
     local = parser.add_argument_group("local executor")
@@ -163,7 +167,15 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
     run, 75 runs left by the time limit, 130 interrupted."""
     from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
     from lit_resformer.grids.spec import GridError
+    from lit_resformer.provenance import ALLOW_DIRTY_ENV, git_state
     from lit_resformer.training.run_dir import RunConflict
+
+    allowed = args.allow_dirty or os.environ.get(ALLOW_DIRTY_ENV) == "1"
+    if not args.dry_run and not allowed and git_state()[1]:
+        print("lit-resformer grid: error: the checkout has uncommitted changes to tracked files, and a run must name "
+              "the code that trained it: commit them, or pass --allow-dirty (each run then keeps the patch, git.diff, "
+              "and its hash in its provenance)", file=sys.stderr)
+        return 2
 
     slurm = dict(partition=args.partition, time_min=args.time, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
                  account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues)

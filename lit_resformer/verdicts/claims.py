@@ -129,7 +129,6 @@ class Verdict:
     p_raw: float | None = None  # one-sided, in the claimed direction
     p_two_sided: float | None = None
     p_holm: float | None = None  # the two-sided p adjusted within the grid (the largest over the grids it is in)
-    p_bh: float | None = None  # kept for old records: the scoreboard no longer adjusts across grids (always None)
     unadjusted: str = ""  # the verdict before adjustment for multiple comparisons
     grids: tuple[str, ...] = ()  # every grid the same comparison was seen in (the scoreboard's rows)
     texts: tuple[str, ...] = ()  # the comparison's words in each of those grids (how paper claims find it)
@@ -238,8 +237,13 @@ def corpus_mismatch(runs: Iterable[RunResult]) -> str:
 def provenance_note(runs: Iterable[RunResult]) -> list[str]:
     """The notes of a comparison whose runs ran on different things (versions, device, precision, code), or
     whose provenance is known for some runs only."""
+    runs = list(runs)
     differences, unrecorded = provenance_differences(runs)
     notes = []
+    dirty = [r.name for r in runs if r.provenance.get("git_dirty") and not r.provenance.get("git_diff_sha256")]
+    if dirty:
+        notes.append(f"rests on {len(dirty)} run(s) trained from a checkout with uncommitted changes it did not record "
+                     f"({', '.join(dirty)}): to be re-derived from a clean commit (docs/rederivation/pending.md)")
     if differences:
         shown = "; ".join(f"{field} {' vs '.join(values)}" for field, values in differences.items())
         notes.append(f"runs differ in what they ran on: {shown}")
@@ -634,7 +638,7 @@ CONVENTION_NOTE = "the sweep's ladder (lit_resformer.measures.scaling, the paper
 
 def _adjust(verdicts: list[Verdict], method, field_name: str) -> list[Verdict]:
     """The verdicts with `field_name` set to the family's adjusted p-values (`method`: stats.holm or
-    stats.benjamini_hochberg) and their verdicts decided on them; the tests that did not run keep theirs."""
+    another family-wise rule) and their verdicts decided on them; the tests that did not run keep theirs."""
     family = [i for i, v in enumerate(verdicts) if v.adjustable]
     adjusted = dict(zip(family, method([verdicts[i].p_two_sided for i in family]), strict=True))
     return [replace(v, **{field_name: float(adjusted[i])}, verdict=adjusted_verdict(v.unadjusted, float(adjusted[i])))

@@ -182,7 +182,7 @@ def test_a_run_held_by_two_grids_is_counted_once(tmp_path, capsys):
     main(["claims", "--comparisons", str(runs), "--json"])
     rows = json.loads(capsys.readouterr().out)
     assert [r["grids"] for r in rows] == [["first", "second"]] * 5
-    assert all("p_bh" not in r for r in rows)  # one rule: the grid's Holm p, no second adjustment across the board
+    assert all("p_bh" not in r and "q_by" not in r for r in rows)  # the grid's Holm p decides; q is the board's
 
 
 def test_a_shared_comparison_speaks_in_the_words_that_state_the_papers_effect(tmp_path):
@@ -257,8 +257,7 @@ def test_a_comparison_of_shared_runs_is_judged_in_the_grid_that_trained_them(tmp
 
 def test_p_values_follow_the_design_and_adjustment_decides(tmp_path):
     """p_raw is the one-sided test in the claimed direction, p_holm Holm's adjustment of the grid's two-sided
-    p-values, p_bh Benjamini-Hochberg's across the scoreboard; a raw reproduced verdict that does not survive the
-    adjustment is inconclusive."""
+    p-values; a raw reproduced verdict that does not survive the adjustment is inconclusive."""
     grid_dir = claims_grid(tmp_path)
     weak = [-0.2, -0.1, -0.15]  # two-sided p = 0.035 alone, not after adjusting for the grid's other claims
     grid = yaml.safe_load((grid_dir / "grid.yaml").read_text())
