@@ -65,7 +65,8 @@ def test_one_measurement_counts_for_one_claim_and_the_tally_counts_independent_r
                                                                                  "cla-most", a="cla")
     ids = {"shared": "resformer", "eq2": "cross", "eq6": "identity", "cla-k": "cla", "cla-most": "cla"}
     rows = [replace(v, runs=("val_loss", "lower", None, None, None, None, None, (ids[v.claim.claim],), ("b",)),
-                    p_two_sided=p) for v, p in zip((shared, eq2, eq6, cla_k, cla_most), (1e-4, 1e-3, 0.4, 2e-3, 3e-3))]
+                    p_two_sided=p) for v, p in zip((shared, eq2, eq6, cla_k, cla_most),
+                                                                  (1e-4, 1e-3, 0.4, 2e-3, 3e-3), strict=True)]
     claims = {c.id: c for c in pc.paper_claims(rows, registry)}
     assert [(e.row.claim.claim, e.counted, e.status) for e in claims["f10"].evidence] == [
         ("shared", False, "see t5"), ("eq2", True, ""), ("eq6", True, "")]
