@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from lit_resformer.grids.claim_spec import Claim
+from lit_resformer.grids.directory import grid_dirs, grid_index
+from lit_resformer.measures.rederivation import unrecorded_dirty_runs
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli, fragile
 from lit_resformer.verdicts import declared
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.verdicts.claims import Verdict, judge, scoreboard, table, verdict_text
+from lit_resformer.verdicts.claims import Judgements, Verdict, judge, scoreboard, table, verdict_text
 from tests.helpers.claims_grids import row
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,9 +115,9 @@ def test_a_margin_claim_is_judged_against_its_bound_by_the_same_interval():
 @pytest.fixture(scope="module")
 def committed():
     """The scoreboard of docs/results and every grid's own verdicts (what its report renders), each grid judged once."""
-    judged = {}
+    judged = Judgements(grid_index(grid_dirs([RESULTS])))
     rows = scoreboard([RESULTS], judged)
-    return rows, {verdicts[0].grid: verdicts for verdicts in judged.values() if verdicts}
+    return rows, {name: judged.verdicts(judged.results(name)) for name in judged.index}
 
 
 @pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
@@ -132,8 +134,8 @@ def test_every_committed_comparison_has_one_verdict_in_its_grid_report_and_on_th
             for w in same:  # what the grid's report renders (claims_table of evaluate_grid) is this verdict
                 assert w.verdict == v.verdict, (grid, v.claim.claim)
                 holm_ps += [w.p_holm] if w.p_holm is not None else []
-        # a comparison held by several grids shows the largest of their Holm p (each grid's family differs in size)
-        assert v.p_holm == (max(holm_ps) if holm_ps else None), v.claim.claim
+        # one comparison, one Holm p: every grid that shows it shows its owner's (lit_resformer.verdicts.claims.Judgements)
+        assert len(set(holm_ps)) <= 1 and v.p_holm == (holm_ps[0] if holm_ps else None), v.claim.claim
 
 
 @pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
@@ -180,6 +182,19 @@ def test_every_field_that_decides_a_verdict_was_fixed_before_its_results_or_is_q
     # the attention-sink grid declared its claims before its runs finished, though it shares older runs
     sink = [r for r in listed if r["id"].startswith("attention-sink: ")]
     assert sink and {r["status"] for r in sink} == {"fixed before its results"}
+
+
+@pytest.mark.integration
+def test_a_comparison_resting_on_an_unrecorded_dirty_run_says_so_and_the_run_is_listed_to_rederive(committed):
+    """A run trained from a dirty tree that kept no patch is in docs/rederivation/pending.json (that list is what
+    docs/results holds, never stale), none of them trained on this kind of machine (those were re-derived), and every
+    comparison of such a run says so in its row."""
+    pending = json.loads((REPO / "docs/rederivation/pending.json").read_text())
+    assert pending == unrecorded_dirty_runs(RESULTS)
+    assert all("CPU" not in str(r["device"]) for r in pending)
+    rows, per_grid = committed
+    for grid in {r["run"].split("/")[0] for r in pending}:
+        assert any("uncommitted changes it did not record" in v.note for v in per_grid[grid]), grid
 
 
 def test_the_counts_printed_in_the_documents_are_the_commands():
