@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -332,6 +333,37 @@ def claims_command(argv: list[str]) -> None:
         print(text, end="")
 
 
+# lit_resformer.grids.directory.MANIFEST, named here without importing the grids package (it takes seconds), so
+# that a folder that is no grid is refused at once
+GRID_MANIFEST = "grid.yaml"
+
+
+def plan_command(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="lit-resformer plan",
+        description="The seeds each comparison of a finished (pilot) grid needs: its design, n and spread (from its "
+                    "95%% interval), its minimum detectable effect now (80%% power, two-sided, at its Holm level "
+                    "0.05 / m) and the seeds at which that reaches X nats, and the paper's effect where the claim "
+                    "gives one (lit_resformer/measures/power.py).")
+    parser.add_argument("grid", type=Path, metavar="GRID", help="a finished grid's run directory, e.g. "
+                                                                 "docs/results/fig7-evidence")
+    parser.add_argument("--effect", type=float, required=True, metavar="X", help="the effect to plan for, in nats (> 0)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args(argv)
+    if not (args.effect > 0 and math.isfinite(args.effect)):
+        raise ValueError(f"--effect must be a positive number of nats, got {args.effect:g}")
+    if not args.grid.is_dir():
+        raise FileNotFoundError(f"{args.grid}: no such folder (GRID is a finished grid's run directory)")
+    if not (args.grid / GRID_MANIFEST).is_file():
+        below = sorted(p.parent.name for p in args.grid.glob(f"*/{GRID_MANIFEST}"))
+        raise ValueError(f"{args.grid} is not a grid run directory (no {GRID_MANIFEST})"
+                         + (f"; grids under it: {', '.join(below)}" if below else ""))
+    from lit_resformer.verdicts.power_plan import plan, plan_text
+
+    rows = plan(args.grid, args.effect)
+    print(json.dumps(rows, indent=2) + "\n" if args.json else plan_text(rows, args.effect, args.grid.name), end="")
+
+
 def add_references_command(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="lit-resformer add-references",
@@ -413,7 +445,7 @@ SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": ex
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
                   "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
                   "merge-results": merge_results_command, "add-references": add_references_command,
-                  "rederive": rederive_command, "prepare-corpus": prepare_corpus_command}
+                  "rederive": rederive_command, "plan": plan_command, "prepare-corpus": prepare_corpus_command}
 
 
 # What `lit-resformer --help` says of every command, in its order. fit/validate/test are Lightning's (LightningCLI).
@@ -424,6 +456,7 @@ COMMAND_SUMMARIES = {
     "grid": "train every run of an ablation grid (idempotent, resumable), then write its report",
     "report": "report.md + index.html with plots for a grid's run directory",
     "claims": "scoreboard of the paper's claims (each with its comparisons) across grid run directories",
+    "plan": "seeds each comparison of a grid needs for an effect (MDE, power)",
     "scaling": "fit scaling laws L(N) / L(D) over size or token sweeps, with equivalence savings",
     "export-results": "pack grids' finished runs (no checkpoints) into archives, e.g. from a lent GPU machine",
     "merge-results": "add an exported archive's finished runs to a results folder (e.g. docs/results)",

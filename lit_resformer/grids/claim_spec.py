@@ -98,6 +98,7 @@ ANALYSIS_METRICS = {
                            "cosine to the Eq. 6 (identity) output, layers 2..L (Fig. 4)",
 }
 SAME_CELL_METRICS = ("analysis/fig4_cos_eq4_vs_eq6",)  # compare two quantities of the same runs (a = b)
+NATS = "nats"  # the unit of a loss and of a difference of losses (the summary metrics')
 SUMMARY_METRICS = ("val_loss", "train_loss")  # and val_loss/<domain>: final values in each run's summary.json
 DIRECTIONS = ("lower", "higher")
 REQUIREMENTS = ("crossing",)  # preconditions a claim may name: `requires: crossing` (see the module docstring)
@@ -114,6 +115,7 @@ class MetricKind:
     grids, which check claims when a grid loads (a test checks that both tables name the same kinds)."""
 
     key: str
+    unit: str  # what a difference a - b of it (and its interval, its minimum detectable effect) is measured in
     names: tuple[str, ...] = ()  # its metric values, exactly
     prefix: str = ""  # and the values <prefix><suffix>, for these suffixes (none listed: any domain of the corpus)
     suffixes: tuple[str, ...] = ()
@@ -133,14 +135,17 @@ class MetricKind:
 KIND_FIELDS = ("over", "target", "margin")  # optional fields that only some metric kinds take (MetricKind.takes)
 # The metric kinds, in the order an error lists them; a new kind is an entry here, one in JUDGING and a METRICS line.
 METRIC_KINDS = (
-    MetricKind("summary", names=SUMMARY_METRICS, prefix="val_loss/"),
-    MetricKind(CRITICAL_POINT_GROWTH, names=(CRITICAL_POINT_GROWTH,), across="the matrix",
-               takes=frozenset({"over", "margin"}), direction="higher"),
-    MetricKind(GAP_SLOPE, names=(GAP_SLOPE,), across="the matrix", takes=frozenset({"over", "margin"})),
-    MetricKind("analysis", prefix=ANALYSIS_PREFIX, suffixes=tuple(ANALYSIS_METRICS)),
-    MetricKind(EQUIVALENCE_SAVING, names=(EQUIVALENCE_SAVING,), across="the sweep"),
+    MetricKind("summary", NATS, names=SUMMARY_METRICS, prefix="val_loss/"),
+    MetricKind(CRITICAL_POINT_GROWTH, "log2 critical step per doubling", names=(CRITICAL_POINT_GROWTH,),
+               across="the matrix", takes=frozenset({"over", "margin"}), direction="higher"),
+    MetricKind(GAP_SLOPE, "nats per doubling", names=(GAP_SLOPE,), across="the matrix",
+               takes=frozenset({"over", "margin"})),
+    MetricKind("analysis", "the analysis measure's own scale", prefix=ANALYSIS_PREFIX,
+               suffixes=tuple(ANALYSIS_METRICS)),
+    MetricKind(EQUIVALENCE_SAVING, "fraction of parameters", names=(EQUIVALENCE_SAVING,), across="the sweep"),
     # it reads the whole validation curve against the target: no `at`, `over` or `margin`
-    MetricKind(TIME_TO_TARGET, names=(TIME_TO_TARGET,), prefix=TIME_TO_TARGET + "/", takes=frozenset({"target"})),
+    MetricKind(TIME_TO_TARGET, "fraction of tokens", names=(TIME_TO_TARGET,), prefix=TIME_TO_TARGET + "/",
+               takes=frozenset({"target"})),
 )
 
 

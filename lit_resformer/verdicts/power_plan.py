@@ -1,0 +1,92 @@
+"""`lit-resformer plan GRID --effect X`: how many seeds each comparison of a finished (pilot) grid needs, read from
+the grid's own verdicts (lit_resformer.verdicts.claims.evaluate_grid) by lit_resformer.measures.power.
+
+Per comparison: its design, n and spread (recovered from its 95% t interval), its minimum detectable effect now,
+and the seeds at which that reaches X nats and the paper's effect where the claim gives one; all at the
+comparison's adjusted level, ALPHA / m for its Holm family of m tests (lit_resformer.measures.power.family_level:
+the grid's family, or for a comparison judged in the grid that trained its runs, that grid's). A comparison
+outside its grid's family now (not tested, its runs not evidence) is planned as the family's (m + 1)-th test, the
+one it joins once it is. A metric that is not a loss in nats (a data saving, a slope, an analysis measure) gets
+its MDE in its own unit and no seeds for an effect in nats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lit_resformer.grids.claim_spec import NATS, metric_kind
+from lit_resformer.measures.power import (
+    POWER,
+    effect_of_interest,
+    family_level,
+    paper_effect_nats,
+    power_of,
+    seeds_needed,
+    spread_from_interval,
+)
+from lit_resformer.verdicts.claims import Verdict, evaluate_grid
+from lit_resformer.writing import markdown_table
+
+
+def plan(grid: str | Path, effect: float) -> list[dict]:
+    """One plan row (`plan_row`) per comparison of the grid, for an effect of `effect` nats."""
+    judged: dict[str, list[Verdict] | None] = {}
+    verdicts = evaluate_grid(grid, judged=judged)
+    here = sum(v.adjustable for v in verdicts)
+
+    def family_size(v: Verdict) -> int:
+        if v.judged_in:
+            there = judged.get(str((Path(grid).parent / v.judged_in).resolve())) or []
+            return max(1, sum(w.adjustable for w in there))
+        return here if v.adjustable else here + 1
+
+    return [plan_row(v, family_size(v), effect) for v in verdicts]
+
+
+def plan_row(v: Verdict, family_size: int, effect: float) -> dict:
+    """What one verdict's design can detect and needs: the verdict's power (lit_resformer.measures.power.power_of at
+    its family's level, against the claim's effect of interest), the seeds for `effect` nats and for the paper's
+    effect, and a note where a number is not given."""
+    level = family_level(family_size)
+    unit = metric_kind(v.claim.metric).unit
+    spread = spread_from_interval(v.design, v.n, v.df, v.low, v.high)
+    paper = paper_effect_nats(v.claim.paper) if unit == NATS else None
+    notes = []
+    if spread is None:
+        notes.append("no spread: " + ("fewer than 2 seeds" if v.n < 2 or v.low is None else
+                                      "its interval is no t interval" if v.df is None else
+                                      "the seeds agree exactly"))
+    if unit != NATS:
+        notes.append(f"in {unit}, not nats: no seeds for an effect in nats")
+    if v.judged_in:
+        notes.append(f"judged in {v.judged_in} (that grid's family)")
+    return {"grid": v.grid, "claim": v.claim.claim, "a": v.claim.a, "b": v.claim.b, "metric": v.claim.metric,
+            "unit": unit, "verdict": v.verdict, "design": v.design, "n": v.n, "df": v.df, "delta": v.delta,
+            "ci_low": v.low, "ci_high": v.high, "family_size": family_size,
+            **power_of(v.design, v.n, v.df, v.low, v.high, level, effect_of_interest(v.claim), v.verdict),
+            "plan_effect": effect, "seeds_for_plan_effect": seeds_needed(spread, effect, level) if unit == NATS else None,
+            "paper_effect": paper, "seeds_for_paper_effect": seeds_needed(spread, paper, level),
+            "note": "; ".join(notes)}
+
+
+def plan_text(rows: list[dict], effect: float, grid: str) -> str:
+    """The plan as a markdown table, with a line that says what its numbers mean."""
+    if not rows:
+        return f"{grid}: no comparisons to plan (its grid file declares no claims)\n"
+
+    def number(value: float | None) -> str:
+        return "–" if value is None else f"{value:.4g}"
+
+    def seeds(count: int | None) -> str:
+        return "–" if count is None else str(count)
+
+    table = markdown_table(
+        ["comparison", "metric", "verdict", "design", "n", "spread (sd)", "m: level", "MDE now",
+         f"seeds for {effect:g} nats", "paper's effect: seeds", "inconclusive as", "note"],
+        [[f"{r['a']} − {r['b']}", r["metric"], r["verdict"], r["design"] or "–", r["n"], number(r["sd"]),
+          f"{r['family_size']}: {r['level']:.4g}", number(r["mde"]), seeds(r["seeds_for_plan_effect"]),
+          "–" if r["paper_effect"] is None else f"{r['paper_effect']:g}: {seeds(r['seeds_for_paper_effect'])}",
+          r["classification"] or "–", r["note"]] for r in rows])
+    return (f"{grid}: seeds for {100 * POWER:.0f}% power, two-sided at each comparison's Holm level ALPHA / m (m: "
+            "the tests of its family); spread and MDE in the metric's unit (nats unless the note says otherwise); "
+            "seeds count pairs (paired), estimates (per-seed) or each arm's seeds (unpaired).\n\n"
+            f"{table}\n")

@@ -1,0 +1,147 @@
+"""`lit-resformer plan` (lit_resformer.verdicts.power_plan) on synthetic grids: each comparison's spread, MDE and
+seeds at its Holm family's level, the family of a comparison judged where its runs trained, metrics not in nats,
+and the refusals of bad input before anything is judged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lit_resformer.cli import GRID_MANIFEST, main
+from lit_resformer.grids.claim_spec import Claim
+from lit_resformer.grids.directory import MANIFEST, GridDir
+from lit_resformer.measures.power import Spread, family_level, mde, seeds_needed
+from lit_resformer.training.run_dir import RunDir
+from lit_resformer.verdicts.claims import Verdict
+from lit_resformer.verdicts.power_plan import plan, plan_row
+from tests.helpers.claims_grids import CELLS, EFFECT, VANILLA, grid_dir_from, write_summary
+
+TABLE5 = "-0.0272 at 82M (Table 5)"
+
+
+def paper_grid(tmp_path):
+    """vanilla, better (about 0.3 nats below it) and same (no effect), 3 paired seeds; the two val_loss claims carry
+    the paper's Table 5 effect."""
+    claims = [{"claim": f"{cell} ends below vanilla", "a": cell, "b": "vanilla", "metric": "val_loss",
+               "direction": "lower", "paper": TABLE5} for cell in ("better", "same")]
+    claims.append({"claim": "better is ahead on code", "a": "better", "b": "vanilla", "metric": "val_loss/code",
+                   "direction": "lower"})
+    grid_dir = grid_dir_from(tmp_path, "pilot", {"baseline": "vanilla", "seeds": [0, 1, 2], "cells": {
+        cell: CELLS[cell] for cell in ("vanilla", "better", "same")}, "claims": claims})
+    for seed, base in VANILLA.items():
+        write_summary(grid_dir, "vanilla", seed, base)
+        for cell in ("better", "same"):
+            write_summary(grid_dir, cell, seed, base + EFFECT[cell][seed])
+    return grid_dir
+
+
+def test_each_comparison_gets_its_spread_mde_and_seeds_at_its_familys_level(tmp_path):
+    rows = {(r["a"], r["metric"]): r for r in plan(paper_grid(tmp_path), 0.1)}
+    better, same = rows["better", "val_loss"], rows["same", "val_loss"]
+    level = family_level(3)
+    for row, cell in ((better, "better"), (same, "same")):
+        sd = np.std(EFFECT[cell], ddof=1)  # the per-seed differences a - b of the synthetic grid
+        assert (row["design"], row["n"], row["family_size"], row["level"]) == ("paired", 3, 3, level)
+        assert row["sd"] == pytest.approx(sd, rel=1e-9)
+        spread = Spread("paired", sd, 3, 2)
+        assert row["mde"] == pytest.approx(mde(spread, level), rel=1e-6)
+        assert row["seeds_for_plan_effect"] == seeds_needed(spread, 0.1, level)
+        assert (row["paper_effect"], row["seeds_for_paper_effect"]) == (0.0272, seeds_needed(spread, 0.0272, level))
+    assert better["verdict"] == "reproduced" and better["classification"] is None
+    # no effect measured with 3 seeds: the paper's 0.0272 is far below what 3 seeds detect
+    assert same["verdict"] == "inconclusive" and same["classification"] == "underpowered"
+    assert same["seeds_needed"] == same["seeds_for_paper_effect"] and same["mde"] > 0.0272
+    code = rows["better", "val_loss/code"]
+    assert code["paper_effect"] is None and code["seeds_for_paper_effect"] is None and code["classification"] is None
+
+
+def test_a_comparison_judged_where_its_runs_trained_is_planned_in_that_family(tmp_path):
+    """An overlay's comparison of runs another grid trained is tested in that grid's family (of one here), the
+    overlay's own comparisons in the overlay's (of three)."""
+    owner = grid_dir_from(tmp_path, "owner", {"baseline": "vanilla", "seeds": [0, 1, 2], "cells": {
+        "vanilla": {}, "weak": {"model.lr": 4e-3}}, "claims": [
+        {"claim": "weak ends below vanilla", "a": "weak", "b": "vanilla", "metric": "val_loss", "direction": "lower"}]})
+    overlay = grid_dir_from(tmp_path, "overlay", {"baseline": "vanilla", "seeds": [0, 1, 2], "cells": {
+        **CELLS, "weak": {"model.lr": 4e-3}}, "claims": [
+        {"claim": f"{cell} ends below vanilla", "a": cell, "b": "vanilla", "metric": "val_loss", "direction": "lower"}
+        for cell in ("weak", "better", "worse", "same")]})
+    for seed, base in VANILLA.items():
+        write_summary(owner, "vanilla", seed, base, grid="owner")
+        write_summary(owner, "weak", seed, base + [-0.2, -0.1, -0.15][seed], grid="owner")
+        for cell in ("vanilla", "weak"):
+            GridDir(overlay).share(cell, seed, RunDir(owner / cell / f"seed{seed}"))
+        for cell, effect in EFFECT.items():
+            write_summary(overlay, cell, seed, base + effect[seed], grid="overlay")
+    rows = {r["a"]: r for r in plan(overlay, 0.05)}
+    assert (rows["weak"]["family_size"], rows["weak"]["level"]) == (1, family_level(1))
+    assert "judged in owner" in rows["weak"]["note"]
+    assert {rows[c]["family_size"] for c in ("better", "worse", "same")} == {3}
+
+
+def verdict_of(metric: str, df: float | None, paper: str | None = None, verdict: str = "inconclusive") -> Verdict:
+    return Verdict("g", Claim("x", "a", "b", metric, "higher", paper=paper), verdict, 0.05, -0.02, 0.12, 5,
+                   design="paired", df=df, unadjusted=verdict)
+
+
+def test_a_metric_not_in_nats_says_so_and_gets_no_seeds_for_an_effect_in_nats():
+    saving = plan_row(verdict_of("time_to_target", None, "20.3% less data (v5)"), 4, 0.027)
+    assert saving["unit"] == "fraction of tokens" and saving["mde"] is None and saving["sd"] is None
+    assert saving["seeds_for_plan_effect"] is None and saving["paper_effect"] is None
+    assert "its interval is no t interval" in saving["note"] and "not nats" in saving["note"]
+    slope = plan_row(verdict_of("val_loss_gap_slope", 4.0, "-0.02 at 82M"), 4, 0.027)
+    assert slope["mde"] is not None and slope["seeds_for_plan_effect"] is None and slope["paper_effect"] is None
+    assert "nats per doubling, not nats" in slope["note"]
+    loss = plan_row(verdict_of("val_loss", 4.0, TABLE5), 4, 0.027)
+    assert loss["note"] == "" and loss["seeds_for_plan_effect"] is not None and loss["paper_effect"] == 0.0272
+    json.dumps([saving, slope, loss])
+
+
+def test_the_command_prints_the_plan_and_its_json(tmp_path, capsys):
+    grid_dir = paper_grid(tmp_path)
+    main(["plan", str(grid_dir), "--effect", "0.1"])
+    text = capsys.readouterr().out
+    assert text.startswith("pilot: seeds for 80% power, two-sided at each comparison's Holm level ALPHA / m")
+    assert "| better − vanilla | val_loss | reproduced | paired | 3 |" in text and "underpowered" in text
+    main(["plan", str(grid_dir), "--effect", "0.1", "--json"])
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(plan(grid_dir, 0.1)))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--effect", "0"], "--effect must be a positive number of nats, got 0"),
+    (["--effect", "-0.02"], "--effect must be a positive number of nats, got -0.02"),
+    (["--effect", "nan"], "--effect must be a positive number of nats, got nan"),
+    (["--effect", "inf"], "--effect must be a positive number of nats, got inf"),
+])
+def test_a_bad_effect_is_refused_in_one_line(tmp_path, argv, message):
+    with pytest.raises(SystemExit) as refused:
+        main(["plan", str(tmp_path), *argv])
+    assert str(refused.value.code) == f"lit-resformer plan: error: {message}"
+
+
+def test_a_folder_that_is_no_grid_is_refused_in_one_line(tmp_path):
+    with pytest.raises(SystemExit) as refused:
+        main(["plan", str(tmp_path / "missing"), "--effect", "0.03"])
+    assert str(refused.value.code) == (f"lit-resformer plan: error: {tmp_path / 'missing'}: no such folder (GRID is a "
+                                       "finished grid's run directory)")
+    paper_grid(tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        main(["plan", str(tmp_path / "runs"), "--effect", "0.03"])
+    assert str(refused.value.code) == (f"lit-resformer plan: error: {tmp_path / 'runs'} is not a grid run directory "
+                                       "(no grid.yaml); grids under it: pilot")
+    assert GRID_MANIFEST == MANIFEST
+
+
+def test_bad_input_is_refused_before_the_statistics_are_imported(tmp_path):
+    """The checks run before the grids package, the verdicts and statsmodels are imported (they take seconds)."""
+    script = ("import sys\nfrom lit_resformer.cli import main\n"
+              f"try:\n    main(['plan', {str(tmp_path)!r}, '--effect', '0.03'])\n"
+              "except SystemExit as refused:\n    print(refused.code)\n"
+              "print(sorted(m for m in sys.modules if m.startswith(('lit_resformer.grids', 'lit_resformer.verdicts', "
+              "'lit_resformer.measures', 'statsmodels'))))")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert shown.stdout.splitlines() == [f"lit-resformer plan: error: {tmp_path} is not a grid run directory (no "
+                                         "grid.yaml)", "[]"]
