@@ -8,12 +8,17 @@
 Command line: `lit-resformer grid GRID.yaml [...]`, `lit-resformer export-results` and `lit-resformer merge-results`.
 """
 
-from lit_resformer.grids.executors import LocalExecutor, SlurmExecutor
-from lit_resformer.grids.jobs import RunJob, execute
-from lit_resformer.grids.runner import GridOptions, GridOutcome, PoolOptions, run_grid
-from lit_resformer.grids.spec import Grid, GridError, load_grid
+import importlib
 
-__all__ = [
-    "Grid", "GridError", "GridOptions", "GridOutcome", "LocalExecutor", "PoolOptions", "RunJob", "SlurmExecutor",
-    "execute", "load_grid", "run_grid",
-]
+# Each public name and the module that defines it, imported on first use: the grid reader (claim_spec, directory) is
+# needed where a run is not (report, claims), and the runner's modules bring Lightning with them.
+_EXPORTS = {"LocalExecutor": "executors", "SlurmExecutor": "executors", "RunJob": "jobs", "execute": "jobs",
+            "GridOptions": "runner", "GridOutcome": "runner", "PoolOptions": "runner", "run_grid": "runner",
+            "Grid": "spec", "GridError": "spec", "load_grid": "spec"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"lit_resformer.grids.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'lit_resformer.grids' has no attribute {name!r}")

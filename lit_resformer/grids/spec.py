@@ -34,7 +34,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from omegaconf import OmegaConf
@@ -45,7 +45,9 @@ from lit_resformer.config.files import load_experiment
 from lit_resformer.grids.claim_spec import parse_claims
 from lit_resformer.grids.directory import GridDir
 from lit_resformer.provenance import REPO_ROOT
-from lit_resformer.training.checker import ConfigChecker
+
+if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
+    from lit_resformer.training.checker import ConfigChecker
 
 # What a run is (run_identity): its resolved config less where it trains and where it writes.
 # Where it trains (precision and strategy do change the numbers, so they are not here):
@@ -256,6 +258,8 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     cells = _expand_cells(spec, where)
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
+
+    from lit_resformer.training.checker import ConfigChecker
 
     checker = ConfigChecker(allow_any_class=allow_any_class)
     forced = _flatten_overrides(forced or {}, "--set")

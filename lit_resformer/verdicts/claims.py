@@ -67,8 +67,6 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from lit_resformer.analysis.analyze import run_analysis
-from lit_resformer.analysis.plots import first_token_ratio
 from lit_resformer.grids.claim_spec import (
     ANALYSIS_METRICS,
     ANALYSIS_PREFIX,
@@ -89,6 +87,7 @@ from lit_resformer.measures.grid_results import (
     provenance_differences,
     relative_curves,
 )
+from lit_resformer.measures.power import effect_of_interest, family_level, power_of
 from lit_resformer.measures.scaling import PAPER_CLAIMS, ScalingError, analyse_grid
 from lit_resformer.measures.stats import (
     VERDICTS,
@@ -140,6 +139,9 @@ class Verdict:
     # the grids its a runs and its b runs trained in (from their summaries), side by side
     trained_in: tuple[frozenset, ...] = field(default=(), compare=False, repr=False)
     judged_in: str = ""  # the grid whose family judged it (Judgements.owner; "": this grid's own)
+    # what its design can detect and what an inconclusive verdict rules out (lit_resformer.measures.power.power_of, at
+    # its family's adjusted level): sd, mde, effect, seeds_needed, tost_p, classification; {} before it is judged
+    power: dict = field(default_factory=dict, compare=False)
 
     @property
     def fragile(self) -> bool:
@@ -160,7 +162,7 @@ class Verdict:
                 "delta": self.delta, "ci_low": self.low, "ci_high": self.high, "n": self.n, "df": self.df,
                 "p_raw": self.p_raw,
                 "p_two_sided": self.p_two_sided, "p_holm": self.p_holm, "fragile": self.fragile, "note": self.note,
-                "trained_on": self.trained_on, "judged_in": self.judged_in, "regime": self.regime,
+                "trained_on": self.trained_on, "judged_in": self.judged_in, "power": self.power, "regime": self.regime,
                 "regime_text": regime_text(self.regime) if self.regime else ""}
 
 
@@ -316,7 +318,7 @@ class Judgements:
                     v = replace(v, note="; ".join(filter(None, [v.note, f"its runs trained in {', '.join(trained)}, "
                                                                 "not among the grids given with this one: judged here"])))
                 marked.append(v)
-            self._families[name] = _adjust(marked, holm, "p_holm")
+            self._families[name] = _with_power(_adjust(marked, holm, "p_holm"))
         return self._families[name]
 
     def verdicts(self, results: GridResults, sweep: Sweep = None) -> list[Verdict]:
@@ -332,6 +334,17 @@ class Judgements:
                                                               "grid's family and Holm p)", there.note]))))
         regime = grid_regime(results)
         return [replace(v, trained_on=results.trained_on, regime=regime, texts=(v.claim.claim,)) for v in shown]
+
+
+def _with_power(family: list[Verdict]) -> list[Verdict]:
+    """Each verdict with its power (lit_resformer.measures.power): at its family's adjusted level, ALPHA / m for the m
+    tests of the family (Holm's first step); a comparison outside the family (not tested, or judged in another grid,
+    whose own power it shows) as if it were one more."""
+    m = sum(v.adjustable for v in family)
+    return [replace(v, power=power_of(v.design, v.n, v.df, v.low, v.high,
+                                      family_level(m if v.adjustable else m + 1), effect_of_interest(v.claim),
+                                      v.verdict))
+            if not v.judged_in else v for v in family]
 
 
 def _unadjusted_verdicts(results: GridResults, sweep: Sweep) -> list[Verdict]:
@@ -513,6 +526,10 @@ def _analysis_values(claim: Claim, a: dict[int, RunResult], b: dict[int, RunResu
 def _middle_layer_values(name: str, a: dict[int, RunResult], b: dict[int, RunResult]) -> SideValues:
     """Each run's analysis metric `name` (claim_spec.ANALYSIS_METRICS), the mean over its middle layers; not tested
     when a run has no analysis results or lacks the metric."""
+    from lit_resformer.analysis.analyze import (
+        run_analysis,  # torch's import, paid only where a claim reads analyses
+    )
+
     values: list[dict[int, float]] = [{}, {}]
     missing = []
     for side, runs in enumerate((a, b)):
@@ -535,6 +552,8 @@ def analysis_value(result: dict | None, name: str) -> float | None:
     if result is None:
         return None
     if name.startswith("first_token_"):
+        from lit_resformer.analysis.plots import first_token_ratio
+
         kind = name.removeprefix("first_token_")
         curve = first_token_ratio(result, kind) if f"{kind}_first" in result else None
     else:
@@ -563,6 +582,9 @@ def baseline_phenomenon(name: str, baseline: dict[int, RunResult]) -> str:
     the per-run extreme over layers, at the paper's threshold), else why the claim is not tested."""
     if name not in BASELINE_PHENOMENA or not baseline:
         return ""
+    from lit_resformer.analysis.analyze import run_analysis
+    from lit_resformer.analysis.plots import first_token_ratio
+
     _, extreme, op, threshold, words = BASELINE_PHENOMENA[name]
     kind = name.removeprefix("first_token_")
     per_run = []
@@ -586,6 +608,8 @@ def baseline_phenomenon(name: str, baseline: dict[int, RunResult]) -> str:
 def _fig4_values(runs: dict[int, RunResult]) -> SideValues:
     """Fig. 4 within each run: a's side the mean over layers 2..L of the cosine of the Eq. 2 output to the Eq. 4
     output, b's side to the Eq. 6 output (analysis fig4_cos_eq4 / fig4_cos_eq6, m = n-1); paired by run."""
+    from lit_resformer.analysis.analyze import run_analysis
+
     values: list[dict[int, float]] = [{}, {}]
     missing = []
     for seed, run in runs.items():
@@ -915,16 +939,29 @@ def _fmt_p(value: float | None) -> str:
     return "–" if value is None else f"{value:.3g}"
 
 
+def _fmt_mde(v: Verdict, fmt: Callable[[float | None], str]) -> str:
+    """The minimum detectable effect at the family's adjusted level, unsigned, in the metric's unit."""
+    mde = v.power.get("mde")
+    return "–" if mde is None else fmt(mde).lstrip("+")
+
+
 def verdict_text(v: Verdict) -> str:
-    """The verdict as shown everywhere: bold, with "(fragile)" when its adjusted p is in [ALPHA/2, ALPHA)."""
-    return f"**{v.verdict}**" + (" (fragile)" if v.fragile else "")
+    """The verdict as shown everywhere: bold, with "(fragile)" when its adjusted p is in [ALPHA/2, ALPHA), and an
+    inconclusive one with what it rules out (lit_resformer.measures.power): bounded (an equivalence result within the
+    effect of interest), underpowered (with the seeds that would reach that effect) or unresolved."""
+    text = f"**{v.verdict}**" + (" (fragile)" if v.fragile else "")
+    kind = v.power.get("classification") if v.verdict == "inconclusive" else None
+    if kind == "underpowered" and v.power.get("seeds_needed"):
+        return f"{text} (underpowered: {v.power['seeds_needed']} seeds for ±{v.power['effect']:.3g})"
+    return f"{text} ({kind} within ±{v.power['effect']:.3g})" if kind == "bounded" else (
+        f"{text} ({kind})" if kind else text)
 
 
 def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the comparisons (the report's Claims section leaves out the grid column): the paper's
     effect beside ours, the two-sided p of the test beside its Holm-adjusted p within the grid (the one rule that
     decides every verdict, in the report and on the scoreboard alike)."""
-    header = ["claim", "a vs b", "metric", "paper", "Δ (a − b)", "95% CI", "n", "design", "p (two-sided)",
+    header = ["claim", "a vs b", "metric", "paper", "Δ (a − b)", "95% CI", "n", "design", "MDE", "p (two-sided)",
               "p Holm", "verdict", "note"]
     rows = []
     for v in verdicts:
@@ -933,7 +970,7 @@ def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str
         label = f"↳ {v.claim.claim}" if is_sub_row(v) else v.claim.claim
         note = "; ".join(x for x in (v.note, f"grids differ: {v.disagree}" if v.disagree else "") if x)
         rows.append([label, f"{v.claim.a} vs {v.claim.b}", judging(v.claim).label(v.claim), v.claim.paper or "–",
-                     fmt(v.delta), interval, str(v.n), v.design or "–", _fmt_p(v.p_two_sided),
+                     fmt(v.delta), interval, str(v.n), v.design or "–", _fmt_mde(v, fmt), _fmt_p(v.p_two_sided),
                      _fmt_p(v.p_holm), verdict_text(v), note])
     if not with_grid:
         return header, rows

@@ -332,8 +332,8 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                 lines += [f"Preconditions: {', '.join(c.preconditions)} (configs/claims.yaml)", ""]
             lines += [f"{c.reason}." + (f" Tiers: {', '.join(c.tiers)}." if c.tiers else ""), ""]
             if c.evidence:
-                lines += ["| grid (tier) | comparison | Δ (a − b) | 95% CI | n | p (two-sided) | p Holm | verdict | counted "
-                          "| q (board, BY) |", "|---|---|---|---|---|---|---|---|---|---|"]
+                lines += ["| grid (tier) | comparison | Δ (a − b) | 95% CI | n | MDE | p (two-sided) | p Holm | verdict "
+                          "| counted | q (board, BY) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
                 for e in c.evidence:
                     for v, sub in [(e.row, False), *((s, True) for s in e.sub_rows)]:
                         ci = "–" if v.low is None else f"[{v.low:+.4f}, {v.high:+.4f}]"
@@ -345,8 +345,9 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                         name = ("↳ " if sub else "") + v.claim.claim.replace("|", "/")
                         note = f" — {v.note}" if v.note and v.verdict == "not tested" else ""
                         q = "–" if sub or e.q_by is None else f"{e.q_by:.3g}"
+                        mde = "–" if v.power.get("mde") is None else f"{v.power['mde']:.4f}"
                         lines.append(f"| {', '.join(v.grids or (v.grid,))} ({tier}) | {name}{note.replace('|', '/')} | "
-                                     f"{delta} | {ci} | {v.n} | {p2} | {ph} | {verdict_text(v)} | {status} | {q} |")
+                                     f"{delta} | {ci} | {v.n} | {mde} | {p2} | {ph} | {verdict_text(v)} | {status} | {q} |")
                 lines.append("")
             for r in c.regimes:
                 lines.append(f"- regime {r}")

@@ -23,20 +23,21 @@ from lit_resformer.measures.power import (
     seeds_needed,
     spread_from_interval,
 )
-from lit_resformer.verdicts.claims import Verdict, evaluate_grid
+from lit_resformer.grids.directory import grid_dirs, grid_index
+from lit_resformer.verdicts.claims import Judgements, Verdict, evaluate_grid
 from lit_resformer.writing import markdown_table
 
 
 def plan(grid: str | Path, effect: float) -> list[dict]:
-    """One plan row (`plan_row`) per comparison of the grid, for an effect of `effect` nats."""
-    judged: dict[str, list[Verdict] | None] = {}
+    """One plan row (`plan_row`) per comparison of the grid, for an effect of `effect` nats; the grid judged beside
+    the grids of its folder, as its report is (a comparison another of them trained is planned in that family)."""
+    judged = Judgements(grid_index(grid_dirs([Path(grid).parent])))
     verdicts = evaluate_grid(grid, judged=judged)
     here = sum(v.adjustable for v in verdicts)
 
     def family_size(v: Verdict) -> int:
         if v.judged_in:
-            there = judged.get(str((Path(grid).parent / v.judged_in).resolve())) or []
-            return max(1, sum(w.adjustable for w in there))
+            return max(1, sum(w.adjustable for w in judged.family(v.judged_in)))
         return here if v.adjustable else here + 1
 
     return [plan_row(v, family_size(v), effect) for v in verdicts]

@@ -319,6 +319,7 @@ PAPER_EFFECTS = {
     "not reported": None,
     "1,480 -> 1,415 steps to the target loss over 10 runs (modded-nanogpt, last layer, in value space)": None,
     "1,750 -> 1,530 steps to the target loss (modded-nanogpt)": None,
+    "1,750 -> 1,530 steps to the target loss (modded-nanogpt, tables under Adam at 0.6)": None,
 }
 
 

@@ -149,7 +149,7 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert {v.trained_on for v in verdicts} == {"", "GPU box; not recorded"}
     main(["claims", "--comparisons", str(runs / "first"), str(runs / "second")])
     board = capsys.readouterr().out
-    assert board.startswith("| grid | claim | a vs b | metric | paper | Δ (a − b) | 95% CI | n | design | "
+    assert board.startswith("| grid | claim | a vs b | metric | paper | Δ (a − b) | 95% CI | n | design | MDE | "
                             "p (two-sided) | p Holm | verdict | note |")
     mean, low, high = t_interval(EFFECT["better"])
     row = (f"| second | better ends below vanilla | better vs vanilla | val_loss (lower) | – | {mean:+.4f} | "
