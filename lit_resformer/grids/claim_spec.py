@@ -64,6 +64,12 @@ says how each kind is judged and shown):
                            (lit_resformer.measures.time_to_target); the target is each seed's b final loss, or a
                            stated `target: <loss>` (only for this metric); direction higher = a needs less data;
                            no `at` or `over`
+  val_loss_each_at_best    a at its best point and b at its best, as the grid's `select:` block chose them from its
+                           pilot seeds (lit_resformer.grids.selection), compared on the confirmation seeds only
+  val_loss_at_b_best       a and b both at b's best point, on the confirmation seeds
+  val_loss_gap_dependence  the slope of the final validation-loss gap a - b against log2 of `over`, per seed, over
+                           the cells that have `over` as a matrix key; direction `either`: a two-sided claim that
+                           the gap depends on `over` (the slope is not zero), never contradicted by a test against zero
 """
 
 from __future__ import annotations
@@ -78,6 +84,9 @@ EQUIVALENCE_SAVING = "equivalence_saving"
 # time_to_target[/<domain>]: a's data saving against b at b's final (or a stated) loss. The same string as
 # lit_resformer.measures.time_to_target.METRIC (a test checks it): grids do not import the verdicts.
 TIME_TO_TARGET = "time_to_target"
+EACH_AT_BEST = "val_loss_each_at_best"
+AT_B_BEST = "val_loss_at_b_best"
+GAP_DEPENDENCE = "val_loss_gap_dependence"
 ANALYSIS_PREFIX = "analysis/"
 # analysis/<name>: what each reads from a run's analysis.json (lit_resformer.analysis.analyze) and why it is a claim
 ANALYSIS_METRICS = {
@@ -96,6 +105,7 @@ ANALYSIS_METRICS = {
 SAME_CELL_METRICS = ("analysis/fig4_cos_eq4_vs_eq6",)  # compare two quantities of the same runs (a = b)
 SUMMARY_METRICS = ("val_loss", "train_loss")  # and val_loss/<domain>: final values in each run's summary.json
 DIRECTIONS = ("lower", "higher")
+EITHER = "either"  # the direction of a two-sided claim ("depends on"), for the kinds that take it (MetricKind.two_sided)
 REQUIREMENTS = ("crossing",)  # preconditions a claim may name: `requires: crossing` (see the module docstring)
 # AT: where on the run a val_loss or train_loss claim is judged: `end` (default) the final value; `warmup` the first
 # evaluation (val_loss) or logged step (train_loss, smoothed) at or after the end of warm-up; `throughout` (val_loss)
@@ -116,6 +126,7 @@ class MetricKind:
     across: str = ""  # a and b are `cells` entries compared across this ("the matrix"); "": cells (see parse_claims)
     takes: frozenset[str] = frozenset({"margin"})  # which of KIND_FIELDS apply
     direction: str | None = None  # the one direction it can claim (None: either)
+    two_sided: bool = False  # it claims a dependence in either direction: direction EITHER only
 
     def covers(self, metric: str) -> bool:
         suffix = metric.removeprefix(self.prefix) if self.prefix and metric.startswith(self.prefix) else None
@@ -137,7 +148,13 @@ METRIC_KINDS = (
     MetricKind(EQUIVALENCE_SAVING, names=(EQUIVALENCE_SAVING,), across="the sweep"),
     # it reads the whole validation curve against the target: no `at`, `over` or `margin`
     MetricKind(TIME_TO_TARGET, names=(TIME_TO_TARGET,), prefix=TIME_TO_TARGET + "/", takes=frozenset({"target"})),
+    # a and b at the points a grid's `select:` block chose (spec checks that they are its arms)
+    MetricKind(EACH_AT_BEST, names=(EACH_AT_BEST,), across="the selection"),
+    MetricKind(AT_B_BEST, names=(AT_B_BEST,), across="the selection"),
+    MetricKind(GAP_DEPENDENCE, names=(GAP_DEPENDENCE,), across="the matrix", takes=frozenset({"over"}),
+               two_sided=True),
 )
+SELECTED_METRICS = (EACH_AT_BEST, AT_B_BEST)
 
 
 def metric_kind(metric: object) -> MetricKind | None:
@@ -230,13 +247,16 @@ def _check_fields(claim: Claim, where: str) -> MetricKind:
         raise ValueError(f"{where}.margin must be a positive number of nats, got {claim.margin!r}")
     if claim.requires is not None and claim.requires not in REQUIREMENTS:
         raise ValueError(f"{where}.requires must be one of {list(REQUIREMENTS)}, got {claim.requires!r}")
-    if claim.direction not in DIRECTIONS:
-        raise ValueError(f"{where}.direction must be one of {list(DIRECTIONS)}, got {claim.direction!r}")
     metric = claim.metric
     kind = metric_kind(metric)
     if kind is None:
         allowed = [m for k in METRIC_KINDS for m in k.shown()]
         raise ValueError(f"{where}.metric must be one of {allowed}, got {metric!r}")
+    if kind.two_sided and claim.direction != EITHER:
+        raise ValueError(f"{where}.direction: {metric} claims a dependence, in either direction: {EITHER!r}, "
+                         f"got {claim.direction!r}")
+    if not kind.two_sided and claim.direction not in DIRECTIONS:
+        raise ValueError(f"{where}.direction must be one of {list(DIRECTIONS)}, got {claim.direction!r}")
     for name in KIND_FIELDS:
         if getattr(claim, name) is not None and name not in kind.takes:
             raise ValueError(f"{where}.{name} applies only to metrics {metrics_taking(name)}, not {metric!r}")
@@ -287,6 +307,6 @@ def _check_over_claim(claim: Claim, cells: Sequence[dict], families: list[str], 
         raise ValueError(f"{where}.over must name a matrix key of this grid ({keys or 'it has no matrix'}), "
                          f"got {claim.over!r}")
     _check_families(claim, families, where, kind)
-    points = [c["coords"][claim.over] for c in cells if c["family"] == claim.a]
+    points = [c["coords"][claim.over] for c in cells if c["family"] == claim.a and claim.over in c["coords"]]
     if len(set(points)) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in points):
         raise ValueError(f"{where}.over: {claim.over} needs at least two positive numeric values, got {points}")

@@ -316,42 +316,87 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
     """Train every run of a grid file into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
 
     Runs already done are skipped and interrupted ones resume; with `options.pool.time_limit_s` the same call
-    resumes the grid in the next time-bounded slice. `progress` draws a progress bar on stderr; the listing of the
-    runs and what happens to them goes to `out` (stdout).
+    resumes the grid in the next time-bounded slice. A grid with a `select:` block trains in rounds: the pilot, then
+    the runs at each chosen point as soon as the pilot runs it depends on are finished (Grid.chosen_runs), until
+    nothing more can be chosen. `progress` draws a progress bar on stderr; the listing of the runs and what happens
+    to them goes to `out` (stdout).
     """
     out = out or sys.stdout
     # The grid file is read and its cells resolved once, here; what follows works on the resolved grid.
     spec = load_grid(grid, seeds=options.seeds, forced=dict(options.forced), allow_any_class=options.allow_any_class)
-    runs = spec.runs()
     grid_dir = GridDir.of(options.runs_dir, spec.name).path
     for kind in options.post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here
-    planned = plan(spec, runs, grid_dir, options.post_training)
     pool = make_executor(options.pool, grid_dir)
-    check_devices(runs, pool, options.pool.gpus_per_run)
     command = list(options.train_command) if options.train_command is not None else default_train_command()
     if options.allow_any_class:
         command.append(ALLOW_ANY_CLASS_FLAG)
+    outcome = GridOutcome(spec, grid_dir)
+    runs: list[Run] = []
+    while True:
+        chosen, best, waiting = spec.chosen_runs(pilot_finals(spec, grid_dir))
+        known = {run.name for run in runs}
+        new = [run for run in [*spec.runs(), *chosen] if run.name not in known]
+        if runs and not new:
+            break
+        first = not runs
+        runs += new
+        trained = _round(spec, runs, grid_dir, options, pool, command, outcome, progress, out, first, best, waiting)
+        if options.dry_run or not trained or outcome.left:
+            return outcome if options.dry_run else _finish(outcome, options, out)
+    return _finish(outcome, options, out)
+
+
+def pilot_finals(grid: Grid, grid_dir: Path) -> dict[str, dict[int, float | None]]:
+    """cell -> seed -> final validation loss of each finished pilot run of a grid's `select:` arms (None for a
+    diverged run), read from their summaries; {} for a grid without one."""
+    if grid.selection is None:
+        return {}
+    finals: dict[str, dict[int, float | None]] = {}
+    for arm in grid.selection.arms:
+        for cell in grid.pilot_cells(arm).values():
+            for seed in grid.selection.pilot_seeds:
+                summary = GridDir(grid_dir).run_dir(cell, seed).read_summary() or {}
+                if summary.get("status") in FINISHED:
+                    finals.setdefault(cell, {})[seed] = (summary.get("final_val_loss")
+                                                         if summary["status"] == "done" else None)
+    return finals
+
+
+def _round(spec: Grid, runs: list[Run], grid_dir: Path, options: GridOptions, pool, command: list[str],
+           outcome: GridOutcome, progress: bool, out: TextIO, first: bool, best: dict, waiting: list[str]) -> bool:
+    """Plan and train `runs` (those finished are skipped), listing them; whether any training job ran."""
+    planned = plan(spec, runs, grid_dir, options.post_training)
+    check_devices(runs, pool, options.pool.gpus_per_run)
     jobs = [
         RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train,
                post_training=tuple(p.post_training))
         for p in planned
         if p.train or p.post_training
     ]
-
-    print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(runs)} runs -> {grid_dir}", file=out)
-    print(f"executor: {pool.describe()}", file=out)
+    if first:
+        print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(spec.runs())} runs"
+              + (f", {len(runs) - len(spec.runs())} more from its select block so far" if spec.selection else "")
+              + f" -> {grid_dir}", file=out)
+        print(f"executor: {pool.describe()}", file=out)
+    else:
+        print(f"selection: {', '.join(f'{arm} {value:g}' for arm, value in best.items())}: "
+              f"{len(runs)} runs in all", file=out)
     for p in planned:
         extra = f" then {'+'.join(p.post_training)}" if p.post_training else ""
         print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
-    outcome = GridOutcome(spec, grid_dir)
+    if spec.selection is not None:
+        chosen = ", ".join(f"{arm} {spec.selection.over}={value:g}" for arm, value in best.items())
+        print(f"select: best {spec.selection.over} per arm: {chosen or 'none chosen yet'}", file=out)
+        for line in waiting:
+            print(f"  waiting: {line}", file=out)
     if options.dry_run:
         print(describe_changes(spec.changes()), file=out)
         if isinstance(pool, SlurmExecutor) and jobs:
             print(f"\nsbatch script of the first job ({jobs[0].name}); the others differ only in the name:", file=out)
             print(pool.sbatch_script(jobs[0]), file=out)
         print(f"dry run: {len(jobs)} of {len(runs)} runs would start", file=out)
-        return outcome
+        return False
 
     GridDir(grid_dir).write_manifest(spec.manifest(), _grid_provenance(spec))
     for p in planned:
@@ -367,12 +412,17 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
             outcome.summaries[p.run.name] = {"status": BUSY, "error": p.action}
         elif p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
             outcome.summaries[p.run.name] = p.run_dir.read_summary()
+    return any(job.train for job in jobs)
+
+
+def _finish(outcome: GridOutcome, options: GridOptions, out: TextIO) -> GridOutcome:
+    """The report (unless another process still works in a run), and what was left or failed."""
     if outcome.busy:
         # the runner working in them writes the report when it ends; one written now would show them unfinished
         print(f"{len(outcome.busy)} run(s) busy in another process, left to it: {', '.join(outcome.busy)}"
               + ("; the report is left to that runner" if options.report else ""), file=out)
     elif options.report:
-        outcome.report = options.report(grid_dir)
+        outcome.report = options.report(outcome.grid_dir)
         print(f"report: {outcome.report}", file=out)
     if outcome.left:
         print(f"time limit: {len(outcome.left)} run(s) left for the next call of the same command: "
