@@ -70,6 +70,10 @@ says how each kind is judged and shown):
   val_loss_gap_dependence  the slope of the final validation-loss gap a - b against log2 of `over`, per seed, over
                            the cells that have `over` as a matrix key; direction `either`: a two-sided claim that
                            the gap depends on `over` (the slope is not zero), never contradicted by a test against zero
+  data_saving_slope        a ladder's (lit_resformer.grids.ladder) per-seed data saving of a over b at the end of each
+                           rung's decay, 1 - B / B' where b reaches a's loss at budget B', and its slope against
+                           log2 of `over` (the budget); direction `flat`: the saving is constant (contradicted when the
+                           slope's interval excludes zero, reproduced when it lies within +-margin)
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ TIME_TO_TARGET = "time_to_target"
 EACH_AT_BEST = "val_loss_each_at_best"
 AT_B_BEST = "val_loss_at_b_best"
 GAP_DEPENDENCE = "val_loss_gap_dependence"
+DATA_SAVING_SLOPE = "data_saving_slope"
 ANALYSIS_PREFIX = "analysis/"
 # analysis/<name>: what each reads from a run's analysis.json (lit_resformer.analysis.analyze) and why it is a claim
 ANALYSIS_METRICS = {
@@ -105,7 +110,8 @@ ANALYSIS_METRICS = {
 SAME_CELL_METRICS = ("analysis/fig4_cos_eq4_vs_eq6",)  # compare two quantities of the same runs (a = b)
 SUMMARY_METRICS = ("val_loss", "train_loss")  # and val_loss/<domain>: final values in each run's summary.json
 DIRECTIONS = ("lower", "higher")
-EITHER = "either"  # the direction of a two-sided claim ("depends on"), for the kinds that take it (MetricKind.two_sided)
+EITHER = "either"  # a two-sided claim that a quantity depends on `over` (its slope is not zero), either way
+FLAT = "flat"  # a claim that a quantity does not depend on `over` (its slope is zero, within the claim's margin)
 REQUIREMENTS = ("crossing",)  # preconditions a claim may name: `requires: crossing` (see the module docstring)
 # AT: where on the run a val_loss or train_loss claim is judged: `end` (default) the final value; `warmup` the first
 # evaluation (val_loss) or logged step (train_loss, smoothed) at or after the end of warm-up; `throughout` (val_loss)
@@ -125,8 +131,8 @@ class MetricKind:
     suffixes: tuple[str, ...] = ()
     across: str = ""  # a and b are `cells` entries compared across this ("the matrix"); "": cells (see parse_claims)
     takes: frozenset[str] = frozenset({"margin"})  # which of KIND_FIELDS apply
-    direction: str | None = None  # the one direction it can claim (None: either)
-    two_sided: bool = False  # it claims a dependence in either direction: direction EITHER only
+    direction: str | None = None  # the one direction it can claim (None: any of `directions`)
+    directions: tuple[str, ...] = DIRECTIONS  # the directions it can claim
 
     def covers(self, metric: str) -> bool:
         suffix = metric.removeprefix(self.prefix) if self.prefix and metric.startswith(self.prefix) else None
@@ -152,7 +158,9 @@ METRIC_KINDS = (
     MetricKind(EACH_AT_BEST, names=(EACH_AT_BEST,), across="the selection"),
     MetricKind(AT_B_BEST, names=(AT_B_BEST,), across="the selection"),
     MetricKind(GAP_DEPENDENCE, names=(GAP_DEPENDENCE,), across="the matrix", takes=frozenset({"over"}),
-               two_sided=True),
+               directions=(EITHER,)),
+    MetricKind(DATA_SAVING_SLOPE, names=(DATA_SAVING_SLOPE,), across="the matrix", takes=frozenset({"over", "margin"}),
+               directions=(FLAT,)),
 )
 SELECTED_METRICS = (EACH_AT_BEST, AT_B_BEST)
 
@@ -252,11 +260,9 @@ def _check_fields(claim: Claim, where: str) -> MetricKind:
     if kind is None:
         allowed = [m for k in METRIC_KINDS for m in k.shown()]
         raise ValueError(f"{where}.metric must be one of {allowed}, got {metric!r}")
-    if kind.two_sided and claim.direction != EITHER:
-        raise ValueError(f"{where}.direction: {metric} claims a dependence, in either direction: {EITHER!r}, "
-                         f"got {claim.direction!r}")
-    if not kind.two_sided and claim.direction not in DIRECTIONS:
-        raise ValueError(f"{where}.direction must be one of {list(DIRECTIONS)}, got {claim.direction!r}")
+    if claim.direction not in kind.directions:
+        raise ValueError(f"{where}.direction must be one of {list(kind.directions)}"
+                         f"{'' if kind.directions == DIRECTIONS else f' for {metric}'}, got {claim.direction!r}")
     for name in KIND_FIELDS:
         if getattr(claim, name) is not None and name not in kind.takes:
             raise ValueError(f"{where}.{name} applies only to metrics {metrics_taking(name)}, not {metric!r}")

@@ -71,12 +71,21 @@ class Selection:
     values: tuple = field(default=())  # the swept values of `over`, ascending
 
     def to_dict(self) -> dict:
+        """As a grid's manifest records it (from_dict reads it back)."""
         return {"over": self.over, "arms": list(self.arms), "seeds": list(self.seeds),
-                "pilot_seeds": list(self.pilot_seeds), "rule": SELECTION_RULE,
+                "pilot_seeds": list(self.pilot_seeds), "values": list(self.values), "rule": SELECTION_RULE,
                 "confirm": {arm: list(points) for arm, points in self.confirm.items()},
                 **({"at_best": {"of": self.at_best.of, "cells": list(self.at_best.families),
                                 "matrix": self.at_best.matrix, "seeds": list(self.at_best.seeds)}}
                    if self.at_best else {})}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Selection:
+        at_best = raw.get("at_best")
+        return cls(raw["over"], tuple(raw["arms"]), tuple(raw["seeds"]),
+                   {arm: tuple(points) for arm, points in raw["confirm"].items()}, tuple(raw["pilot_seeds"]),
+                   AtBest(at_best["of"], tuple(at_best["cells"]), at_best["matrix"], tuple(at_best["seeds"]))
+                   if at_best else None, tuple(raw["values"]))
 
     def needs(self, point: Any, arm: str) -> str | None:
         """The arm whose choice a point of `arm` waits for (None: a fixed value)."""

@@ -23,6 +23,9 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
     select: {...}                                # optional: each arm's best point of the matrix key, chosen from
                                                  # the seeds' (pilot) runs, then more seeds and cells there
                                                  # (lit_resformer/grids/selection.py)
+    ladder: {budgets: [...], decay_fraction: 0.2}  # optional, instead of a matrix: a warmup-stable-decay trunk per
+                                                 # cell and seed, and a decay branch from it at each budget
+                                                 # (lit_resformer/grids/ladder.py)
 
 Everything is checked before any run starts; a problem raises `GridError` naming it.
 """
@@ -47,6 +50,8 @@ from omegaconf.errors import OmegaConfBaseException
 from lit_resformer.config.diff import changed_fields
 from lit_resformer.config.files import load_experiment
 from lit_resformer.grids.claim_spec import EACH_AT_BEST, SELECTED_METRICS, parse_claims
+from lit_resformer.grids.ladder import OVER as LADDER_OVER
+from lit_resformer.grids.ladder import BranchPoint, Ladder, LadderError, parse_ladder, trunk_cell
 from lit_resformer.grids.selection import Selection, SelectionError, best_point, parse_selection
 from lit_resformer.training.checker import ConfigChecker
 
@@ -59,7 +64,7 @@ OUTPUT_LOCATIONS = frozenset({"default_root_dir", "dirpath", "save_dir"})
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
-               "claims", "select"}
+               "claims", "select", "ladder"}
 REPORT_FIELDS = {"critical_point_window", "scaling"}
 SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (lit_resformer.measures.scaling)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
@@ -77,6 +82,7 @@ class Cell:
     family: str | None = None  # the `cells` entry it came from (None for matrix-only grids)
     coords: dict[str, Any] = field(default_factory=dict)  # matrix key -> value
     at: dict[str, Any] = field(default_factory=dict)  # a `select:` block's chosen point it trains at (key -> value)
+    trunk: str | None = None  # a `ladder:` rung: the trunk cell it branches from (at its model.decay_start)
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,7 @@ class Grid:
     selection: Selection | None = None  # the `select:` block (lit_resformer.grids.selection)
     families: dict[str, dict] = field(default_factory=dict, repr=False)  # `cells` entry -> its own overrides
     forced: dict[str, Any] = field(default_factory=dict, repr=False)  # --set: wins over every cell's overrides
+    ladder: Ladder | None = None  # the `ladder:` block (lit_resformer.grids.ladder)
     # a config as written (JSON) -> its resolved form (None: it no longer validates); load_grid's cells and the runs
     # are entered as they are made, so that only a config from elsewhere (another grid's run) is ever resolved again
     _known: dict[str, dict | None] = field(default_factory=dict, init=False, repr=False)
@@ -176,6 +183,13 @@ class Grid:
         ]
         self._known.update((_written(run.config), run.resolved) for run in runs)
         return runs
+
+    def branch_point(self, cell: str) -> BranchPoint | None:
+        """Where a ladder rung leaves its trunk (None: the cell is no rung)."""
+        rung = next(c for c in self.cells if c.name == cell)
+        if rung.trunk is None:
+            return None
+        return BranchPoint(rung.trunk, self.ladder.decay_start(rung.coords[LADDER_OVER]))
 
     def pilot_cells(self, arm: str) -> dict[Any, str]:
         """A `select:` arm's cells, by their value of the selected key (the grid's one matrix key)."""
@@ -260,10 +274,11 @@ class Grid:
             "overrides": self.overrides,
             "matrix_keys": sorted({k for c in self.cells for k in c.coords}),
             "report": self.report,
-            "cells": [{**{k: v for k, v in dataclasses.asdict(c).items() if k != "at" or v},
+            "cells": [{**{k: v for k, v in dataclasses.asdict(c).items() if k not in ("at", "trunk") or v},
                        "changes": {k: list(v) for k, v in changes[c.name].items()}} for c in self.cells],
             "claims": self.claims,
             **({"select": self.selection.to_dict()} if self.selection else {}),
+            **({"ladder": self.ladder.to_dict()} if self.ladder else {}),
         }
 
 
@@ -335,7 +350,18 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         raise GridError(f"{where}: report.scaling={scaling!r} is not allowed; choose one of {list(SCALING_AXES)}")
 
     overrides = _flatten_overrides(spec.get("overrides") or {}, f"{where}: overrides")
+    try:
+        ladder = parse_ladder(spec.get("ladder"), where)
+    except LadderError as e:
+        raise GridError(str(e)) from None
+    if ladder is not None:
+        if spec.get("matrix") is not None or not spec.get("cells"):
+            raise GridError(f"{where}: a grid with a ladder has `cells` and no `matrix` (the ladder's budgets are "
+                            f"its matrix, {LADDER_OVER})")
+        spec = {**spec, "matrix": ladder.matrix()}
     cells = _expand_cells(spec, where)
+    if ladder is not None:
+        cells = _ladder_cells(spec, cells, ladder, where)
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
 
@@ -369,7 +395,17 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         selection=selection,
         families=families,
         forced=forced,
+        ladder=ladder,
     )
+
+
+def _ladder_cells(spec: dict, cells: list[Cell], ladder: Ladder, where: str) -> list[Cell]:
+    """A ladder's trunk cells (one per `cells` entry, first) and its rungs, each naming its trunk."""
+    trunks = [Cell(name=trunk_cell(family), family=family, baseline="",
+                   overrides={**_flatten_overrides(overrides or {}, f"{where}: cell '{family}'"),
+                              **ladder.trunk_overrides()})
+              for family, overrides in spec["cells"].items()]
+    return [*trunks, *(dataclasses.replace(c, trunk=trunk_cell(c.family)) for c in cells)]
 
 
 def _selection(spec: dict, cells: list[Cell], families: dict[str, dict], seeds: list[int],
