@@ -121,6 +121,10 @@ def grid_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-limit", type=float, metavar="SECONDS",
                         help="stop after this many seconds: no run starts later, running ones are stopped and "
                              "resumed by the next call (exit code 75 while runs are left)")
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="train from a checkout with uncommitted changes to tracked files (refused otherwise: a "
+                             "run must name the code that trained it); each run keeps the patch (git.diff) and its "
+                             "hash in its provenance. LIT_RESFORMER_ALLOW_DIRTY=1 does the same")
     parser.add_argument("--allow-any-class", action="store_true",
                         help="let the grid's configs construct any class (only for a grid file you trust)")
     local = parser.add_argument_group("local executor")
@@ -163,7 +167,15 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
     run, 75 runs left by the time limit, 130 interrupted."""
     from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
     from lit_resformer.grids.spec import GridError
+    from lit_resformer.provenance import ALLOW_DIRTY_ENV, git_state
     from lit_resformer.training.run_dir import RunConflict
+
+    allowed = args.allow_dirty or os.environ.get(ALLOW_DIRTY_ENV) == "1"
+    if not args.dry_run and not allowed and git_state()[1]:
+        print("lit-resformer grid: error: the checkout has uncommitted changes to tracked files, and a run must name "
+              "the code that trained it: commit them, or pass --allow-dirty (each run then keeps the patch, git.diff, "
+              "and its hash in its provenance)", file=sys.stderr)
+        return 2
 
     slurm = dict(partition=args.partition, time_min=args.time, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
                  account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues)
@@ -255,7 +267,9 @@ def claims_command(argv: list[str]) -> None:
                              "parameters, corpus) side by side, how far each transfer effect moved from the counted "
                              "one (with an interval), flips named; with --json, its rows as JSON")
     parser.add_argument("--preconditions", action="store_true",
-                        help="list when each claim and precondition was introduced (git) beside the first run it judged")
+                        help="whether every field that decides a verdict (each comparison's, each paper claim's, each "
+                             "precondition) was fixed before its results were seen (git), each change with its quote or "
+                             "'unjustified' (lit_resformer/verdicts/declared.py); with --json, as JSON")
     parser.add_argument("--html", type=Path, metavar="OUT.html",
                         help="write one self-contained page: the tally, the claims, a forest plot per grid and links to "
                              "each grid's report")
@@ -263,23 +277,25 @@ def claims_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     import json
 
+    from lit_resformer.grids.directory import grid_dirs
+    from lit_resformer.grids.spec import claims_change
     from lit_resformer.reports import scoreboard as board
     from lit_resformer.verdicts import paper_claims as pc
     from lit_resformer.verdicts import transfer
     from lit_resformer.verdicts.claims import markdown, scoreboard
 
+    stale = [change for grid in grid_dirs(args.runs_dirs) if (change := claims_change(grid)[1])]
+    if stale:
+        raise ValueError(f"{stale[0]}" + (f" (and {len(stale) - 1} more grids)" if len(stale) > 1 else "")
+                         + "; store them with `lit-resformer report <grid folder>` before judging")
     rows = scoreboard(args.runs_dirs)
     claims = pc.paper_claims(rows)
     counts = pc.claim_counts(claims)
     if args.preconditions:
-        root = args.runs_dirs[0]
-        listed = pc.precondition_report(claims, root)
-        text = "\n".join(f"{r['kind']:12} {r['id']:28} introduced {r['commit']} {r['date'][:10] or '-':10} first run "
-                         f"judged {r['first_run'][:10] or '-':10}" + ("  AFTER" + ("" if r["justification"] or
-                                                                                  r["kind"] == "claim" else
-                                                                                  " (NO JUSTIFICATION)")
-                                                                       if r["after_results"] else "")
-                         for r in listed) + "\n"
+        from lit_resformer.verdicts import declared
+
+        listed = declared.declaration_report(args.runs_dirs[0], declared.counted_comparisons(claims))
+        text = declared.as_json(listed) if args.json else declared.markdown(listed)
     elif args.json and args.transfer:
         text = json.dumps([r.to_dict() for r in transfer.transfer_rows(claims)[1]], indent=2, default=str) + "\n"
     elif args.json and args.comparisons:

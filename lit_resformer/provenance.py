@@ -15,6 +15,7 @@ Two peaks, as nanochat and this project's benchmarks state MFU:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -26,7 +27,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Distributions whose version changes what a run computes or how it is evaluated, by the name the record uses.
 LIBRARIES = {"lightning": "lightning", "transformers": "transformers", "lm_eval": "lm_eval", "datasets": "datasets",
              "tokenizers": "tokenizers"}
-FIELDS = ("git_commit", "git_dirty", "python", "torch", "cuda", *LIBRARIES, "device", "precision", "threads")
+FIELDS = ("git_commit", "git_dirty", "git_diff_sha256", "python", "torch", "cuda", *LIBRARIES, "device", "precision",
+          "threads")
+# Trains from a checkout with uncommitted changes, as --allow-dirty does (for test suites and scripts); the run still
+# records its patch.
+ALLOW_DIRTY_ENV = "LIT_RESFORMER_ALLOW_DIRTY"
 
 # Dense (no 2:4 sparsity) bf16 tensor-core FLOP/s from NVIDIA's datasheets, by a fragment of the name
 # torch.cuda.get_device_name gives, the most specific fragment first. Lightning's get_available_flops holds the same
@@ -55,6 +60,7 @@ def collect(precision: str, accelerator: str = "auto", cuda_device: int = 0, thr
     return {
         "git_commit": commit,
         "git_dirty": dirty,
+        "git_diff_sha256": hashlib.sha256(git_patch().encode()).hexdigest() if dirty else None,
         "python": platform.python_version(),
         "torch": str(torch.__version__),
         "cuda": torch.version.cuda,
@@ -147,6 +153,18 @@ def git_state() -> tuple[str | None, bool | None]:
     except (OSError, subprocess.SubprocessError):
         return None, None
     return commit, bool(status.strip())
+
+
+def git_patch() -> str:
+    """The checkout's uncommitted changes to tracked files as a patch (`git diff HEAD`; "" when there are none or no
+    checkout): what a run from a dirty tree keeps beside its results (RunDir.diff_file), hashed in its provenance."""
+    if not (REPO_ROOT / ".git").exists():
+        return ""
+    try:
+        return subprocess.run(["git", "-C", str(REPO_ROOT), "diff", "HEAD", "--no-color", "--no-ext-diff"],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def _gpu_name(index: int) -> str:

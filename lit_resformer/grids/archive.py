@@ -43,6 +43,7 @@ def export_grid(grid_dir: str | Path, archive: str | Path, note: str = "") -> di
     grid_dir = grid.path
     if not grid.is_grid():
         raise SliceError(f"{grid_dir} is not a grid run directory (no {MANIFEST})")
+    grid.check_links()  # an export without a shared run would merge as a grid that never trained it
     runs = grid.finished_runs()
     provenance = {"grid": grid.name, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                   "runs": [grid.relative(run) for _, _, run in runs], "note": note}

@@ -37,6 +37,10 @@ grid is loaded (lit_resformer.grids.spec) and judged on its runs by lit_resforme
         direction: higher       # with a margin: a - b is above -margin (no gain larger than the margin)
         margin: 0.0272          # optional, nats: the gain half of an equivalence test (see MARGIN below)
         paper_claim: fig9-only-values   # the paper claim (configs/claims.yaml) this comparison is evidence for
+      - claim: SVFormer with more anchors is better
+        ...
+        quote: "increasing the number of anchors improves performance (4.5)"   # optional: the paper's sentence;
+                                # needed where the comparison was declared or changed after its results were seen
       - claim: ResFormer reaches vanilla's final validation loss with less data
         a: resformer
         b: vanilla
@@ -176,7 +180,7 @@ def metrics_taking(field: str) -> list[str]:
 
 
 CLAIM_FIELDS = {"claim", "a", "b", "metric", "direction", "over", "requires", "at", "paper", "beyond_paper",
-                "paper_claim", "margin", "target"}
+                "paper_claim", "margin", "target", "quote"}
 REQUIRED_FIELDS = {"claim", "a", "b", "metric", "direction"}
 
 
@@ -195,6 +199,9 @@ class Claim:
     paper_claim: str | None = None  # the id of the paper claim (configs/claims.yaml) this comparison is evidence for
     margin: float | None = None  # nats: the claim is a bound -margin (higher) / +margin (lower), not zero (MARGIN)
     target: float | None = None  # time_to_target only: the loss to reach (None: each seed's b final loss)
+    # the paper's sentence this comparison states, where it was declared or changed after its results were seen
+    # (lit_resformer.verdicts.declared); it decides nothing
+    quote: str | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -245,6 +252,9 @@ def _check_fields(claim: Claim, where: str) -> MetricKind:
     if claim.paper is not None and (not isinstance(claim.paper, str) or not claim.paper.strip()):
         raise ValueError(f"{where}.paper must give the paper's effect in words (e.g. '-0.027 at 82M (Table 5)'), "
                          f"got {claim.paper!r}")
+    if claim.quote is not None and (not isinstance(claim.quote, str) or not claim.quote.strip()):
+        raise ValueError(f"{where}.quote must be the paper's sentence (or the claim's source's) in words, "
+                         f"got {claim.quote!r}")
     if claim.beyond_paper not in (None, True):
         raise ValueError(f"{where}.beyond_paper must be true (or left out for a claim of the paper), "
                          f"got {claim.beyond_paper!r}")

@@ -36,6 +36,11 @@ class ManifestError(ValueError):
     """A grid manifest this version cannot read; the message names the file and the version."""
 
 
+class BrokenSharedRun(FileNotFoundError):
+    """A grid folder whose shared runs are links to runs that are not there (a grid copied without the grids whose
+    runs it shares): read as it is, it would show those runs as never trained."""
+
+
 def migrate_manifest(manifest: dict, where: Path | str) -> dict:
     """Any manifest as the current version: version 1 (no `version` field) gains its cells' `changes` from the
     grid file's overrides (base values unknown) and an empty provenance."""
@@ -99,6 +104,11 @@ class GridDir:
         atomic_write(self.manifest_file, yaml.safe_dump(
             {"version": MANIFEST_VERSION, **manifest, "provenance": provenance}, sort_keys=False))
 
+    def write_claims(self, claims: list[dict]) -> None:
+        """Replace the claims the manifest stores, leaving the rest of it as written (any version)."""
+        manifest = yaml.safe_load(self.manifest_file.read_text())
+        atomic_write(self.manifest_file, yaml.safe_dump({**manifest, "claims": claims}, sort_keys=False))
+
     # ------------------------------------------------------------------ runs
     def run_dir(self, cell: str, seed: int) -> RunDir:
         return RunDir(self.path / cell / f"{SEED_PREFIX}{seed}")
@@ -137,6 +147,24 @@ class GridDir:
         link = self.run_dir(cell, seed).path
         if link.is_symlink() and not link.exists():
             link.unlink()
+
+    def broken_links(self) -> list[tuple[Path, str]]:
+        """(entry, target as written) of every <cell>/seed<k> that is a link to a run that is not there."""
+        cells = sorted(d for d in self.path.iterdir() if d.is_dir()) if self.path.is_dir() else []
+        return [(entry, os.readlink(entry)) for cell in cells for entry in sorted(cell.glob(f"{SEED_PREFIX}*"))
+                if entry.is_symlink() and not entry.exists()]
+
+    def check_links(self) -> None:
+        """Refuse a grid folder whose shared runs do not resolve (BrokenSharedRun), naming the first and the remedy:
+        every reader of results (report, claims, export) calls this before it reads a run."""
+        broken = self.broken_links()
+        if broken:
+            entry, target = broken[0]
+            more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+            raise BrokenSharedRun(
+                f"{self.path}: {entry.relative_to(self.path).as_posix()} links to {target}, which is not there{more}: "
+                "this grid shares runs stored once in another grid's folder; copy the results folder whole following "
+                "links (cp -rL), or take the grid with `lit-resformer export-results`")
 
     def shared_from(self, cell: str, seed: int) -> RunDir | None:
         """The run <cell>/seed<k> is shared with (None: it is this grid's own); its summary names where it trained."""
@@ -197,6 +225,18 @@ def grid_dirs(paths: Iterable[str | Path], kind: str = "grid run directory",
             raise FileNotFoundError(f"{path} holds no {kind} (no such {MANIFEST} in it or in its folders)")
         found += inside
     return found
+
+
+def grid_index(grids: Iterable[GridDir]) -> dict[str, GridDir]:
+    """Grid name (its manifest's) -> folder, for the grids given: what a comparison of shared runs may be judged in
+    (lit_resformer.verdicts.claims.Judgements). Two folders of one name are refused: which would judge is unclear."""
+    index: dict[str, GridDir] = {}
+    for grid in grids:
+        name = grid.read_manifest()["name"]
+        if name in index and index[name].path.resolve() != grid.path.resolve():
+            raise ValueError(f"two grid folders named {name!r}: {index[name].path} and {grid.path}; give one of them")
+        index[name] = grid
+    return index
 
 
 def check_run_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:

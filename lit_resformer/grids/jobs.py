@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_resformer.grids.summary import FINISHED, error_lines, now, results
-from lit_resformer.provenance import device_use, run_provenance
+from lit_resformer.provenance import device_use, git_patch, run_provenance
 from lit_resformer.training.run_dir import RunBusy, RunDir
+from lit_resformer.writing import atomic_write
 
 TRAIN_COMMAND_ENV = "LIT_RESFORMER_TRAIN_CMD"
 
@@ -176,6 +177,8 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
         "provenance": run_provenance(run.read_experiment() or {}, env),
         "device_use": device_use(env),  # the peak and the sharing a GPU run's MFU is stated with (reports/budget.py)
     }
+    if summary["provenance"].get("git_dirty"):  # the code that trained it is the commit plus this patch
+        atomic_write(run.diff_file, git_patch())
     run.write_summary(summary)
 
     under_submitit = "SUBMITIT_EXECUTOR" in env

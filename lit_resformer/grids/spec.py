@@ -50,9 +50,11 @@ from omegaconf.errors import OmegaConfBaseException
 from lit_resformer.config.diff import changed_fields
 from lit_resformer.config.files import load_experiment
 from lit_resformer.grids.claim_spec import EACH_AT_BEST, SELECTED_METRICS, parse_claims
+from lit_resformer.grids.directory import GridDir
 from lit_resformer.grids.ladder import OVER as LADDER_OVER
 from lit_resformer.grids.ladder import BranchPoint, Ladder, LadderError, parse_ladder, trunk_cell
 from lit_resformer.grids.selection import Selection, SelectionError, best_point, parse_selection
+from lit_resformer.provenance import REPO_ROOT
 from lit_resformer.training.checker import ConfigChecker
 
 # What a run is (run_identity): its resolved config less where it trains and where it writes.
@@ -60,8 +62,6 @@ from lit_resformer.training.checker import ConfigChecker
 PLACEMENT = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes")
 # Where it writes: these keys at any depth (the run folder, the checkpoints' folder, a logger's folder).
 OUTPUT_LOCATIONS = frozenset({"default_root_dir", "dirpath", "save_dir"})
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
                "claims", "select", "ladder"}
@@ -373,7 +373,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     selection = _selection(spec, cells, families, seeds, where)
     try:  # the grid's `claims:`, checked against its cells (and those a `select:` block will add)
         claims = [claim.to_dict() for claim in parse_claims(spec.get("claims"), [dataclasses.asdict(c) for c in cells]
-                                                            + _at_best_placeholders(selection, where))]
+                                                            + _at_best_placeholders(spec.get("select"), where))]
     except ValueError as e:
         raise GridError(f"{where}: {e}") from e
     _check_selected_claims(claims, selection, where)
@@ -441,13 +441,77 @@ def _check_selected_claims(claims: list[dict], selection: Selection | None, wher
                                 f"confirmation seeds; add it to select.confirm.{side}")
 
 
-def _at_best_placeholders(selection: Selection | None, where: str) -> list[dict]:
-    """The at_best cells as parse_claims sees them before their point is chosen (family and coordinates)."""
-    if selection is None or selection.at_best is None:
+def _at_best_placeholders(select: Any, where: str) -> list[dict]:
+    """The cells a `select:` block's at_best adds once its point is chosen, as parse_claims sees them before
+    (family and coordinates), from the block as written; none without one."""
+    at_best = select.get("at_best") if isinstance(select, dict) else None
+    if not isinstance(at_best, dict) or not isinstance(at_best.get("cells"), list):
         return []
-    return [{"name": f"{family},{selection.over}=best,{_point_name(coords)}", "family": family, "coords": coords}
-            for family in selection.at_best.families
-            for coords, _ in _matrix_points(selection.at_best.matrix, f"{where}: select.at_best")]
+    return [{"name": f"{family},{select.get('over')}=best,{_point_name(coords)}", "family": family, "coords": coords}
+            for family in at_best["cells"]
+            for coords, _ in _matrix_points(at_best.get("matrix"), f"{where}: select.at_best")]
+
+
+def declared_raw_claims(grid_file: Path) -> tuple[str, list]:
+    """(the grid's name, its `claims:` entries as written, inherited ones included), without checking them against
+    cells or resolving bases: what a grid file declared, read from any commit's files. GridError when it does not
+    read as a grid file."""
+    spec = _read_grid_file(grid_file, resolve_bases=False)
+    claims = spec.get("claims") or []
+    return str(spec.get("name", grid_file.stem)), claims if isinstance(claims, list) else []
+
+
+def declared_claims(grid_file: Path, cells: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """The claims a grid file declares now, checked against a grid's cells (a manifest's cell entries), as the
+    manifest stores them; GridError naming the file when it does not read or names a cell the grid lacks."""
+    try:
+        spec = _read_grid_file(grid_file)
+        return [claim.to_dict() for claim in parse_claims(spec.get("claims"), [
+            {"name": c["name"], "family": c.get("family"), "coords": c.get("coords") or {}} for c in cells]
+            + _at_best_placeholders(spec.get("select"), str(grid_file)))]
+    except ValueError as e:  # GridError included
+        raise GridError(f"{grid_file}: {e}") from e
+
+
+def locate_grid_file(grid_file: str | None, results: Path) -> Path | None:
+    """The grid file a results folder was run from, in the checkout that holds the folder: the manifest's path when
+    absolute, else the same relative path under the nearest folder above the results that has it. None when no such
+    file is there (a copy of the results outside the checkout): then the claims the manifest stores are the grid's."""
+    if not grid_file:
+        return None
+    if Path(grid_file).is_absolute():
+        return Path(grid_file) if Path(grid_file).is_file() else None
+    return next((root / grid_file for root in results.resolve().parents if (root / grid_file).is_file()), None)
+
+
+def claims_change(grid_dir: GridDir) -> tuple[list[dict], str]:
+    """(the claims the grid file declares now, a line saying how they differ from those the manifest stores: "" when
+    they do not, or when the file is not in a checkout around the results, a copy's case, where the stored ones are
+    the grid's). GridError naming the file when it is there and does not read."""
+    manifest = grid_dir.read_manifest()
+    stored = manifest.get("claims") or []
+    path = locate_grid_file(manifest.get("grid_file"), grid_dir.path)
+    if path is None:
+        return stored, ""
+    declared = declared_claims(path, manifest["cells"])
+    if declared == stored:
+        return stored, ""
+    texts = [{c["claim"] for c in claims} for claims in (stored, declared)]
+    changed = sum(1 for c in declared if c["claim"] in texts[0] and c not in stored)
+    return declared, (f"{path} declares other claims than {grid_dir.manifest_file} stores: "
+                      f"{len(texts[1] - texts[0])} added, {len(texts[0] - texts[1])} removed, {changed} changed")
+
+
+def refresh_claims(grid_dir: GridDir) -> str:
+    """Store in the grid's manifest the claims its grid file declares now, so that a claim written once in configs/
+    applies to runs judged before it changed. The manifest's claims are what `report` and `claims` judge, wherever
+    the folder is read from; only this writes them after the runs (`lit-resformer report` calls it; `claims` refuses a
+    folder whose stored claims differ from its file's, claims_change). Returns a line saying what changed, or ""."""
+    declared, change = claims_change(grid_dir)
+    if change:
+        grid_dir.write_claims(declared)
+        return f"claims refreshed: {change}"
+    return ""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -565,7 +629,7 @@ def _check_name(name: Any, what: str) -> None:
 # base experiment and override keys
 
 
-def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
+def _read_grid_file(path: Path, children: tuple[Path, ...] = (), resolve_bases: bool = True) -> dict:
     """A grid file's fields. With `extends: OTHER.yaml` this file is an overlay on the other one (a figure's cells
     and claims, configs/figures/, or another tier): a tier states only what it changes (budgets, sizes, seeds, its
     own base) and the figure is written once. Fields are replaced one by one, except:
@@ -574,7 +638,8 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
       key, in place; `~` (null) removes the inherited cell (one the tier's model cannot express, or a slice of a
       grid) and the inherited claims that name it; a new name is appended;
     - `claims` are appended to the inherited ones (a tier's own domains, lengths or sizes).
-    `base` paths are made absolute here, so an inherited base stays relative to the file that wrote it."""
+    `base` paths are made absolute here, so an inherited base stays relative to the file that wrote it (unless
+    `resolve_bases` is false: a reader of claims only, e.g. of a past commit's files, which may lack their bases)."""
     try:
         spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except (OmegaConfBaseException, yaml.YAMLError, ValueError) as e:  # syntax, duplicate keys, interpolation
@@ -584,7 +649,7 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
     unknown = sorted(set(spec) - GRID_FIELDS)
     if unknown:
         raise GridError(f"{path}: unknown field(s) {unknown}; allowed fields: {sorted(GRID_FIELDS)}")
-    if "base" in spec:
+    if "base" in spec and resolve_bases:
         spec["base"] = [str(_resolve_base(b, path)) for b in (spec["base"] if isinstance(spec["base"], list)
                                                              else [spec["base"]])]
     parent = spec.pop("extends", None)
@@ -598,7 +663,7 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = ()) -> dict:
         raise GridError(f"{path}: extends '{parent}', which is not a file (paths are relative to this grid file)")
     if parent_path in (path.resolve(), *children):
         raise GridError(f"{path}: extends '{parent}', which extends it back")
-    inherited = _read_grid_file(parent_path, (*children, path.resolve()))
+    inherited = _read_grid_file(parent_path, (*children, path.resolve()), resolve_bases)
     inherited.pop("name", None)
     merged = {**inherited, **spec}
     merged["overrides"] = {**_flatten_overrides(inherited.get("overrides") or {}, f"{parent_path}: overrides"),

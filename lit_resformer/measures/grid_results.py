@@ -173,9 +173,11 @@ class GridResults:
 
 
 def load_results(grid_dir: str | Path | GridDir) -> GridResults:
-    """A grid's run directory as GridResults (FileNotFoundError when it holds no manifest)."""
+    """A grid's run directory as GridResults (FileNotFoundError when it holds no manifest, BrokenSharedRun when a
+    shared run's link does not resolve)."""
     grid = grid_dir if isinstance(grid_dir, GridDir) else GridDir(grid_dir)
     manifest = grid.read_manifest()
+    grid.check_links()
     runs: dict[str, list[RunResult]] = {c["name"]: [] for c in manifest["cells"]}
     for cell, seed, run in grid.runs(runs):
         runs[cell].append(RunResult(cell, seed, run, manifest["name"]))

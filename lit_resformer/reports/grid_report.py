@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 
 from lit_resformer.grids.changes import common_changes, show_value
+from lit_resformer.grids.directory import GridDir, grid_dirs, grid_index
+from lit_resformer.grids.spec import refresh_claims
 from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.measures.grid_results import GridResults, RunResult, load_results, relative_curves
 from lit_resformer.measures.scaling import sweep_analysis
@@ -119,7 +121,13 @@ def _status_note(record: RunResult) -> str:
 
 
 def write_report(grid_dir: str | Path) -> Path:
-    """Write report.md and index.html into a grid's run directory; return the index.html path."""
+    """Write report.md and index.html into a grid's run directory; return the index.html path. Its claims are the
+    ones its manifest stores, refreshed first from its grid file where the checkout around it has that file
+    (lit_resformer.grids.spec.refresh_claims); a comparison of runs another grid trained is judged in that grid when
+    it sits in the same folder (the index of the grids beside it)."""
+    refreshed = refresh_claims(GridDir(grid_dir))
+    if refreshed:
+        print(refreshed)
     results = load_results(grid_dir)
     grid_dir = results.grid_dir.path
     manifest = results.manifest
@@ -147,7 +155,7 @@ def write_report(grid_dir: str | Path) -> Path:
 
     final_train, final_val = results.finals("train_loss"), results.finals("val_loss")
     sweep = sweep_analysis(results)
-    verdicts = evaluate_grid(results, sweep)
+    verdicts = evaluate_grid(results, sweep, index=grid_index(grid_dirs([results.grid_dir.path.parent])))
     regime = grid_regime(results)
 
     doc.heading(1, f"Ablation grid {name}")

@@ -90,6 +90,8 @@ class RunDir:
         self.summary_file = self.path / "summary.json"
         self.divergence_file = self.path / "divergence.json"
         self.corpus_file = self.path / "corpus.json"
+        # the uncommitted changes of the checkout it trained from, when there were any (provenance git_diff_sha256)
+        self.diff_file = self.path / "git.diff"
         self.checkpoints_dir = self.path / CHECKPOINTS
         self.last_checkpoint = self.checkpoints_dir / LAST_CHECKPOINT
         self.csv_dir = self.path / CSV_LOGS
@@ -131,7 +133,7 @@ class RunDir:
         """The small files that hold a run's results, without checkpoints or TensorBoard events: what a finished
         run leaves when its results are exported (report, claims and scaling read nothing else)."""
         files = [self.config_file, self.experiment_file, self.summary_file, self.divergence_file, self.corpus_file,
-                 self.eval_results, self.analysis_results, *self.metric_files()]
+                 self.diff_file, self.eval_results, self.analysis_results, *self.metric_files()]
         return [f for f in files if f.is_file()]
 
     def has_training_output(self) -> bool:

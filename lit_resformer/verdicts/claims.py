@@ -39,8 +39,8 @@ Verdict (`stats.verdict`, then `stats.adjusted_verdict`):
                 reads (analysis results, an evaluation after warm-up).
 Many comparisons are tested at once, so by chance alone some would pass: the p-values are adjusted for that, by the
 suite's one rule (stats.ALPHA): Holm within each grid's family of comparisons (`p_holm`: no false verdict in the
-figure with 95% probability). Each comparison is in one family: one whose runs all trained in another grid (an
-overlay sharing them) is judged there (`_judged_where_trained`). The grid report and the scoreboard show the same
+figure with 95% probability). Each comparison is in one family: its owner's, the grid that trained its runs, where
+an overlay shares them (`Judgements`). The grid report and the scoreboard show the same
 verdict and p for a comparison; the scoreboard does not adjust again across grids. "Contradicted" needs exactly
 what "reproduced" needs (the two-sided test at the same alpha). A decisive verdict with its Holm p in [ALPHA/2, ALPHA) is labelled "(fragile)". A sweep's
 scaling claim is judged on the t test over its per-seed fitted savings (lit_resformer.measures.scaling) and adjusted
@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -80,7 +80,7 @@ from lit_resformer.grids.claim_spec import (
     Claim,
     metric_kind,
 )
-from lit_resformer.grids.directory import GridDir, grid_dirs
+from lit_resformer.grids.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.measures.grid_results import (
     GridResults,
@@ -129,7 +129,6 @@ class Verdict:
     p_raw: float | None = None  # one-sided, in the claimed direction
     p_two_sided: float | None = None
     p_holm: float | None = None  # the two-sided p adjusted within the grid (the largest over the grids it is in)
-    p_bh: float | None = None  # kept for old records: the scoreboard no longer adjusts across grids (always None)
     unadjusted: str = ""  # the verdict before adjustment for multiple comparisons
     grids: tuple[str, ...] = ()  # every grid the same comparison was seen in (the scoreboard's rows)
     texts: tuple[str, ...] = ()  # the comparison's words in each of those grids (how paper claims find it)
@@ -138,8 +137,9 @@ class Verdict:
     df: float | None = None  # degrees of freedom of a t interval (None: no interval, or not a t interval)
     regime: dict = field(default_factory=dict, compare=False)  # the grid's regime (grid_regime)
     runs: tuple | None = field(default=None, compare=False, repr=False)  # identity of the runs compared
-    trained_in: frozenset = field(default=frozenset(), compare=False, repr=False)  # the grids its runs trained in
-    judged_in: str = ""  # the grid whose family judged it, when its runs all trained there ("": this grid's own)
+    # the grids its a runs and its b runs trained in (from their summaries), side by side
+    trained_in: tuple[frozenset, ...] = field(default=(), compare=False, repr=False)
+    judged_in: str = ""  # the grid whose family judged it (Judgements.owner; "": this grid's own)
 
     @property
     def fragile(self) -> bool:
@@ -237,8 +237,13 @@ def corpus_mismatch(runs: Iterable[RunResult]) -> str:
 def provenance_note(runs: Iterable[RunResult]) -> list[str]:
     """The notes of a comparison whose runs ran on different things (versions, device, precision, code), or
     whose provenance is known for some runs only."""
+    runs = list(runs)
     differences, unrecorded = provenance_differences(runs)
     notes = []
+    dirty = [r.name for r in runs if r.provenance.get("git_dirty") and not r.provenance.get("git_diff_sha256")]
+    if dirty:
+        notes.append(f"rests on {len(dirty)} run(s) trained from a checkout with uncommitted changes it did not record "
+                     f"({', '.join(dirty)}): to be re-derived from a clean commit (docs/rederivation/pending.md)")
     if differences:
         shown = "; ".join(f"{field} {' vs '.join(values)}" for field, values in differences.items())
         notes.append(f"runs differ in what they ran on: {shown}")
@@ -247,18 +252,90 @@ def provenance_note(runs: Iterable[RunResult]) -> list[str]:
     return notes
 
 
-def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None,
-                  judged: dict[str, list[Verdict] | None] | None = None) -> list[Verdict]:
-    """Verdicts on every claim of a grid's runs (its manifest lists them), each judged as its metric's kind says
-    (JUDGING), decided on p-values adjusted within the grid (Holm). A comparison whose runs this grid shares, all
-    trained in one other grid, is judged there (`_judged_where_trained`). `sweep` is the scaling analysis of a sweep
-    grid (lit_resformer.measures.scaling.analyse_grid) when the caller has it already, else it is made here; a grid
-    that is no sweep has none, whatever the caller passes. `judged` (a grid folder, resolved -> its verdicts) keeps
-    the grids judged so far for a caller that judges many (the scoreboard)."""
+def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None, index: Mapping[str, GridDir] | None = None,
+                  judged: Judgements | None = None) -> list[Verdict]:
+    """Verdicts on every claim of a grid's runs (the claims its manifest stores: lit_resformer.grids.spec.
+    refresh_claims keeps them equal to its grid file's), each judged as its metric's kind says (JUDGING), decided on
+    p-values adjusted within the grid (Holm). A comparison another grid of `index` owns (`Judgements.owner`: the grid
+    that trained its runs) takes that grid's verdict and Holm p. `index` (grid name -> folder) is every grid the
+    caller was given; nothing else is read. `sweep` is the scaling analysis of a sweep grid when the caller has it.
+    `judged` keeps the grids judged so far for a caller that judges many (the scoreboard)."""
     results = grid if isinstance(grid, GridResults) else load_results(grid)
-    judged = {} if judged is None else judged
-    key = str(results.grid_dir.path.resolve())
-    judged[key] = None  # being judged: a grid that shares runs back with this one judges them itself
+    judged = Judgements(index or {}) if judged is None else judged
+    return judged.verdicts(results, sweep)
+
+
+class Judgements:
+    """The verdicts of the grids of one index, each grid judged once. Each comparison is tested once, in one family:
+    its owner's. A grid overlays runs another grid trained (the runner links them, lit_resformer.grids.runner.Twins);
+    a comparison's owner is the grid that trained its `a` runs (all of them), if that grid is in the index and judges
+    the same comparison (`Verdict.runs`), else the one that trained its `b` runs on the same terms, else the grid
+    that shows it. Every other grid shows the owner's verdict, interval and Holm p, marked `judged_in`, and leaves it
+    out of its own family. The owner is the same whichever grid asks, so no comparison has two Holm p; the families
+    are built from unadjusted verdicts only, so grids that share runs with each other need no order."""
+
+    def __init__(self, index: Mapping[str, GridDir]):
+        self.index = dict(index)
+        self._unadjusted: dict[str, tuple[GridResults, list[Verdict]]] = {}
+        self._families: dict[str, list[Verdict]] = {}
+
+    def results(self, name: str) -> GridResults:
+        """Grid `name`'s runs, loaded once."""
+        return self._unadjusted[name][0] if name in self._unadjusted else load_results(self.index[name])
+
+    def unadjusted(self, name: str, results: GridResults | None = None, sweep: Sweep = None) -> list[Verdict]:
+        if name not in self._unadjusted:
+            results = results if results is not None else self.results(name)
+            self._unadjusted[name] = (results, _unadjusted_verdicts(results, sweep))
+        return self._unadjusted[name][1]
+
+    def owner(self, v: Verdict, name: str) -> str:
+        """The grid whose family tests `v` (shown in grid `name`)."""
+        if v.runs is None:  # a comparison without a run identity cannot be found in another grid
+            return name
+        for trained in v.trained_in:
+            if len(trained) != 1:
+                continue
+            (grid,) = trained
+            if grid == name:
+                return name
+            if grid in self.index and any(w.runs == v.runs for w in self.unadjusted(grid)):
+                return grid
+        return name
+
+    def family(self, name: str, results: GridResults | None = None, sweep: Sweep = None) -> list[Verdict]:
+        """Grid `name`'s verdicts with its own family adjusted (Holm); those another grid owns marked `judged_in`."""
+        if name not in self._families:
+            marked = []
+            for v in self.unadjusted(name, results, sweep):
+                owner = self.owner(v, name)
+                trained = sorted(set().union(*v.trained_in)) if v.trained_in else []
+                if owner != name:
+                    v = replace(v, judged_in=owner)
+                elif trained and name not in trained:  # say why a comparison of another grid's runs is tested here
+                    v = replace(v, note="; ".join(filter(None, [v.note, f"its runs trained in {', '.join(trained)}, "
+                                                                "not among the grids given with this one: judged here"])))
+                marked.append(v)
+            self._families[name] = _adjust(marked, holm, "p_holm")
+        return self._families[name]
+
+    def verdicts(self, results: GridResults, sweep: Sweep = None) -> list[Verdict]:
+        name = results.name
+        shown = []
+        for v in self.family(name, results, sweep):
+            if not v.judged_in:
+                shown.append(v)
+                continue
+            there = next(w for w in self.family(v.judged_in) if w.runs == v.runs)
+            shown.append(replace(there, grid=v.grid, claim=v.claim, judged_in=v.judged_in, trained_in=v.trained_in,
+                                 note="; ".join(filter(None, [f"judged in {v.judged_in}, which trained its runs (that "
+                                                              "grid's family and Holm p)", there.note]))))
+        regime = grid_regime(results)
+        return [replace(v, trained_on=results.trained_on, regime=regime, texts=(v.claim.claim,)) for v in shown]
+
+
+def _unadjusted_verdicts(results: GridResults, sweep: Sweep) -> list[Verdict]:
+    """Every claim of the grid judged on its own runs, before any adjustment."""
     is_sweep = bool(results.report_settings.get("scaling"))
     if not is_sweep:
         sweep = None
@@ -267,78 +344,10 @@ def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None,
             sweep = analyse_grid(results)
         except ScalingError as err:
             sweep = err
-    verdicts = [judging(claim).judge(claim, results, sweep) for claim in current_claims(results)]
+    verdicts = [judging(claim).judge(claim, results, sweep) for claim in results.claims]
     if is_sweep:
         verdicts.extend(_scaling_verdicts(results, sweep))
-    verdicts = _judged_where_trained(verdicts, results, judged)
-    regime = grid_regime(results)
-    verdicts = [replace(v, trained_on=results.trained_on, regime=regime, texts=(v.claim.claim,))
-                for v in _adjust(verdicts, holm, "p_holm")]
-    judged[key] = verdicts
     return verdicts
-
-
-def _judged_where_trained(verdicts: list[Verdict], results: GridResults,
-                          judged: dict[str, list[Verdict] | None]) -> list[Verdict]:
-    """Each comparison is tested once, in one family. An overlay grid shares runs another grid trained (the runner
-    links them, lit_resformer.grids.runner.Twins): a comparison whose runs all trained in one other grid, which
-    judges the same comparison (`Verdict.runs`), takes that grid's verdict, interval and Holm p, marked `judged_in`,
-    and stays out of this grid's family, so that it shows one verdict wherever it is shown. That grid is read from
-    beside this one (a runs folder, docs/results); where it is not there, or does not judge the comparison, or is
-    itself being judged (two grids that share runs with each other), the comparison is judged here, in this
-    grid's family."""
-    out = []
-    for v in verdicts:
-        (trained_in,) = v.trained_in if len(v.trained_in) == 1 else ("",)
-        if trained_in in ("", results.name):
-            out.append(v)
-            continue
-        there = None
-        if v.runs is not None:  # a comparison without a run identity cannot be found in another grid
-            other = results.grid_dir.path.parent / trained_in
-            key = str(other.resolve())
-            if key not in judged:
-                judged[key] = evaluate_grid(other, judged=judged) if GridDir(other).is_grid() else []
-            there = next((w for w in judged[key] or [] if w.runs == v.runs), None)
-        if there is None:
-            out.append(replace(v, note="; ".join(filter(None, [
-                v.note, f"its runs trained in {trained_in}, which does not judge it beside this grid: judged here"]))))
-        else:
-            out.append(replace(there, grid=v.grid, claim=v.claim, judged_in=trained_in, trained_in=v.trained_in,
-                               note="; ".join(filter(None, [f"judged in {trained_in}, which trained its runs (that "
-                                                            "grid's family and Holm p)", there.note]))))
-    return out
-
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def current_claims(results: GridResults) -> list[Claim]:
-    """The claims a grid is judged on: those its grid file (the manifest's grid_file, in this checkout) declares
-    now, so that a claim is written once in configs/ and applies to committed runs too (git dates each change:
-    `lit-resformer claims --preconditions`); the manifest's own claims when the file is gone, does not load, or
-    names a cell the grid's runs do not have."""
-    recorded = results.claims
-    grid_file = results.manifest.get("grid_file")
-    # only a grid file of this checkout's configs/ (the manifest's relative path): a grid written elsewhere (a
-    # user's own file, a test's) is judged on the claims its manifest recorded
-    path = REPO / grid_file if grid_file and str(grid_file).startswith("configs/") else None
-    if path is None or not path.is_file():
-        return recorded
-    try:
-        from lit_resformer.grids.claim_spec import parse_claims
-        from lit_resformer.grids.spec import _read_grid_file
-
-        raw = _read_grid_file(path).get("claims")
-        declared = parse_claims(raw, [{"name": c["name"], "family": c.get("family"), "coords": c.get("coords") or {}}
-                                      for c in results.manifest["cells"]])
-    except Exception:  # noqa: BLE001 - a grid file that no longer reads: judge what the manifest recorded
-        return recorded
-    cells = set(results.cell_info)
-    families = {info.get("family") for info in results.cell_info.values()}
-    if all(c.a in cells | families and c.b in cells | families for c in declared):
-        return declared
-    return recorded
 
 
 def _judge_pair(claim: Claim, results: GridResults,
@@ -629,7 +638,7 @@ CONVENTION_NOTE = "the sweep's ladder (lit_resformer.measures.scaling, the paper
 
 def _adjust(verdicts: list[Verdict], method, field_name: str) -> list[Verdict]:
     """The verdicts with `field_name` set to the family's adjusted p-values (`method`: stats.holm or
-    stats.benjamini_hochberg) and their verdicts decided on them; the tests that did not run keep theirs."""
+    another family-wise rule) and their verdicts decided on them; the tests that did not run keep theirs."""
     family = [i for i, v in enumerate(verdicts) if v.adjustable]
     adjusted = dict(zip(family, method([verdicts[i].p_two_sided for i in family]), strict=True))
     return [replace(v, **{field_name: float(adjusted[i])}, verdict=adjusted_verdict(v.unadjusted, float(adjusted[i])))
@@ -640,7 +649,8 @@ def _compared(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> dict:
     """The Verdict fields that say which runs a comparison compared: their identity (`runs`) and the grids they
     trained in (`trained_in`, from their summaries; a run summarised before runs named their grid: its own)."""
     return {"runs": _identity(claim, sides),
-            "trained_in": frozenset(run.recorded.get("grid") or run.grid for side in sides for run in side.values())}
+            "trained_in": tuple(frozenset(run.recorded.get("grid") or run.grid for run in side.values())
+                                for side in sides)}
 
 
 def _identity(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> tuple | None:
@@ -793,7 +803,9 @@ def _summary_label(claim: Claim) -> str:
 
 
 def _analysis_label(claim: Claim) -> str:
-    return (f"{claim.metric}, middle layers: {ANALYSIS_METRICS[claim.metric.removeprefix(ANALYSIS_PREFIX)]} "
+    # Fig. 4's two cosines are averaged over layers 2..L (each against the previous one), the others over the middle
+    where = "layers 2..L" if claim.metric in SAME_CELL_METRICS else "middle layers"
+    return (f"{claim.metric}, {where}: {ANALYSIS_METRICS[claim.metric.removeprefix(ANALYSIS_PREFIX)]} "
             f"({claim.direction})")
 
 
@@ -840,19 +852,21 @@ def judging(claim: Claim) -> Judging:
 # the scoreboard
 
 
-def scoreboard(paths: Iterable[str | Path], judged: dict[str, list[Verdict] | None] | None = None) -> list[Verdict]:
+def scoreboard(paths: Iterable[str | Path], judged: Judgements | None = None) -> list[Verdict]:
     """Every grid's verdicts, each distinct comparison once (one row naming every grid it was seen in), each with
     exactly its grid's verdict and Holm-adjusted p (the suite's one error-control rule: Holm within each grid's family
     of claims; no second adjustment across the board). A comparison an overlay shares shows the verdict of the grid
     that trained its runs (evaluate_grid). Runs of one config trained twice, each in its own grid, are judged in
     each; where those verdicts would differ the row takes the most conservative (largest Holm p) and says so in
-    `disagree` (no committed comparison does: tests/verdicts/test_paper_claims.py). `judged` (evaluate_grid's) is
-    filled with every grid's verdicts, each grid judged once, also where another grid needs its verdicts."""
+    `disagree` (no committed comparison does: tests/verdicts/test_paper_claims.py). The grids it may defer to are
+    exactly those under `paths` (grid_index); `judged` is filled with each grid's verdicts, each judged once."""
     rows: list[Verdict] = []
     seen: dict[tuple, int] = {}
-    judged = {} if judged is None else judged
-    for grid in grid_dirs(paths):
-        verdicts = judged.get(str(grid.path.resolve())) or evaluate_grid(grid.path, judged=judged)
+    index = grid_index(grid_dirs(paths))
+    judged = Judgements(index) if judged is None else judged
+    for name in index:
+        judged.unadjusted(name)
+        verdicts = judged.verdicts(judged.results(name))
         for v in verdicts:
             if v.runs is not None and v.runs in seen:
                 first = rows[seen[v.runs]]

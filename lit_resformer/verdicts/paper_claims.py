@@ -15,15 +15,17 @@ collected under "unassigned" (none in the committed results: tests/verdicts/test
 
 from __future__ import annotations
 
+import math
 import re
-import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from lit_resformer.verdicts.claims import REPO, Verdict, is_sub_row, regime_text, verdict_text
+from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli
+from lit_resformer.provenance import REPO_ROOT as REPO
+from lit_resformer.verdicts.claims import Verdict, is_sub_row, regime_text, verdict_text
 
 REGISTRY = REPO / "configs" / "claims.yaml"
 CLAIM_VERDICTS = ("reproduced", "contradicted", "mixed", "inconclusive", "not tested")
@@ -38,7 +40,7 @@ def load_registry(path: Path = REGISTRY) -> dict:
     if len(set(ids)) != len(ids):
         raise ValueError(f"{path}: duplicate claim ids {sorted({i for i in ids if ids.count(i) > 1})}")
     allowed = {"id", "statement", "where", "condition", "comparisons", "context", "not_tested", "reading",
-               "beyond_paper", "preconditions"}
+               "beyond_paper", "preconditions", "quote"}
     preconditions = raw.get("preconditions") or {}
     for c in claims:
         unknown = set(c) - allowed
@@ -89,12 +91,14 @@ def _same_question(w: Verdict, v: Verdict) -> bool:
 class Evidence:
     row: Verdict
     counted: bool
-    status: str = ""  # "superseded by <grid>", "context (not counted)", ""
+    status: str = ""  # "superseded by <grid>", "context (not counted)", "see <claim id>", ""
     sub_rows: list[Verdict] = field(default_factory=list)
+    # the Benjamini-Yekutieli q of a counted comparison over every counted comparison of the board (board_q)
+    q_by: float | None = None
 
     def to_dict(self) -> dict:
         return {**self.row.to_dict(), "tier": grid_tier(self.row.grid), "counted": self.counted,
-                "status": self.status, "sub_rows": [s.to_dict() for s in self.sub_rows]}
+                "status": self.status, "q_by": self.q_by, "sub_rows": [s.to_dict() for s in self.sub_rows]}
 
 
 @dataclass
@@ -109,6 +113,7 @@ class PaperClaim:
     beyond_paper: bool = False
     reading: str = ""
     preconditions: list[str] = field(default_factory=list)
+    quote: str = ""
 
     @property
     def tiers(self) -> list[str]:
@@ -122,7 +127,7 @@ class PaperClaim:
     def to_dict(self) -> dict:
         return {"id": self.id, "statement": self.statement, "where": self.where, "condition": self.condition,
                 "verdict": self.verdict, "reason": self.reason, "beyond_paper": self.beyond_paper,
-                "reading": self.reading, "preconditions": self.preconditions, "tiers": self.tiers,
+                "quote": self.quote, "reading": self.reading, "preconditions": self.preconditions, "tiers": self.tiers,
                 "regimes": self.regimes, "comparisons": [e.to_dict() for e in self.evidence]}
 
 
@@ -156,6 +161,7 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[
         else:
             parent = v
     used: set[int] = set()
+    counted_for: dict[int, str] = {}  # a comparison -> the one claim it is counted for (the first in registry order)
     claims = []
     for entry in registry["claims"]:
         wanted = set(entry.get("comparisons") or [])
@@ -177,7 +183,10 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[
             if higher:
                 best = max(higher, key=lambda w: _rank(w.grid))
                 evidence.append(Evidence(v, False, f"superseded by {best.grid}", subs.get(id(v), [])))
+            elif id(v) in counted_for:  # one measurement is evidence for one claim: shown here, counted there
+                evidence.append(Evidence(v, False, f"see {counted_for[id(v)]}", subs.get(id(v), [])))
             else:
+                counted_for[id(v)] = entry["id"]
                 evidence.append(Evidence(v, True, "", subs.get(id(v), [])))
         counted = [e.row.verdict for e in evidence if e.counted]
         decided = derive(counted)
@@ -186,29 +195,79 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[
         else:
             tally = ", ".join(f"{counted.count(n)} {n}" for n in ("reproduced", "contradicted", "inconclusive",
                                                                    "not tested") if counted.count(n))
-            reason = f"{len(counted)} comparison(s) counted: {tally}"
+            reason = f"{len(counted)} comparison(s) counted: {tally}" + _decided_by(decided, evidence)
             if decided == "not tested" and entry.get("not_tested"):
                 reason += f"; {entry['not_tested']}"
         claims.append(PaperClaim(entry["id"], entry["statement"], entry["where"], entry.get("condition", ""), decided,
                                  reason, evidence, bool(entry.get("beyond_paper")), entry.get("reading", ""),
-                                 list(entry.get("preconditions") or [])))
+                                 list(entry.get("preconditions") or []), entry.get("quote", "")))
     for v in top:
         if id(v) not in used:
             claims.append(PaperClaim(f"unassigned: {base_text(v.claim.claim)}", v.claim.claim, "(not in "
                                      "configs/claims.yaml)", "", derive([v.verdict]), "unassigned comparison",
                                      [Evidence(v, True, "", subs.get(id(v), []))], bool(v.claim.beyond_paper)))
+    board_q(claims)
     return claims
 
 
+def _decided_by(decided: str, evidence: Sequence[Evidence]) -> str:
+    """Where a claim's verdict differs from some of its counted rows (a decisive row under an inconclusive or mixed
+    claim, or the reverse), which rows made it so, so that no row reads as the claim's verdict when it is not."""
+    counted = [e.row for e in evidence if e.counted]
+    if decided in ("reproduced", "not tested") or len({v.verdict for v in counted}) < 2:
+        return ""
+    against = {"inconclusive": ("inconclusive", "not tested"), "contradicted": ("inconclusive", "not tested"),
+               "mixed": ("reproduced", "contradicted")}[decided]
+    named = [f"{v.grid}: '{v.claim.claim}' is {v.verdict}" for v in counted if v.verdict in against]
+    return f"; {decided} because {'; '.join(named)}" if named else ""
+
+
+def board_q(claims: Sequence[PaperClaim]) -> None:
+    """Set each counted comparison's Benjamini-Yekutieli q over every counted comparison of the board (both
+    sections) that has a test: how many decisive verdicts would stand under one board-wide false-discovery rule.
+    Per-grid Holm stays the rule that decides; this is a robustness column."""
+    tested = [e for c in claims for e in c.evidence if e.counted and e.row.p_two_sided is not None
+              and math.isfinite(e.row.p_two_sided) and e.row.verdict != "not tested"]
+    for e, q in zip(tested, benjamini_yekutieli([e.row.p_two_sided for e in tested]), strict=True):
+        e.q_by = float(q)
+
+
+def independent_measurements(claims: Sequence[PaperClaim]) -> int:
+    """How many independent sets of runs stand behind these claims: two claims are one measurement when their
+    counted comparisons share the runs of their `a` side (the variant under test: the CLA runs behind two of Fig.
+    5's claims, say); a shared baseline does not join them."""
+    group: dict[int, int] = {}
+
+    def find(i: int) -> int:
+        while group.setdefault(i, i) != i:
+            i = group[i]
+        return i
+
+    owner: dict[object, int] = {}
+    for i, c in enumerate(claims):
+        find(i)
+        for e in c.evidence:
+            if e.counted:
+                side = e.row.runs[7] if e.row.runs is not None else id(e.row)  # _identity: the a side's configs
+                group[find(owner.setdefault(side, i))] = find(i)
+    return len({find(i) for i in range(len(claims))})
+
+
 def claim_counts(claims: Sequence[PaperClaim]) -> dict:
-    """{"paper": {verdict: n, "total": n, "comparisons": counted}, "beyond": {...}}."""
+    """{"paper": {verdict: n, "total": n, "comparisons": counted, "shown": n, "independent": {verdict: sets of runs},
+    "decisive": counted decisive comparisons, "survive_q": of those with q_by < ALPHA}, "beyond": {...}}."""
     out = {}
     for name, group in (("paper", [c for c in claims if not c.beyond_paper]),
                         ("beyond", [c for c in claims if c.beyond_paper])):
         tally = {v: sum(c.verdict == v for c in group) for v in CLAIM_VERDICTS}
+        decisive = [e for c in group for e in c.evidence if e.counted and e.row.verdict in ("reproduced", "contradicted")]
         out[name] = {**tally, "total": len(group),
                      "comparisons": sum(e.counted for c in group for e in c.evidence),
-                     "shown": sum(len(c.evidence) for c in group)}
+                     "shown": sum(len(c.evidence) for c in group),
+                     "independent": {v: independent_measurements([c for c in group if c.verdict == v])
+                                     for v in ("reproduced", "contradicted")},
+                     "decisive": len(decisive),
+                     "survive_q": sum(e.q_by is not None and e.q_by < ALPHA for e in decisive)}
     return out
 
 
@@ -216,7 +275,11 @@ def counts_line(counts: dict, which: str) -> str:
     c = counts[which]
     words = "claims of the paper" if which == "paper" else "claims beyond the paper"
     tally = ", ".join(f"{c[v]} {v}" for v in CLAIM_VERDICTS)
-    return (f"{c['total']} {words}: {tally} (from {c['comparisons']} counted comparisons of {c['shown']} shown)")
+    independent = c["independent"]
+    return (f"{c['total']} {words}: {tally} (from {c['comparisons']} counted comparisons of {c['shown']} shown; the "
+            f"reproduced rest on {independent['reproduced']} and the contradicted on {independent['contradicted']} "
+            f"independent sets of runs; {c['survive_q']} of {c['decisive']} decisive comparisons hold at a board-wide "
+            f"Benjamini-Yekutieli q < {ALPHA:g})")
 
 
 def headline_regime(claims: Sequence[PaperClaim]) -> str:
@@ -250,7 +313,10 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
               "one side and its two-sided p, Holm-adjusted within its grid's family, is below 0.05 — the same for "
               "reproduced and contradicted, in the grid report and here (a comparison of runs another grid trained is "
               "judged in that grid's family only); (fragile): Holm p in [0.025, 0.05). A claim's "
-              "verdict is derived from its comparisons (configs/claims.yaml): superseded rows are shown, not counted.",
+              "verdict is derived from its comparisons (configs/claims.yaml): superseded rows are shown, not counted, "
+              "and a comparison counts for one claim only ('see <claim>' elsewhere). Beside the rule, q (board, BY): "
+              "each counted comparison's Benjamini-Yekutieli q over every counted comparison of the board, a "
+              "false-discovery rate under any dependence, for robustness only.",
               ""]
     for title, group in (("Claims of the paper", [c for c in claims if not c.beyond_paper]),
                          ("Claims beyond the paper", [c for c in claims if c.beyond_paper])):
@@ -258,14 +324,16 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
         for c in group:
             lines += [f"### {c.id}: **{c.verdict}**", "",
                       f"{c.statement} — *{c.where}*" + (f"; condition: {c.condition}" if c.condition else ""), ""]
+            if c.quote:
+                lines += [f"> {c.quote}", ""]
             if c.reading:
                 lines += [f"Reading: {c.reading}", ""]
             if c.preconditions:
                 lines += [f"Preconditions: {', '.join(c.preconditions)} (configs/claims.yaml)", ""]
             lines += [f"{c.reason}." + (f" Tiers: {', '.join(c.tiers)}." if c.tiers else ""), ""]
             if c.evidence:
-                lines += ["| grid (tier) | comparison | Δ (a − b) | 95% CI | n | p (two-sided) | p Holm | verdict | counted |",
-                          "|---|---|---|---|---|---|---|---|---|"]
+                lines += ["| grid (tier) | comparison | Δ (a − b) | 95% CI | n | p (two-sided) | p Holm | verdict | counted "
+                          "| q (board, BY) |", "|---|---|---|---|---|---|---|---|---|---|"]
                 for e in c.evidence:
                     for v, sub in [(e.row, False), *((s, True) for s in e.sub_rows)]:
                         ci = "–" if v.low is None else f"[{v.low:+.4f}, {v.high:+.4f}]"
@@ -276,70 +344,12 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                         status = ("sub-row" if sub else (e.status or "yes"))
                         name = ("↳ " if sub else "") + v.claim.claim.replace("|", "/")
                         note = f" — {v.note}" if v.note and v.verdict == "not tested" else ""
+                        q = "–" if sub or e.q_by is None else f"{e.q_by:.3g}"
                         lines.append(f"| {', '.join(v.grids or (v.grid,))} ({tier}) | {name}{note.replace('|', '/')} | "
-                                     f"{delta} | {ci} | {v.n} | {p2} | {ph} | {verdict_text(v)} | {status} |")
+                                     f"{delta} | {ci} | {v.n} | {p2} | {ph} | {verdict_text(v)} | {status} | {q} |")
                 lines.append("")
             for r in c.regimes:
                 lines.append(f"- regime {r}")
             if c.regimes:
                 lines.append("")
     return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------------------------
-# when each claim and precondition was introduced, beside the first run it judged
-
-
-def git_available() -> bool:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--is-shallow-repository"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return False
-    return out == "false"
-
-
-def introduced(needle: str, paths: Iterable[str]) -> tuple[str, str]:
-    """(commit, ISO date) of the first commit whose diff adds `needle` under `paths` (git log -S); ("uncommitted",
-    "") when no commit has it yet."""
-    out = subprocess.run(["git", "-C", str(REPO), "log", "-S", needle, "--reverse", "--format=%h %aI", "--",
-                          *paths], capture_output=True, text=True, check=True).stdout.split("\n")[0].strip()
-    return tuple(out.split(" ", 1)) if out else ("uncommitted", "")
-
-
-def first_run(rows: Iterable[Verdict], results_root: Path) -> str:
-    """The earliest `started_at` of the runs of the grids these rows come from ("" when none recorded)."""
-    import json
-
-    dates = []
-    for grid in {g for v in rows for g in (v.grids or (v.grid,))}:
-        for summary in (results_root / grid).glob("*/seed*/summary.json"):
-            started = json.loads(summary.read_text()).get("started_at")
-            if started:
-                dates.append(str(started))
-    return min(dates, default="")
-
-
-def precondition_report(claims: Sequence[PaperClaim], results_root: Path, registry: dict | None = None) -> list[dict]:
-    """For every precondition and every claim: the commit and date that introduced it, the first run it judged, and
-    whether it came after that run (then a precondition needs its `justification:`)."""
-    registry = registry or load_registry()
-    by_id = {c.id: c for c in claims}
-    out = []
-    for pid, pre in registry["preconditions"].items():
-        applies = pre.get("applies_to") or [c.id for c in claims]
-        rows = [e.row for cid in applies if cid in by_id for e in by_id[cid].evidence]
-        commit, date = introduced(pre["needle"], pre.get("paths") or ["."])
-        judged = first_run(rows, results_root)
-        after = commit == "uncommitted" or (bool(judged) and date > judged)
-        out.append({"kind": "precondition", "id": pid, "commit": commit, "date": date, "first_run": judged,
-                    "after_results": after, "justification": pre.get("justification", ""), "cites": pre["cites"]})
-    for entry in registry["claims"]:
-        c = by_id.get(entry["id"])
-        needle = (entry.get("comparisons") or [entry["statement"]])[0]
-        commit, date = introduced(needle, ["configs"])
-        judged = first_run([e.row for e in c.evidence], results_root) if c else ""
-        out.append({"kind": "claim", "id": entry["id"], "commit": commit, "date": date, "first_run": judged,
-                    "after_results": commit == "uncommitted" or (bool(judged) and date > judged),
-                    "justification": entry.get("reading", ""), "cites": entry["where"]})
-    return out

@@ -3,6 +3,7 @@ contract: `--config YAML --trainer.default_root_dir RUN [--ckpt_path last]`, a n
 `csv/version_N/metrics.csv` per start, `checkpoints/last.ckpt`, and, when the loss blows up, the run's
 divergence record and a non-zero exit."""
 
+import hashlib
 import importlib.metadata
 import io
 import json
@@ -308,3 +309,31 @@ def test_cli_grid_and_report(tmp_path, fake, monkeypatch):
     assert (tmp_path / "runs/g/index.html").is_file()
     bad = write_grid(tmp_path, {"baseline": "nope", "cells": {"vanilla": {}}}, name="bad.yaml")
     assert _exit_code(["grid", str(bad), "--runs-dir", str(tmp_path / "runs")]) == 2
+
+
+def test_a_grid_from_a_dirty_checkout_is_refused_unless_allowed_and_then_each_run_keeps_the_patch(tmp_path, fake,
+                                                                                                    monkeypatch, capsys):
+    """A run must name the code that trained it: `grid` refuses a checkout with uncommitted changes before anything is
+    written; told to go on (--allow-dirty), every run keeps the patch beside its results and its hash in its
+    provenance, so a dirty-tree run can be read back as the code it ran."""
+    from lit_resformer import provenance
+    from lit_resformer.grids import jobs
+
+    patch = "diff --git a/lit_resformer/model/transformer.py b/lit_resformer/model/transformer.py\n+# changed\n"
+    monkeypatch.setattr(provenance, "git_state", lambda: ("0123abcd", True))
+    for module in (provenance, jobs):
+        monkeypatch.setattr(module, "git_patch", lambda: patch)
+    monkeypatch.delenv(provenance.ALLOW_DIRTY_ENV, raising=False)
+    monkeypatch.setenv("LIT_RESFORMER_TRAIN_CMD", " ".join(fake))
+    grid = write_grid(tmp_path, {"baseline": "vanilla", "seeds": [0], "cells": {"vanilla": {}}})
+    runs = tmp_path / "runs"
+    assert _exit_code(["grid", str(grid), "--runs-dir", str(runs), "--no-report"]) == 2
+    assert "uncommitted changes" in capsys.readouterr().err and not runs.exists()
+    assert _exit_code(["grid", str(grid), "--runs-dir", str(runs), "--dry-run"]) == 0  # a dry run trains nothing
+
+    assert _exit_code(["grid", str(grid), "--runs-dir", str(runs), "--no-report", "--allow-dirty"]) == 0
+    run = RunDir(runs / "g/vanilla/seed0")
+    recorded = run.read_summary()["provenance"]
+    assert (recorded["git_commit"], recorded["git_dirty"]) == ("0123abcd", True)
+    assert run.diff_file.read_text() == patch and run.diff_file in run.result_files()
+    assert recorded["git_diff_sha256"] == hashlib.sha256(patch.encode()).hexdigest()

@@ -11,11 +11,11 @@ import tarfile
 import yaml
 
 from lit_resformer.grids.archive import export_grid, merge_export
-from lit_resformer.grids.directory import GridDir
+from lit_resformer.grids.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.grids.runner import GridOptions, run_grid
 from lit_resformer.measures.grid_results import load_results
 from lit_resformer.reports import write_report
-from lit_resformer.verdicts.claims import scoreboard
+from lit_resformer.verdicts.claims import evaluate_grid, scoreboard
 from tests.helpers.fake_trainer import calls, summary, write_grid
 
 CLAIM = {"claim": "ResFormer beats vanilla", "a": "resformer", "b": "vanilla", "metric": "val_loss",
@@ -111,7 +111,8 @@ def test_an_export_holds_shared_runs_as_files_and_a_deleted_run_trains_again(tmp
                                                                 f"/seed{seed}").resolve(), shared
     assert not (tmp_path / "results/second/residual-q/seed0").is_symlink()  # trained in "second" itself
     # the same results read through the links; the comparisons of runs "first" trained are now judged there
-    after = [v.to_dict() for v in scoreboard([tmp_path / "results/second"])]
+    index = grid_index(grid_dirs([tmp_path / "results"]))
+    after = [v.to_dict() for v in evaluate_grid(tmp_path / "results/second", index=index)]
     shared = [v.to_dict() for v in before if "second" in v.grids]
     assert [v["note"].startswith("judged in first") for v in after] == [v["judged_in"] == "first" for v in after]
     assert any(v["judged_in"] == "first" for v in after)

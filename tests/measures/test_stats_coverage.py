@@ -11,7 +11,7 @@ from scipy import stats
 
 from lit_resformer.measures.scaling import PowerLaw, equivalence_saving, fit_power_law
 from lit_resformer.measures.stats import (
-    benjamini_hochberg,
+    benjamini_yekutieli,
     change_between,
     compare_seeds,
     holm,
@@ -148,14 +148,15 @@ def test_design_follows_whether_seeds_share_the_data_order():
     assert seed_design({0: None, 1: None}, {0: None, 1: None}) == "unpaired"  # unknown orders
 
 
-def test_holm_and_benjamini_hochberg_match_hand_computed_values():
+def test_holm_and_benjamini_yekutieli_match_hand_computed_values():
     p = [0.01, 0.04, 0.03, 0.005]
     # Holm, sorted 0.005 0.01 0.03 0.04 times 4 3 2 1 = 0.02 0.03 0.06 0.04, made non-decreasing: 0.04 -> 0.06
     assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    # BH, sorted times 4/1 4/2 4/3 4/4 = 0.02 0.02 0.04 0.04, made non-increasing from the top (already so)
-    assert benjamini_hochberg(p) == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    # BH, sorted times 4/1 4/2 4/3 4/4 = 0.02 0.02 0.04 0.04, made non-increasing from the top (already so); BY is
+    # that times 1 + 1/2 + 1/3 + 1/4 = 25/12
+    assert benjamini_yekutieli(p) == pytest.approx([0.02 * 25 / 12, 0.04 * 25 / 12, 0.04 * 25 / 12, 0.02 * 25 / 12])
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
-    assert holm([]).size == 0 and benjamini_hochberg([]).size == 0
+    assert holm([]).size == 0 and benjamini_yekutieli([]).size == 0
     with pytest.raises(ValueError, match="p-values: must be a 1-d list of numbers in"):
         holm([0.1, 1.2])
 

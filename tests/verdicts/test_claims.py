@@ -16,7 +16,7 @@ import yaml
 from lit_resformer.cli import main
 from lit_resformer.grids import GridError, load_grid
 from lit_resformer.grids.claim_spec import METRIC_KINDS, metric_kind
-from lit_resformer.grids.directory import GridDir
+from lit_resformer.grids.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.measures.stats import holm
 from lit_resformer.reports.grid_report import write_report
 from lit_resformer.training.run_dir import RunDir
@@ -182,7 +182,7 @@ def test_a_run_held_by_two_grids_is_counted_once(tmp_path, capsys):
     main(["claims", "--comparisons", str(runs), "--json"])
     rows = json.loads(capsys.readouterr().out)
     assert [r["grids"] for r in rows] == [["first", "second"]] * 5
-    assert all("p_bh" not in r for r in rows)  # one rule: the grid's Holm p, no second adjustment across the board
+    assert all("p_bh" not in r and "q_by" not in r for r in rows)  # the grid's Holm p decides; q is the board's
 
 
 def test_a_shared_comparison_speaks_in_the_words_that_state_the_papers_effect(tmp_path):
@@ -215,7 +215,8 @@ def test_a_comparison_of_shared_runs_is_judged_in_the_grid_that_trained_them(tmp
     """An overlay shares the runs another grid trained (linked in the runs folder, as the runner does) and declares
     more claims: the shared comparison keeps the trained grid's verdict and Holm p (a family of one there: reproduced
     at p 0.035; in the overlay's family of four it would not be) and stays out of the overlay's family. Without
-    the trained grid beside it, the overlay judges the comparison in its own family and says why."""
+    the trained grid among those given (the index), the overlay judges the comparison in its own family and says
+    why: a grid is never judged on folders it was not given."""
     runs = tmp_path / "runs"
     weak = [-0.2, -0.1, -0.15]  # two-sided p = 0.035 alone
     owner = grid_dir_from(tmp_path, "owner", {"baseline": "vanilla", "seeds": [0, 1, 2], "cells": {
@@ -236,7 +237,7 @@ def test_a_comparison_of_shared_runs_is_judged_in_the_grid_that_trained_them(tmp
     (in_owner,) = evaluate_grid(owner)
     assert (in_owner.verdict, in_owner.p_holm) == ("reproduced", pytest.approx(in_owner.p_two_sided))
     assert 0.025 < in_owner.p_holm < 0.05
-    shown = {v.claim.a: v for v in evaluate_grid(overlay)}
+    shown = {v.claim.a: v for v in evaluate_grid(overlay, index=grid_index(grid_dirs([runs])))}
     assert (shown["weak"].verdict, shown["weak"].p_holm, shown["weak"].judged_in) == ("reproduced", in_owner.p_holm, "owner")
     assert "judged in owner" in shown["weak"].note
     own = [shown[cell] for cell in ("better", "worse", "same")]
@@ -249,13 +250,14 @@ def test_a_comparison_of_shared_runs_is_judged_in_the_grid_that_trained_them(tmp
     shown = {v.claim.a: v for v in evaluate_grid(alone / "overlay")}
     assert (shown["weak"].verdict, shown["weak"].judged_in) == ("inconclusive", "")
     assert shown["weak"].p_holm == pytest.approx(holm([shown[c].p_two_sided for c in ("weak", "better", "worse", "same")])[0])
-    assert "its runs trained in owner, which does not judge it beside this grid: judged here" in shown["weak"].note
+    assert "its runs trained in owner, not among the grids given with this one: judged here" in shown["weak"].note
+    beside = {v.claim.a: v for v in evaluate_grid(overlay)}  # no index: the folder next to it is not read
+    assert (beside["weak"].verdict, beside["weak"].judged_in) == ("inconclusive", "")
 
 
 def test_p_values_follow_the_design_and_adjustment_decides(tmp_path):
     """p_raw is the one-sided test in the claimed direction, p_holm Holm's adjustment of the grid's two-sided
-    p-values, p_bh Benjamini-Hochberg's across the scoreboard; a raw reproduced verdict that does not survive the
-    adjustment is inconclusive."""
+    p-values; a raw reproduced verdict that does not survive the adjustment is inconclusive."""
     grid_dir = claims_grid(tmp_path)
     weak = [-0.2, -0.1, -0.15]  # two-sided p = 0.035 alone, not after adjusting for the grid's other claims
     grid = yaml.safe_load((grid_dir / "grid.yaml").read_text())

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from lit_resformer.grids.claim_spec import Claim
-from lit_resformer.measures.stats import ALPHA, fragile
+from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli, fragile
+from lit_resformer.verdicts import declared
 from lit_resformer.verdicts import paper_claims as pc
 from lit_resformer.verdicts.claims import Verdict, judge, scoreboard, table, verdict_text
 from tests.helpers.claims_grids import row
@@ -46,6 +48,37 @@ def test_a_question_tested_in_a_higher_tier_supersedes_the_lower_tier():
     # a claim nothing measures is not tested, saying what would test it
     registry["claims"].append({"id": "d", "statement": "t", "where": "Table 1", "not_tested": "needs zero-shot runs"})
     assert pc.paper_claims([], registry)[1].reason == "needs zero-shot runs"
+
+
+def test_one_measurement_counts_for_one_claim_and_the_tally_counts_independent_runs():
+    """A comparison two claims list counts for the first (registry order) and is shown under the second as "see"; a
+    claim's reason names the rows that kept it from their verdict; claims whose comparisons test the same variant's
+    runs are one measurement in the tally; every counted test gets its board-wide Benjamini-Yekutieli q."""
+    registry = {"preconditions": {}, "claims": [
+        {"id": "t5", "statement": "s", "where": "Table 5", "comparisons": ["shared"]},
+        {"id": "f10", "statement": "s", "where": "Fig. 10", "comparisons": ["shared", "eq2", "eq6"]},
+        {"id": "cla", "statement": "s", "where": "Fig. 5", "comparisons": ["cla-k"]},
+        {"id": "cla-most", "statement": "s", "where": "Fig. 5", "comparisons": ["cla-most"]}]}
+    shared, eq2, eq6 = row("g-evidence", "reproduced", "shared"), row("g-evidence", "reproduced", "eq2"), \
+        row("g-evidence", "inconclusive", "eq6")
+    cla_k, cla_most = row("f5-evidence", "contradicted", "cla-k", a="cla"), row("f5-evidence", "contradicted",
+                                                                                 "cla-most", a="cla")
+    ids = {"shared": "resformer", "eq2": "cross", "eq6": "identity", "cla-k": "cla", "cla-most": "cla"}
+    rows = [replace(v, runs=("val_loss", "lower", None, None, None, None, None, (ids[v.claim.claim],), ("b",)),
+                    p_two_sided=p) for v, p in zip((shared, eq2, eq6, cla_k, cla_most),
+                                                                  (1e-4, 1e-3, 0.4, 2e-3, 3e-3), strict=True)]
+    claims = {c.id: c for c in pc.paper_claims(rows, registry)}
+    assert [(e.row.claim.claim, e.counted, e.status) for e in claims["f10"].evidence] == [
+        ("shared", False, "see t5"), ("eq2", True, ""), ("eq6", True, "")]
+    assert claims["f10"].verdict == "inconclusive" and "because g-evidence: 'eq6' is inconclusive" in claims["f10"].reason
+    counts = pc.claim_counts(list(claims.values()))["paper"]
+    assert (counts["reproduced"], counts["contradicted"], counts["comparisons"]) == (1, 2, 5)
+    assert counts["independent"] == {"reproduced": 1, "contradicted": 1}  # the two Fig. 5 claims: one set of CLA runs
+    counted = [e for c in claims.values() for e in c.evidence if e.counted]
+    assert [e.q_by for e in counted] == pytest.approx(list(benjamini_yekutieli([1e-4, 1e-3, 0.4, 2e-3, 3e-3])))
+    assert (counts["decisive"], counts["survive_q"]) == (4, 4)
+    assert "1 and the contradicted on 1 independent sets of runs; 4 of 4 decisive" in pc.counts_line(
+        pc.claim_counts(list(claims.values())), "paper")
 
 
 def test_contradicted_needs_what_reproduced_needs_and_fragile_is_labelled():
@@ -134,19 +167,19 @@ def test_the_value_residuals_gain_shrinks_with_ten_times_the_tokens_and_no_sink_
     assert sink.verdict == "not tested" and "no sink" in sink.note
 
 
-@pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
-def test_preconditions_introduced_after_their_results_carry_a_justification(committed):
-    if not pc.git_available():
-        pytest.skip("git history unavailable (not a git checkout, or a shallow clone): cannot date the preconditions")
-    rows, _ = committed
-    listed = pc.precondition_report(pc.paper_claims(rows), RESULTS)
+@pytest.mark.integration  # the scoreboard over docs/results and the configs at each results' commit (a minute or two)
+def test_every_field_that_decides_a_verdict_was_fixed_before_its_results_or_is_quoted(committed):
+    try:
+        listed = declared.declaration_report(RESULTS, declared.counted_comparisons(pc.paper_claims(committed[0])))
+    except declared.DeclarationError as err:  # a shallow clone
+        pytest.skip(str(err))
+    assert declared.unjustified(listed) == [], declared.markdown(declared.unjustified(listed))
     registry = pc.load_registry()
     assert {r["id"] for r in listed if r["kind"] == "precondition"} == set(registry["preconditions"])
-    for r in listed:
-        if r["kind"] == "precondition":
-            assert r["cites"], r["id"]
-            if r["after_results"]:
-                assert r["justification"].strip(), f"precondition {r['id']} came after its results unjustified"
+    assert all(r["cites"] for r in listed if r["kind"] == "precondition")
+    # the attention-sink grid declared its claims before its runs finished, though it shares older runs
+    sink = [r for r in listed if r["id"].startswith("attention-sink: ")]
+    assert sink and {r["status"] for r in sink} == {"fixed before its results"}
 
 
 def test_the_counts_printed_in_the_documents_are_the_commands():
