@@ -1,5 +1,6 @@
 """A ladder's claim that a's data saving against b is constant across budgets (`data_saving_slope`, direction
-`flat`; lit_resformer.verdicts.claims registers it in its JUDGING table), judged on the per-seed slope of the saving
+`flat`; lit_resformer.verdicts.claims registers it in its JUDGING table, passing its `judge` and `compared` as it
+does to lit_resformer.verdicts.tuning), judged on the per-seed slope of the saving
 against log2 budget (lit_resformer.measures.budget_ladder) and its t interval over seeds:
 
   contradicted  the interval excludes zero: the saving changes with the budget (the two-sided test of the trend);
@@ -11,15 +12,16 @@ against log2 budget (lit_resformer.measures.budget_ladder) and its t interval ov
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from lit_resformer.grids.claim_spec import Claim
 from lit_resformer.measures.budget_ladder import data_savings, rungs, slopes
 from lit_resformer.measures.grid_results import GridResults
 from lit_resformer.measures.stats import per_seed_t
-from lit_resformer.verdicts.claims import Verdict, _compared, judge
+from lit_resformer.verdicts.tuning import Compared, Judge
 
 
-def judge_saving_slope(claim: Claim, results: GridResults, _sweep=None) -> Verdict:
+def judge_saving_slope(claim: Claim, results: GridResults, judge: Judge, compared: Compared) -> Any:
     rung = rungs(results, claim.a, claim.b, claim.over)
     savings = data_savings(rung)
     per_seed = slopes(savings.per_seed)
@@ -46,7 +48,7 @@ def judge_saving_slope(claim: Claim, results: GridResults, _sweep=None) -> Verdi
                                           f"(two one-sided tests, p {p_two:.3g})")
     sides = [side for budget in rung.budgets for side in rung.runs[budget]]
     return replace(judged, claim=claim, verdict=decided, unadjusted=decided, p_two_sided=p_two, p_raw=p_two,
-                   **_compared(claim, [{s: run for s, run in side.items() if s in rung.seeds} for side in sides]))
+                   **compared(claim, [{s: run for s, run in side.items() if s in rung.seeds} for side in sides]))
 
 
 def saving_slope_label(claim: Claim) -> str:

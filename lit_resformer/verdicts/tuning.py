@@ -1,5 +1,6 @@
 """Claims about tuned arms and about what a gap depends on, judged on a grid's runs (lit_resformer.verdicts.claims
-registers them in its JUDGING table).
+registers them in its JUDGING table, passing its own `judge`, the unadjusted verdict on per-seed values, and
+`compared`, a comparison's run identities: this module does not import it back).
 
 - `val_loss_each_at_best` / `val_loss_at_b_best`: the final validation loss of a at its best point against b at its
   best (or both at b's best), as the grid's `select:` block chose those points from its pilot seeds
@@ -17,15 +18,19 @@ registers them in its JUDGING table).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from lit_resformer.grids.claim_spec import EACH_AT_BEST, Claim
 from lit_resformer.grids.selection import Selection, SelectionError, best_point
 from lit_resformer.measures.grid_results import GridResults, RunResult
-from lit_resformer.measures.stats import seed_design
-from lit_resformer.verdicts.claims import Verdict, _compared, data_seeds, judge
+from lit_resformer.measures.stats import run_data_seed, seed_design
+
+Judge = Callable[..., Any]  # lit_resformer.verdicts.claims.judge: the unadjusted Verdict on per-seed values
+Compared = Callable[[Claim, list], dict]  # lit_resformer.verdicts.claims._compared: which runs a comparison compared
 
 
 def chosen_points(results: GridResults) -> tuple[Selection | None, dict[str, float], dict[str, str]]:
@@ -59,7 +64,7 @@ def pilot_cells(results: GridResults, selection: Selection, arm: str) -> dict[fl
             if info.get("family") == arm and not info.get("at") and selection.over in (info.get("coords") or {})}
 
 
-def judge_at_chosen(claim: Claim, results: GridResults, _sweep=None) -> Verdict:
+def judge_at_chosen(claim: Claim, results: GridResults, judge: Judge, compared: Compared) -> Any:
     """a at its best (EACH_AT_BEST) or at b's best against b at its best, on the confirmation seeds."""
     selection, best, missing = chosen_points(results)
     where = {claim.a: claim.a if claim.metric == EACH_AT_BEST else claim.b, claim.b: claim.b}
@@ -67,26 +72,25 @@ def judge_at_chosen(claim: Claim, results: GridResults, _sweep=None) -> Verdict:
                 if arm not in best]
     if selection is None or unchosen:
         reason = "; ".join(unchosen) if selection is not None else "the grid has no select block"
-        return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {reason}",
-                       unadjusted="not tested")
+        return judge(claim, {}, {}, [], results.name, not_tested=reason)
     cells = {side: _cell_at(results, selection, side, best[arm]) for side, arm in where.items()}
     a, b = (results.done.get(cells[side], {}) for side in (claim.a, claim.b))
     seeds = sorted(set(a) & set(b) & set(selection.seeds))
     sides = {s: a[s] for s in seeds}, {s: b[s] for s in seeds}
     values = [{s: v for s, run in side.items() if (v := run.final("val_loss")) is not None} for side in sides]
-    design = seed_design(*(data_seeds(side) for side in sides))
+    design = seed_design(*({s: run_data_seed(run.config or {}) for s, run in side.items()} for side in sides))
     note = (f"{cells[claim.a]} vs {cells[claim.b]}: {selection.over} chosen on pilot seeds "
             f"{list(selection.pilot_seeds)} (lowest mean final validation loss), compared on confirmation seeds "
             f"{seeds} of {list(selection.seeds)}")
     judged = judge(claim, *values, [*sides[0].values(), *sides[1].values()], results.name, note, design)
-    return replace(judged, **_compared(claim, sides))
+    return replace(judged, **compared(claim, sides))
 
 
 def _cell_at(results: GridResults, selection: Selection, arm: str, value: float) -> str:
     return next(cell for point, cell in pilot_cells(results, selection, arm).items() if math.isclose(point, value))
 
 
-def judge_gap_dependence(claim: Claim, results: GridResults, _sweep=None) -> Verdict:
+def judge_gap_dependence(claim: Claim, results: GridResults, judge: Judge, compared: Compared) -> Any:
     """The per-seed slope of the final gap a - b against log2(`over`), two-sided (see the module docstring)."""
     pairs = _pairs(results, claim)
     runs = {cell: results.runs.get(cell, []) for pair in pairs.values() for cell in pair}
@@ -103,23 +107,23 @@ def judge_gap_dependence(claim: Claim, results: GridResults, _sweep=None) -> Ver
     if diverged:
         notes.append(f"left out {claim.over} {[_shown(v) for v in sorted(diverged)]}: a run diverged there")
     slopes: dict[int, float] = {}
-    compared: list[RunResult] = []
+    in_comparison: list[RunResult] = []
     if len(points) >= 2:
         for seed in seeds:
             at = [(math.log2(v), results.done[pairs[v][0]][seed], results.done[pairs[v][1]][seed]) for v in points]
             gaps = [(x, ra.final("val_loss"), rb.final("val_loss")) for x, ra, rb in at]
             if all(a is not None and b is not None for _, a, b in gaps):
                 slopes[seed] = float(np.polyfit([x for x, _, _ in gaps], [a - b for _, a, b in gaps], 1)[0])
-                compared += [r for _, ra, rb in at for r in (ra, rb)]
+                in_comparison += [r for _, ra, rb in at for r in (ra, rb)]
     # tested against zero in the "lower" direction, then read two-sided: an interval off zero on either side
     # reproduces the claim, and its p-values are the two-sided test's
-    judged = judge(replace(claim, direction="lower"), slopes, None, compared, results.name, "; ".join(notes),
+    judged = judge(replace(claim, direction="lower"), slopes, None, in_comparison, results.name, "; ".join(notes),
                    not_tested="" if len(points) >= 2 else f"fewer than two points of {claim.over} finished")
     decided = "reproduced" if judged.unadjusted in ("reproduced", "contradicted") else judged.unadjusted
     sides = [{s: results.done[cell][s] for s in slopes} for pair in pairs.values() for cell in pair
              if all(s in results.done.get(cell, {}) for s in slopes)]
     return replace(judged, claim=claim, verdict=decided, unadjusted=decided, p_raw=judged.p_two_sided,
-                   **_compared(claim, sides))
+                   **compared(claim, sides))
 
 
 def _pairs(results: GridResults, claim: Claim) -> dict[float, tuple[str, str]]:

@@ -8,8 +8,7 @@ import pytest
 
 from lit_resformer.grids.claim_spec import Claim
 from lit_resformer.measures.grid_results import load_results
-from lit_resformer.verdicts.budgets import judge_saving_slope
-from tests.helpers.claims_grids import grid_dir_from, write_summary
+from tests.helpers.claims_grids import grid_dir_from, judged, write_summary
 
 BUDGETS = [1000, 2000, 4000, 8000]
 GRID = {"baseline": "vanilla", "seeds": [0, 1, 2], "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}},
@@ -43,7 +42,7 @@ def ladder(tmp_path, manifest, multiplier) -> object:
 def test_a_constant_multiplier_reproduces_a_constant_saving(tmp_path, manifest):
     # 25% more data at every budget, with seed-to-seed noise that has no trend
     noise = {(b, s): 0.02 * ((i + s) % 3 - 1) for i, b in enumerate(BUDGETS) for s in range(3)}
-    verdict = judge_saving_slope(CLAIM, ladder(tmp_path, manifest, lambda budget, seed: 1.25 + noise[budget, seed]))
+    verdict = judged(CLAIM, ladder(tmp_path, manifest, lambda budget, seed: 1.25 + noise[budget, seed]))
     assert verdict.n == 3 and abs(verdict.delta) < 0.01
     assert verdict.unadjusted == "reproduced" and "within the margin +-0.05" in verdict.note
     assert verdict.p_two_sided < 0.05  # the two one-sided tests' p, which the grid's Holm adjustment sees
@@ -51,6 +50,6 @@ def test_a_constant_multiplier_reproduces_a_constant_saving(tmp_path, manifest):
 
 
 def test_a_saving_that_shrinks_with_the_budget_contradicts_it(tmp_path, manifest):
-    verdict = judge_saving_slope(CLAIM, ladder(tmp_path, manifest,
-                                               lambda budget, seed: 1.6 - 0.1 * math.log2(budget / 1000) + 0.01 * seed))
+    verdict = judged(CLAIM, ladder(tmp_path, manifest,
+                                         lambda budget, seed: 1.6 - 0.1 * math.log2(budget / 1000) + 0.01 * seed))
     assert verdict.unadjusted == "contradicted" and verdict.delta < 0 and verdict.high < 0
