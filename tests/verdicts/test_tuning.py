@@ -1,57 +1,18 @@
 """Claims at the points a grid's select block chose, judged on the confirmation seeds only, and the two-sided
 dependence of a gap on a matrix key."""
 
-import shutil
-
 import pytest
 
 from lit_resformer.grids.claim_spec import Claim
 from lit_resformer.measures.grid_results import load_results
 from lit_resformer.verdicts.tuning import chosen_points
-from tests.helpers.claims_grids import grid_dir_from, judged, write_summary
-
-LRS = [5.0e-4, 1.0e-3, 2.0e-3, 4.0e-3]
-GRID = {
-    "baseline": "vanilla",
-    "seeds": [0, 1],
-    "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"},
-              "svformer": {"model.config.share.svformer": True}},
-    "matrix": {"model.lr": LRS},
-    "select": {"over": "model.lr", "arms": ["vanilla", "resformer"], "seeds": [2, 3, 4],
-               "confirm": {"vanilla": ["best"], "resformer": ["best", "best:vanilla"]}},
-}
-# pilot means: vanilla is best at 1e-3, ResFormer at 2e-3
-PILOT = {"vanilla": {5.0e-4: 5.0, 1.0e-3: 4.6, 2.0e-3: 4.7, 4.0e-3: 4.9},
-         "resformer": {5.0e-4: 4.9, 1.0e-3: 4.55, 2.0e-3: 4.2, 4.0e-3: 4.8}}
-
-
-def name(arm: str, lr: float) -> str:
-    return f"{arm},lr={lr:g}"
+from tests.helpers.claims_grids import judged, write_summary
+from tests.helpers.select_grids import LRS, PILOT, name, tuned_grid, tuned_manifest
 
 
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory):
-    """The grid's manifest as the runner writes it (its cells resolved once for the module's tests)."""
-    return grid_dir_from(tmp_path_factory.mktemp("tuned"), "tuned", GRID) / "grid.yaml"
-
-
-def tuned_grid(tmp_path, manifest, confirmed: dict[str, float]):
-    """The pilot (seeds 0-1) and the confirmation seeds 2-4 at the chosen points, with `confirmed`: cell -> its
-    final loss on every confirmation seed (plus a seed's offset, shared by its runs)."""
-    grid_dir = tmp_path / "runs" / "tuned"
-    grid_dir.mkdir(parents=True)
-    shutil.copy(manifest, grid_dir / "grid.yaml")
-    for arm, losses in PILOT.items():
-        for lr, loss in losses.items():
-            for seed in (0, 1):
-                write_summary(grid_dir, name(arm, lr), seed, loss + 0.01 * seed)
-    for lr in LRS:
-        for seed in (0, 1):
-            write_summary(grid_dir, name("svformer", lr), seed, 4.7 + (0.2 + 0.03 * seed) * LRS.index(lr))
-    for cell, loss in confirmed.items():
-        for seed, offset in zip((2, 3, 4), (0.0, 0.05, -0.04), strict=True):
-            write_summary(grid_dir, cell, seed, loss + offset + (0.004 * seed if cell.startswith("resformer") else 0))
-    return load_results(grid_dir)
+    return tuned_manifest(tmp_path_factory.mktemp("tuned"))
 
 
 def test_each_arm_is_compared_at_its_own_best_on_the_confirmation_seeds_only(tmp_path, manifest):
