@@ -68,6 +68,16 @@ says how each kind is judged and shown):
                            (lit_resformer.measures.time_to_target); the target is each seed's b final loss, or a
                            stated `target: <loss>` (only for this metric); direction higher = a needs less data;
                            no `at` or `over`
+  val_loss_each_at_best    a at its best point and b at its best, as the grid's `select:` block chose them from its
+                           pilot seeds (lit_resformer.grids.selection), compared on the confirmation seeds only
+  val_loss_at_b_best       a and b both at b's best point, on the confirmation seeds
+  val_loss_gap_dependence  the slope of the final validation-loss gap a - b against log2 of `over`, per seed, over
+                           the cells that have `over` as a matrix key; direction `either`: a two-sided claim that
+                           the gap depends on `over` (the slope is not zero), never contradicted by a test against zero
+  data_saving_slope        a ladder's (lit_resformer.grids.ladder) per-seed data saving of a over b at the end of each
+                           rung's decay, 1 - B / B' where b reaches a's loss at budget B', and its slope against
+                           log2 of `over` (the budget); direction `flat`: the saving is constant (contradicted when the
+                           slope's interval excludes zero, reproduced when it lies within +-margin)
 """
 
 from __future__ import annotations
@@ -82,6 +92,10 @@ EQUIVALENCE_SAVING = "equivalence_saving"
 # time_to_target[/<domain>]: a's data saving against b at b's final (or a stated) loss. The same string as
 # lit_resformer.measures.time_to_target.METRIC (a test checks it): grids do not import the verdicts.
 TIME_TO_TARGET = "time_to_target"
+EACH_AT_BEST = "val_loss_each_at_best"
+AT_B_BEST = "val_loss_at_b_best"
+GAP_DEPENDENCE = "val_loss_gap_dependence"
+DATA_SAVING_SLOPE = "data_saving_slope"
 ANALYSIS_PREFIX = "analysis/"
 # analysis/<name>: what each reads from a run's analysis.json (lit_resformer.analysis.analyze) and why it is a claim
 ANALYSIS_METRICS = {
@@ -101,6 +115,8 @@ SAME_CELL_METRICS = ("analysis/fig4_cos_eq4_vs_eq6",)  # compare two quantities 
 NATS = "nats"  # the unit of a loss and of a difference of losses (the summary metrics')
 SUMMARY_METRICS = ("val_loss", "train_loss")  # and val_loss/<domain>: final values in each run's summary.json
 DIRECTIONS = ("lower", "higher")
+EITHER = "either"  # a two-sided claim that a quantity depends on `over` (its slope is not zero), either way
+FLAT = "flat"  # a claim that a quantity does not depend on `over` (its slope is zero, within the claim's margin)
 REQUIREMENTS = ("crossing",)  # preconditions a claim may name: `requires: crossing` (see the module docstring)
 # AT: where on the run a val_loss or train_loss claim is judged: `end` (default) the final value; `warmup` the first
 # evaluation (val_loss) or logged step (train_loss, smoothed) at or after the end of warm-up; `throughout` (val_loss)
@@ -121,7 +137,8 @@ class MetricKind:
     suffixes: tuple[str, ...] = ()
     across: str = ""  # a and b are `cells` entries compared across this ("the matrix"); "": cells (see parse_claims)
     takes: frozenset[str] = frozenset({"margin"})  # which of KIND_FIELDS apply
-    direction: str | None = None  # the one direction it can claim (None: either)
+    direction: str | None = None  # the one direction it can claim (None: any of `directions`)
+    directions: tuple[str, ...] = DIRECTIONS  # the directions it can claim
 
     def covers(self, metric: str) -> bool:
         suffix = metric.removeprefix(self.prefix) if self.prefix and metric.startswith(self.prefix) else None
@@ -146,7 +163,15 @@ METRIC_KINDS = (
     # it reads the whole validation curve against the target: no `at`, `over` or `margin`
     MetricKind(TIME_TO_TARGET, "fraction of tokens", names=(TIME_TO_TARGET,), prefix=TIME_TO_TARGET + "/",
                takes=frozenset({"target"})),
+    # a and b at the points a grid's `select:` block chose (spec checks that they are its arms)
+    MetricKind(EACH_AT_BEST, NATS, names=(EACH_AT_BEST,), across="the selection"),
+    MetricKind(AT_B_BEST, NATS, names=(AT_B_BEST,), across="the selection"),
+    MetricKind(GAP_DEPENDENCE, "nats per doubling", names=(GAP_DEPENDENCE,), across="the matrix",
+               takes=frozenset({"over"}), directions=(EITHER,)),
+    MetricKind(DATA_SAVING_SLOPE, "fraction of tokens per doubling", names=(DATA_SAVING_SLOPE,), across="the matrix",
+               takes=frozenset({"over", "margin"}), directions=(FLAT,)),
 )
+SELECTED_METRICS = (EACH_AT_BEST, AT_B_BEST)
 
 
 def metric_kind(metric: object) -> MetricKind | None:
@@ -245,13 +270,14 @@ def _check_fields(claim: Claim, where: str) -> MetricKind:
         raise ValueError(f"{where}.margin must be a positive number of nats, got {claim.margin!r}")
     if claim.requires is not None and claim.requires not in REQUIREMENTS:
         raise ValueError(f"{where}.requires must be one of {list(REQUIREMENTS)}, got {claim.requires!r}")
-    if claim.direction not in DIRECTIONS:
-        raise ValueError(f"{where}.direction must be one of {list(DIRECTIONS)}, got {claim.direction!r}")
     metric = claim.metric
     kind = metric_kind(metric)
     if kind is None:
         allowed = [m for k in METRIC_KINDS for m in k.shown()]
         raise ValueError(f"{where}.metric must be one of {allowed}, got {metric!r}")
+    if claim.direction not in kind.directions:
+        raise ValueError(f"{where}.direction must be one of {list(kind.directions)}"
+                         f"{'' if kind.directions == DIRECTIONS else f' for {metric}'}, got {claim.direction!r}")
     for name in KIND_FIELDS:
         if getattr(claim, name) is not None and name not in kind.takes:
             raise ValueError(f"{where}.{name} applies only to metrics {metrics_taking(name)}, not {metric!r}")
@@ -302,6 +328,6 @@ def _check_over_claim(claim: Claim, cells: Sequence[dict], families: list[str], 
         raise ValueError(f"{where}.over must name a matrix key of this grid ({keys or 'it has no matrix'}), "
                          f"got {claim.over!r}")
     _check_families(claim, families, where, kind)
-    points = [c["coords"][claim.over] for c in cells if c["family"] == claim.a]
+    points = [c["coords"][claim.over] for c in cells if c["family"] == claim.a and claim.over in c["coords"]]
     if len(set(points)) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in points):
         raise ValueError(f"{where}.over: {claim.over} needs at least two positive numeric values, got {points}")

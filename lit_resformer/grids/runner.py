@@ -38,9 +38,11 @@ from lit_resformer.grids.jobs import (
     post_training_result,
     post_training_step,
 )
+from lit_resformer.grids.ladder import seed_branch
 from lit_resformer.grids.spec import Grid, GridError, Run, load_grid
 from lit_resformer.grids.summary import FINISHED, last_step
 from lit_resformer.provenance import collect as collect_provenance
+from lit_resformer.training.checkpoint import kept_checkpoint
 from lit_resformer.training.run_dir import RunConflict, RunDir
 
 
@@ -316,42 +318,93 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
     """Train every run of a grid file into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
 
     Runs already done are skipped and interrupted ones resume; with `options.pool.time_limit_s` the same call
-    resumes the grid in the next time-bounded slice. `progress` draws a progress bar on stderr; the listing of the
-    runs and what happens to them goes to `out` (stdout).
+    resumes the grid in the next time-bounded slice. A grid whose runs wait on others trains in rounds until no run
+    is left that can start: a `select:` block's runs at the points its finished pilot chose (Grid.chosen_runs), a
+    `ladder:` rung once its trunk has kept the checkpoint it starts from. A run is attempted at most once a call (a
+    failed one is retried by the next call). `progress` draws a progress bar on stderr; the listing of the runs and
+    what happens to them goes to `out` (stdout).
     """
     out = out or sys.stdout
     # The grid file is read and its cells resolved once, here; what follows works on the resolved grid.
     spec = load_grid(grid, seeds=options.seeds, forced=dict(options.forced), allow_any_class=options.allow_any_class)
-    runs = spec.runs()
     grid_dir = GridDir.of(options.runs_dir, spec.name).path
     for kind in options.post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here
-    planned = plan(spec, runs, grid_dir, options.post_training)
     pool = make_executor(options.pool, grid_dir)
-    check_devices(runs, pool, options.pool.gpus_per_run)
     command = list(options.train_command) if options.train_command is not None else default_train_command()
     if options.allow_any_class:
         command.append(ALLOW_ANY_CLASS_FLAG)
+    outcome = GridOutcome(spec, grid_dir)
+    attempted: set[str] = set()
+    while True:
+        chosen, best, waiting = spec.chosen_runs(pilot_finals(spec, grid_dir))
+        runs = list({run.name: run for run in [*spec.runs(), *chosen]}.values())
+        trained = _round(spec, runs, grid_dir, options, pool, command, outcome, progress, out, attempted, best,
+                         waiting)
+        if options.dry_run:
+            return outcome
+        if not trained or outcome.left:
+            return _finish(outcome, options, out)
+
+
+def pilot_finals(grid: Grid, grid_dir: Path) -> dict[str, dict[int, float | None]]:
+    """cell -> seed -> final validation loss of each finished pilot run of a grid's `select:` arms (None for a
+    diverged run), read from their summaries; {} for a grid without one."""
+    if grid.selection is None:
+        return {}
+    finals: dict[str, dict[int, float | None]] = {}
+    for arm in grid.selection.arms:
+        for cell in grid.pilot_cells(arm).values():
+            for seed in grid.selection.pilot_seeds:
+                summary = GridDir(grid_dir).run_dir(cell, seed).read_summary() or {}
+                if summary.get("status") in FINISHED:
+                    finals.setdefault(cell, {})[seed] = (summary.get("final_val_loss")
+                                                         if summary["status"] == "done" else None)
+    return finals
+
+
+def _round(spec: Grid, runs: list[Run], grid_dir: Path, options: GridOptions, pool, command: list[str],
+           outcome: GridOutcome, progress: bool, out: TextIO, attempted: set[str], best: dict,
+           waiting: list[str]) -> bool:
+    """Plan `runs` and train those that can start and were not attempted yet in this call, listing them (the whole
+    plan in the first round, what starts in later ones); whether any training job ran."""
+    first = not attempted
+    planned = plan(spec, runs, grid_dir, options.post_training)
+    check_devices(runs, pool, options.pool.gpus_per_run)
+    ready = {p.run.name: _branch_wait(spec, p, grid_dir) for p in planned if p.train}
     jobs = [
         RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train,
                post_training=tuple(p.post_training))
         for p in planned
-        if p.train or p.post_training
+        if (p.train or p.post_training) and p.run.name not in attempted and not ready.get(p.run.name)
     ]
-
-    print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(runs)} runs -> {grid_dir}", file=out)
-    print(f"executor: {pool.describe()}", file=out)
+    if first:
+        print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(spec.runs())} runs"
+              + (f", {len(runs) - len(spec.runs())} more from its select block so far" if spec.selection else "")
+              + f" -> {grid_dir}", file=out)
+        print(f"executor: {pool.describe()}", file=out)
+    elif jobs:
+        print(f"next round: {len(jobs)} run(s) can start now", file=out)
     for p in planned:
-        extra = f" then {'+'.join(p.post_training)}" if p.post_training else ""
-        print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
-    outcome = GridOutcome(spec, grid_dir)
+        if first or any(job.name == p.run.name for job in jobs):
+            extra = f" then {'+'.join(p.post_training)}" if p.post_training else ""
+            print(f"  {p.run.name:<48} {ready.get(p.run.name) or p.action}{extra}", file=out)
+    if spec.selection is not None and (first or jobs):
+        chosen = ", ".join(f"{arm} {spec.selection.over}={value:g}" for arm, value in best.items())
+        print(f"select: best {spec.selection.over} per arm: {chosen or 'none chosen yet'}", file=out)
+        for line in waiting:
+            print(f"  waiting: {line}", file=out)
     if options.dry_run:
         print(describe_changes(spec.changes()), file=out)
         if isinstance(pool, SlurmExecutor) and jobs:
             print(f"\nsbatch script of the first job ({jobs[0].name}); the others differ only in the name:", file=out)
             print(pool.sbatch_script(jobs[0]), file=out)
-        print(f"dry run: {len(jobs)} of {len(runs)} runs would start", file=out)
-        return outcome
+        print(f"dry run: {len(jobs)} of {len(runs)} runs would start"
+              + (f" ({sum(bool(w) for w in ready.values())} wait for others first)" if any(ready.values()) else ""),
+              file=out)
+        return False
+    if not jobs:
+        return False
 
     GridDir(grid_dir).write_manifest(spec.manifest(), _grid_provenance(spec))
     for p in planned:
@@ -360,19 +413,54 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
         else:
             GridDir(grid_dir).drop_broken_link(p.run.cell, p.run.seed)  # its run was deleted: it trains here now
         write_run_config(p.run_dir, p.run.config, p.run.name, spec.same_run)
-
+    for job in jobs:
+        _start_branch(spec, job, grid_dir)
+    attempted.update(job.name for job in jobs)
     _run_jobs(pool, jobs, outcome, progress)
     for p in planned:
         if p.busy:
             outcome.summaries[p.run.name] = {"status": BUSY, "error": p.action}
         elif p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
             outcome.summaries[p.run.name] = p.run_dir.read_summary()
+    return any(job.train for job in jobs)
+
+
+def _trunk_run(spec: Grid, cell: str, seed: int, grid_dir: Path) -> tuple[RunDir, str] | None:
+    """A ladder rung's trunk run (its folder, followed if shared, and its name) and the rung's branch point."""
+    point = spec.branch_point(cell)
+    if point is None:
+        return None
+    trunk = GridDir(grid_dir).run_dir(point.trunk, seed)
+    return RunDir(trunk.path.resolve()), f"{spec.name}/{point.trunk}/seed{seed}"
+
+
+def _branch_wait(spec: Grid, planned: PlannedRun, grid_dir: Path) -> str:
+    """Why a ladder rung cannot start yet ("" when it can, or is no rung): its trunk has not kept the checkpoint at
+    the rung's decay start."""
+    trunk = _trunk_run(spec, planned.run.cell, planned.run.seed, grid_dir)
+    if trunk is None or planned.run_dir.has_training_output():
+        return ""
+    step = spec.branch_point(planned.run.cell).step
+    if kept_checkpoint(trunk[0].checkpoints_dir, step).is_file():
+        return ""
+    return f"waits for its trunk {trunk[1]} to reach step {step}"
+
+
+def _start_branch(spec: Grid, job: RunJob, grid_dir: Path) -> None:
+    """A ladder rung about to train for the first time starts from its trunk's checkpoint (ladder.seed_branch)."""
+    trunk = _trunk_run(spec, job.cell, job.seed, grid_dir)
+    if trunk is not None and job.train and not RunDir(job.run_dir).has_training_output():
+        seed_branch(RunDir(job.run_dir), trunk[0], spec.branch_point(job.cell).step, trunk[1])
+
+
+def _finish(outcome: GridOutcome, options: GridOptions, out: TextIO) -> GridOutcome:
+    """The report (unless another process still works in a run), and what was left or failed."""
     if outcome.busy:
         # the runner working in them writes the report when it ends; one written now would show them unfinished
         print(f"{len(outcome.busy)} run(s) busy in another process, left to it: {', '.join(outcome.busy)}"
               + ("; the report is left to that runner" if options.report else ""), file=out)
     elif options.report:
-        outcome.report = options.report(grid_dir)
+        outcome.report = options.report(outcome.grid_dir)
         print(f"report: {outcome.report}", file=out)
     if outcome.left:
         print(f"time limit: {len(outcome.left)} run(s) left for the next call of the same command: "

@@ -20,6 +20,12 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
     report: {critical_point_window: 10}          # optional report settings; scaling: params | tokens
                                                  # marks a size or token-budget sweep (lit_resformer.measures.scaling)
     claims: [...]                                # optional: the paper's claims to judge (lit_resformer/grids/claim_spec.py)
+    select: {...}                                # optional: each arm's best point of the matrix key, chosen from
+                                                 # the seeds' (pilot) runs, then more seeds and cells there
+                                                 # (lit_resformer/grids/selection.py)
+    ladder: {budgets: [...], decay_fraction: 0.2}  # optional, instead of a matrix: a warmup-stable-decay trunk per
+                                                 # cell and seed, and a decay branch from it at each budget
+                                                 # (lit_resformer/grids/ladder.py)
 
 Everything is checked before any run starts; a problem raises `GridError` naming it.
 """
@@ -30,6 +36,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,8 +49,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lit_resformer.config.diff import changed_fields
 from lit_resformer.config.files import load_experiment
-from lit_resformer.grids.claim_spec import parse_claims
+from lit_resformer.grids.claim_spec import EACH_AT_BEST, SELECTED_METRICS, parse_claims
 from lit_resformer.grids.directory import GridDir
+from lit_resformer.grids.ladder import OVER as LADDER_OVER
+from lit_resformer.grids.ladder import BranchPoint, Ladder, LadderError, parse_ladder, trunk_cell
+from lit_resformer.grids.selection import Selection, SelectionError, best_point, parse_selection
 from lit_resformer.provenance import REPO_ROOT
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
@@ -56,7 +66,7 @@ PLACEMENT = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes")
 OUTPUT_LOCATIONS = frozenset({"default_root_dir", "dirpath", "save_dir"})
 
 GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
-               "claims"}
+               "claims", "select", "ladder"}
 REPORT_FIELDS = {"critical_point_window", "scaling"}
 SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (lit_resformer.measures.scaling)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
@@ -73,6 +83,8 @@ class Cell:
     baseline: str  # the cell this one is compared with in the report
     family: str | None = None  # the `cells` entry it came from (None for matrix-only grids)
     coords: dict[str, Any] = field(default_factory=dict)  # matrix key -> value
+    at: dict[str, Any] = field(default_factory=dict)  # a `select:` block's chosen point it trains at (key -> value)
+    trunk: str | None = None  # a `ladder:` rung: the trunk cell it branches from (at its model.decay_start)
 
 
 @dataclass(frozen=True)
@@ -104,6 +116,10 @@ class Grid:
     claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (lit_resformer.grids.claim_spec.Claim)
     checker: ConfigChecker | None = field(default=None, repr=False)  # the parser and checks of `fit`
     base: dict = field(default_factory=dict, repr=False)  # the base experiment, its configs merged
+    selection: Selection | None = None  # the `select:` block (lit_resformer.grids.selection)
+    families: dict[str, dict] = field(default_factory=dict, repr=False)  # `cells` entry -> its own overrides
+    forced: dict[str, Any] = field(default_factory=dict, repr=False)  # --set: wins over every cell's overrides
+    ladder: Ladder | None = None  # the `ladder:` block (lit_resformer.grids.ladder)
     # a config as written (JSON) -> its resolved form (None: it no longer validates); load_grid's cells and the runs
     # are entered as they are made, so that only a config from elsewhere (another grid's run) is ever resolved again
     _known: dict[str, dict | None] = field(default_factory=dict, init=False, repr=False)
@@ -156,17 +172,96 @@ class Grid:
         return {cell.name: changed_fields(self._base_identity, run_identity(self.resolved[cell.name]))
                 for cell in self.cells}
 
-    def runs(self, seeds: Sequence[int] | None = None) -> list[Run]:
-        """One run per (cell, seed), cells in grid order, seeds inner."""
+    def runs(self, seeds: Sequence[int] | None = None, cells: Sequence[str] | None = None) -> list[Run]:
+        """One run per (cell, seed), cells in grid order (or `cells`' order), seeds inner. Without `cells`: the cells
+        load_grid made, not those a `select:` block adds (`chosen_runs`)."""
         chosen = list(self.seeds if seeds is None else seeds)
+        names = [cell.name for cell in self.cells if not cell.at] if cells is None else cells
         runs = [
-            Run(self.name, cell.name, seed, {**self.configs[cell.name], "seed_everything": seed},
-                {**self.resolved[cell.name], "seed_everything": seed})  # the seed enters no check
-            for cell in self.cells
+            Run(self.name, cell, seed, {**self.configs[cell], "seed_everything": seed},
+                {**self.resolved[cell], "seed_everything": seed})  # the seed enters no check
+            for cell in names
             for seed in chosen
         ]
         self._known.update((_written(run.config), run.resolved) for run in runs)
         return runs
+
+    def branch_point(self, cell: str) -> BranchPoint | None:
+        """Where a ladder rung leaves its trunk (None: the cell is no rung)."""
+        rung = next(c for c in self.cells if c.name == cell)
+        if rung.trunk is None:
+            return None
+        return BranchPoint(rung.trunk, self.ladder.decay_start(rung.coords[LADDER_OVER]))
+
+    def pilot_cells(self, arm: str) -> dict[Any, str]:
+        """A `select:` arm's cells, by their value of the selected key (the grid's one matrix key)."""
+        over = self.selection.over
+        return {cell.coords[over]: cell.name for cell in self.cells if cell.family == arm and not cell.at}
+
+    def chosen_runs(self, finals: Mapping[str, Mapping[int, float | None]]) -> tuple[list[Run], dict[str, Any], list[str]]:
+        """What the `select:` block adds once its pilot runs are finished (`finals`: cell -> seed -> final validation
+        loss of each finished run, None for a diverged one): (the runs at the chosen points, in a stable order; the
+        arms chosen so far, arm -> value; a line for each addition still waiting, saying for what). Each at_best cell
+        is added to the grid (its config resolved and checked as load_grid checks every cell) when its point is
+        chosen. GridError (naming the arm and its best point) when an arm's best is at an end of the swept range."""
+        selection = self.selection
+        if selection is None:
+            return [], {}, []
+        best, waiting = {}, []
+        for arm in selection.arms:
+            cells = self.pilot_cells(arm)
+            by_value = {value: finals.get(cell, {}) for value, cell in cells.items()}
+            try:
+                chosen = best_point(selection, arm, by_value)
+            except SelectionError as e:
+                raise GridError(f"{self.path}: select: {e}") from None
+            if chosen is None:
+                done = sum(seed in by_value[value] for value in cells for seed in selection.pilot_seeds)
+                waiting.append(f"{arm}'s best {selection.over}: waits for its pilot runs ({done} of "
+                               f"{len(cells) * len(selection.pilot_seeds)} finished)")
+            else:
+                best[arm] = chosen
+        runs: dict[str, Run] = {}
+        for arm, points in selection.confirm.items():
+            for point in points:
+                needed = selection.needs(point, arm)
+                if needed is not None and needed not in best:
+                    waiting.append(f"{arm} at {point}: confirmation seeds {list(selection.seeds)} wait for {needed}'s "
+                                   "best")
+                    continue
+                cell = self.pilot_cells(arm)[next(v for v in self.pilot_cells(arm)
+                                                  if math.isclose(v, selection.point(point, arm, best)))]
+                runs.update((run.name, run) for run in self.runs(selection.seeds, [cell]))
+        at_best = selection.at_best
+        if at_best is not None and at_best.of in best:
+            cells = self._add_at_best(best[at_best.of])
+            runs.update((run.name, run) for run in self.runs(at_best.seeds, cells))
+        elif at_best is not None:
+            waiting.append(f"{', '.join(at_best.families)} at {at_best.of}'s best {selection.over} x "
+                           f"{', '.join(at_best.matrix)}: wait for {at_best.of}'s best")
+        return list(runs.values()), best, waiting
+
+    def _add_at_best(self, value: Any) -> list[str]:
+        """The at_best cells at the chosen `value` (added to the grid the first time), by name."""
+        selection = self.selection
+        where = f"{self.path}: select.at_best"
+        cells = []
+        for family in selection.at_best.families:
+            for coords, extras in _matrix_points(selection.at_best.matrix, where):
+                point = {selection.over: value, **coords}
+                cells.append(Cell(name=f"{family},{_point_name(point)}",
+                                  overrides={**self.families[family], **point, **extras}, baseline="",
+                                  family=family, coords=coords, at={selection.over: value}))
+        by_point = {(c.family, tuple(c.coords.items())): c.name for c in cells}
+        new = [dataclasses.replace(c, baseline=by_point.get((self.baseline, tuple(c.coords.items())), c.name))
+               for c in cells if c.name not in self.configs]
+        overrides = {k: v for k, v in self.overrides.items() if k not in self.forced}
+        configs, resolved = _cell_configs(self.checker, self.base, overrides, new, where, self.forced)
+        self.cells += new
+        self.configs.update(configs)
+        self.resolved.update(resolved)
+        self._known.update((_written(configs[name]), resolved[name]) for name in configs)
+        return [c.name for c in cells]
 
     def manifest(self) -> dict:
         """What the report needs to know about the grid, written next to its runs."""
@@ -181,9 +276,11 @@ class Grid:
             "overrides": self.overrides,
             "matrix_keys": sorted({k for c in self.cells for k in c.coords}),
             "report": self.report,
-            "cells": [{**dataclasses.asdict(c), "changes": {k: list(v) for k, v in changes[c.name].items()}}
-                      for c in self.cells],
+            "cells": [{**{k: v for k, v in dataclasses.asdict(c).items() if k not in ("at", "trunk") or v},
+                       "changes": {k: list(v) for k, v in changes[c.name].items()}} for c in self.cells],
             "claims": self.claims,
+            **({"select": self.selection.to_dict()} if self.selection else {}),
+            **({"ladder": self.ladder.to_dict()} if self.ladder else {}),
         }
 
 
@@ -255,7 +352,18 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         raise GridError(f"{where}: report.scaling={scaling!r} is not allowed; choose one of {list(SCALING_AXES)}")
 
     overrides = _flatten_overrides(spec.get("overrides") or {}, f"{where}: overrides")
+    try:
+        ladder = parse_ladder(spec.get("ladder"), where)
+    except LadderError as e:
+        raise GridError(str(e)) from None
+    if ladder is not None:
+        if spec.get("matrix") is not None or not spec.get("cells"):
+            raise GridError(f"{where}: a grid with a ladder has `cells` and no `matrix` (the ladder's budgets are "
+                            f"its matrix, {LADDER_OVER})")
+        spec = {**spec, "matrix": ladder.matrix()}
     cells = _expand_cells(spec, where)
+    if ladder is not None:
+        cells = _ladder_cells(spec, cells, ladder, where)
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
 
@@ -264,10 +372,15 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     checker = ConfigChecker(allow_any_class=allow_any_class)
     forced = _flatten_overrides(forced or {}, "--set")
     configs, resolved = _cell_configs(checker, base, overrides, cells, where, forced)
-    try:  # the grid's `claims:`, checked against its cells
-        claims = [claim.to_dict() for claim in parse_claims(spec.get("claims"), [dataclasses.asdict(c) for c in cells])]
+    families = {name: _flatten_overrides(o or {}, f"{where}: cell '{name}'")
+                for name, o in (spec.get("cells") or {}).items()}
+    selection = _selection(spec, cells, families, seeds, where)
+    try:  # the grid's `claims:`, checked against its cells (and those a `select:` block will add)
+        claims = [claim.to_dict() for claim in parse_claims(spec.get("claims"), [dataclasses.asdict(c) for c in cells]
+                                                            + _at_best_placeholders(spec.get("select"), where))]
     except ValueError as e:
         raise GridError(f"{where}: {e}") from e
+    _check_selected_claims(claims, selection, where)
     return Grid(
         name=name,
         path=path.resolve(),
@@ -283,7 +396,64 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         claims=claims,
         checker=checker,
         base=base,
+        selection=selection,
+        families=families,
+        forced=forced,
+        ladder=ladder,
     )
+
+
+def _ladder_cells(spec: dict, cells: list[Cell], ladder: Ladder, where: str) -> list[Cell]:
+    """A ladder's trunk cells (one per `cells` entry, first) and its rungs, each naming its trunk."""
+    trunks = [Cell(name=trunk_cell(family), family=family, baseline="",
+                   overrides={**_flatten_overrides(overrides or {}, f"{where}: cell '{family}'"),
+                              **ladder.trunk_overrides()})
+              for family, overrides in spec["cells"].items()]
+    return [*trunks, *(dataclasses.replace(c, trunk=trunk_cell(c.family)) for c in cells)]
+
+
+def _selection(spec: dict, cells: list[Cell], families: dict[str, dict], seeds: list[int],
+               where: str) -> Selection | None:
+    """The grid's checked `select:` block (None without one); its key must be the grid's only matrix key."""
+    if spec.get("select") is None:
+        return None
+    swept = {}
+    for cell in cells:
+        for key, value in cell.coords.items():
+            swept.setdefault(key, []).append(value)
+    if len(swept) > 1:
+        raise GridError(f"{where}: select: a grid with a select block sweeps one matrix key, got {sorted(swept)}")
+    try:
+        return parse_selection(spec["select"], list(families), {k: sorted(set(v)) for k, v in swept.items()}, seeds,
+                               where)
+    except SelectionError as e:
+        raise GridError(str(e)) from None
+
+
+def _check_selected_claims(claims: list[dict], selection: Selection | None, where: str) -> None:
+    """A claim at chosen points compares arms of the `select:` block at points it trains the confirmation seeds at."""
+    for index, claim in enumerate(claims):
+        if claim["metric"] not in SELECTED_METRICS:
+            continue
+        if selection is None:
+            raise GridError(f"{where}: claims[{index}]: {claim['metric']} compares the points a `select:` block "
+                            "chooses; this grid has none")
+        a_point = "best" if claim["metric"] == EACH_AT_BEST else f"best:{claim['b']}"
+        for side, point in ((claim["a"], a_point), (claim["b"], "best")):
+            if point not in selection.confirm.get(side, ()):
+                raise GridError(f"{where}: claims[{index}]: {claim['metric']} needs {side} at {point!r} on the "
+                                f"confirmation seeds; add it to select.confirm.{side}")
+
+
+def _at_best_placeholders(select: Any, where: str) -> list[dict]:
+    """The cells a `select:` block's at_best adds once its point is chosen, as parse_claims sees them before
+    (family and coordinates), from the block as written; none without one."""
+    at_best = select.get("at_best") if isinstance(select, dict) else None
+    if not isinstance(at_best, dict) or not isinstance(at_best.get("cells"), list):
+        return []
+    return [{"name": f"{family},{select.get('over')}=best,{_point_name(coords)}", "family": family, "coords": coords}
+            for family in at_best["cells"]
+            for coords, _ in _matrix_points(at_best.get("matrix"), f"{where}: select.at_best")]
 
 
 def declared_raw_claims(grid_file: Path) -> tuple[str, list]:
@@ -299,9 +469,10 @@ def declared_claims(grid_file: Path, cells: Sequence[Mapping[str, Any]]) -> list
     """The claims a grid file declares now, checked against a grid's cells (a manifest's cell entries), as the
     manifest stores them; GridError naming the file when it does not read or names a cell the grid lacks."""
     try:
-        raw = _read_grid_file(grid_file).get("claims")
-        return [claim.to_dict() for claim in parse_claims(raw, [
-            {"name": c["name"], "family": c.get("family"), "coords": c.get("coords") or {}} for c in cells])]
+        spec = _read_grid_file(grid_file)
+        return [claim.to_dict() for claim in parse_claims(spec.get("claims"), [
+            {"name": c["name"], "family": c.get("family"), "coords": c.get("coords") or {}} for c in cells]
+            + _at_best_placeholders(spec.get("select"), str(grid_file)))]
     except ValueError as e:  # GridError included
         raise GridError(f"{grid_file}: {e}") from e
 

@@ -47,7 +47,9 @@ from lit_resformer.reports.budget import budget_section
 from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.reports.forest import forest_plot
 from lit_resformer.reports.kv_frontier import kv_frontier_section
+from lit_resformer.reports.ladder_section import ladder_section
 from lit_resformer.reports.lead import grid_lead
+from lit_resformer.reports.learning_rate_section import learning_rate_section
 from lit_resformer.reports.scaling_section import scaling_section
 from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_grid, grid_regime, regime_text
 from lit_resformer.verdicts.claims import counts as claim_counts
@@ -177,6 +179,8 @@ def write_report(grid_dir: str | Path) -> Path:
     _validation_section(doc, plotter, cells, cells_info, done, unigram)
     _critical_section(doc, plotter, manifest, cells, cells_info, done)
     _training_length_section(doc, plotter, results, final_train, final_val)
+    learning_rate_section(results, plotter, doc)
+    ladder_section(results, plotter, doc)
     if sweep is not None:
         doc.raw(scaling_section(sweep, plots_dir=plots_dir, link_base=grid_dir))
     _cost_section(doc, cells, cells_info, done)
@@ -575,7 +579,8 @@ def _training_length_section(doc, plotter, results: GridResults, final_train, fi
     """For cells x matrix grids over a training length (LENGTH_AXES): each cell family's final loss minus its
     baseline's at the same length (95% t interval in the seed design) against the length, one section per axis."""
     for key in LENGTH_AXES:
-        if key in (results.manifest.get("matrix_keys") or []):
+        # a ladder's budgets are read at the end of each rung's own decay (ladder_section), not a rescaled schedule
+        if key in (results.manifest.get("matrix_keys") or []) and not results.manifest.get("ladder"):
             _length_axis_section(doc, plotter, results, final_train, final_val, key)
 
 

@@ -23,7 +23,7 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_resformer.training.checkpoint import step_checkpoints_in
+from lit_resformer.training.checkpoint import KEPT_PREFIX, kept_checkpoint, step_checkpoints_in
 from lit_resformer.writing import TEMPORARY_SUFFIX, atomic_open
 
 
@@ -40,7 +40,22 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 class RunCheckpoint(ModelCheckpoint):
     """ModelCheckpoint whose folder holds last.ckpt (the newest checkpoint), at most `save_top_k` step checkpoints
-    when nothing is monitored, and no temporary files of killed writes."""
+    when nothing is monitored, and no temporary files of killed writes; and, at each of `keep_steps`, a checkpoint
+    that is never pruned (`kept_checkpoint`): where a ladder's decay branches start from its trunk."""
+
+    def __init__(self, *args, keep_steps: list[int] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if any(isinstance(step, bool) or not isinstance(step, int) or step < 1 for step in keep_steps or ()):
+            raise ValueError(f"checkpoint.keep_steps must be positive step numbers, got {keep_steps!r}")
+        self.keep_steps = frozenset(keep_steps or ())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        step = trainer.global_step
+        # the first batch end that sees the step is the one right after its optimizer step (with gradient
+        # accumulation the next micro-batches see it too: the file is there by then)
+        if step in self.keep_steps and self.dirpath is not None and not kept_checkpoint(self.dirpath, step).is_file():
+            trainer.save_checkpoint(kept_checkpoint(self.dirpath, step))
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
@@ -64,7 +79,8 @@ class RunCheckpoint(ModelCheckpoint):
         if not trainer.is_global_zero or self.dirpath is None or self.monitor is not None or self.save_top_k < 1:
             return
         protected = Path(keep).resolve() if keep else None
-        for stale in step_checkpoints_in(self.dirpath)[self.save_top_k:]:
+        pruned = [p for p in step_checkpoints_in(self.dirpath) if not p.name.startswith(KEPT_PREFIX)]
+        for stale in pruned[self.save_top_k:]:
             if stale.resolve() != protected:
                 with contextlib.suppress(FileNotFoundError):
                     stale.unlink()

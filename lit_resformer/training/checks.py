@@ -57,6 +57,10 @@ def check_experiment(cfg: Namespace) -> None:
             raise ValueError(f"global_batch_tokens={tokens} is not divisible by data.micro_batch_size x "
                              f"data.seq_len x devices = {per_step}")
         cfg.trainer.accumulate_grad_batches = tokens // per_step
+    decay_start, max_steps = cfg.model.get("decay_start"), cfg.trainer.max_steps
+    if decay_start is not None and max_steps is not None and max_steps > 0 and decay_start >= max_steps:
+        raise ValueError(f"model.decay_start={decay_start} is not before trainer.max_steps={max_steps}: the decay "
+                         f"would never run; leave it null to hold the peak to the end")
 
 
 # Data settings a run may change when it resumes: they decide how fast or where data is read and how much of the

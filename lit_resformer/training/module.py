@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Literal
@@ -27,6 +28,7 @@ REFERENCE_MODELS = ("unigram", "bigram")
 
 OptimizerName = Literal["adamw", "muon"]
 OPTIMIZERS: tuple[str, ...] = OptimizerName.__args__
+ScheduleName = Literal["cosine", "wsd"]
 # Learning-rate multipliers of the parameter groups under `optimizer: muon`, relative to `lr` (the peak learning rate
 # of the AdamW groups), as KellerJordan/modded-nanogpt trains (train_gpt.py at f411b3d, `TrainingManager.__init__`):
 # its Adam parameters share adam_defaults lr=0.008 (line 2066), each scaled by its `lr_mul` in `param_table`.
@@ -193,6 +195,21 @@ def warmup_cosine(step: int, *, peak: float, start: float, warmup: int, total: i
     return final + 0.5 * (peak - final) * (1.0 + math.cos(math.pi * progress))
 
 
+def warmup_stable_decay(step: int, *, peak: float, start: float, warmup: int, decay_start: int | None, total: int,
+                        final_ratio: float) -> float:
+    """Warmup-stable-decay (WSD): linear warmup from `start` to `peak`, the peak held until `decay_start`, then a
+    linear decay to `final_ratio * peak` at step `total` (OLMo-core's `WSD` scheduler's shape); `decay_start` None
+    holds the peak to the end (a ladder's trunk, from whose checkpoints decays branch off). A closed form of the
+    step alone, so a run resumed from another run's checkpoint (a branch from its trunk) follows its own schedule:
+    PyTorch's SequentialLR would not (its load_state_dict restores the saved run's milestones)."""
+    if step < warmup:
+        return start + (peak - start) * step / max(warmup, 1)
+    if decay_start is None or step < decay_start:
+        return peak
+    progress = min(1.0, (step - decay_start) / max(total - decay_start, 1))
+    return peak - (1.0 - final_ratio) * peak * progress
+
+
 def has_mixing_weights(config: ModelConfig) -> bool:
     """Whether the model has learnable mixing weights or gates (`Transformer.param_groups`' mixing group): the
     residual's learnable weights, value embeddings, gated attention, XSA, SATFormer or dense value connections."""
@@ -284,7 +301,10 @@ class LitResFormer(L.LightningModule):
     Args:
         config: the architecture (a preset `size` plus variant fields); `vocab_size` is linked from the data.
         lr: peak learning rate (paper: 6e-4). warmup_start_lr: where the linear warmup starts (1e-7).
-        warmup_steps: linear warmup length. final_lr_ratio: cosine ends at this fraction of the peak (0.1).
+        warmup_steps: linear warmup length. final_lr_ratio: the schedule ends at this fraction of the peak (0.1).
+        schedule: `cosine` (the paper's: warmup, then cosine decay to the end) or `wsd` (warmup-stable-decay,
+            `warmup_stable_decay`: the peak held until `decay_start`, then a linear decay to the end).
+        decay_start: under `wsd`, the step its decay begins (None: the peak is held to the end).
         weight_decay: AdamW decay on weight matrices and DenseFormer's alphas (never on norms or the residual's
             learnable mixing weights).
         decay_embeddings: whether the input embedding matrix is decayed too.
@@ -310,7 +330,8 @@ class LitResFormer(L.LightningModule):
                  decay_embeddings: bool = False, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
                  compile: bool = False, mix_lr: float | None = None, optimizer: OptimizerName = "adamw",
                  muon_lr_mult: float | None = None, muon_momentum: float = 0.95, head_lr_mult: float | None = None,
-                 embed_lr_mult: float | None = None, value_embed_lr_mult: float | None = None):
+                 embed_lr_mult: float | None = None, value_embed_lr_mult: float | None = None,
+                 schedule: ScheduleName = "cosine", decay_start: int | None = None):
         super().__init__()
         if isinstance(config, dict):  # from a checkpoint's hyper-parameters
             config = ModelConfig(**config)
@@ -320,6 +341,9 @@ class LitResFormer(L.LightningModule):
                                                "value_embed": value_embed_lr_mult})
         if warmup_steps < 0 or not 0 <= final_lr_ratio <= 1:
             raise ValueError("model.warmup_steps must be >= 0 and model.final_lr_ratio in [0, 1]")
+        if decay_start is not None and (schedule != "wsd" or decay_start < warmup_steps):
+            raise ValueError(f"model.decay_start={decay_start} needs model.schedule: wsd and a start at or after the "
+                             f"warmup (model.warmup_steps={warmup_steps}); schedule is {schedule!r}")
         self.config = config
         self.save_hyperparameters(ignore=["config"])
         self.hparams["config"] = config.to_dict()  # plain data, so checkpoints load without this class
@@ -452,10 +476,14 @@ class LitResFormer(L.LightningModule):
             optimizer = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas), eps=h.eps, fused=self._fused_adamw())
         total = self.trainer.max_steps if self.trainer.max_steps and self.trainer.max_steps > 0 \
             else self.trainer.estimated_stepping_batches
-        # One factor for every group: each group's peak (its initial lr) is scaled by the same warmup + cosine.
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine(
-            step, peak=h.lr, start=h.warmup_start_lr, warmup=h.warmup_steps, total=int(total),
-            final_ratio=h.final_lr_ratio) / h.lr)
+        # One factor for every group: each group's peak (its initial lr) is scaled by the same schedule.
+        shape = dict(peak=h.lr, start=h.warmup_start_lr, warmup=h.warmup_steps, total=int(total),
+                     final_ratio=h.final_lr_ratio)
+        if h.get("schedule", "cosine") == "wsd":
+            factor = functools.partial(warmup_stable_decay, decay_start=h.decay_start, **shape)
+        else:
+            factor = functools.partial(warmup_cosine, **shape)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: factor(step) / h.lr)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def _fused_adamw(self) -> bool:

@@ -70,8 +70,12 @@ import yaml
 from lit_resformer.grids.claim_spec import (
     ANALYSIS_METRICS,
     ANALYSIS_PREFIX,
+    AT_B_BEST,
     CRITICAL_POINT_GROWTH,
+    DATA_SAVING_SLOPE,
+    EACH_AT_BEST,
     EQUIVALENCE_SAVING,
+    GAP_DEPENDENCE,
     GAP_SLOPE,
     SAME_CELL_METRICS,
     TIME_TO_TARGET,
@@ -105,6 +109,7 @@ from lit_resformer.measures.stats import (
     verdict,
 )
 from lit_resformer.measures.time_to_target import TimeToTargetError, decide, time_to_target
+from lit_resformer.verdicts import budgets, tuning
 from lit_resformer.writing import markdown_table
 
 DOMAIN_PREFIX = "val_loss/"  # per-domain claims: sub-rows of their claim on the scoreboard
@@ -864,6 +869,14 @@ JUDGING = {
                                 lambda claim: f"fitted equivalence saving, fraction ({claim.direction})"),
     TIME_TO_TARGET: Judging(lambda claim, results, _sweep: _judge_time_to_target(claim, results),
                             _time_to_target_label, format_value=_fmt_pct),
+    # the kinds of a select block's chosen points and of a ladder (lit_resformer.verdicts.tuning, .budgets)
+    **{kind: Judging(lambda claim, results, _sweep: tuning.judge_at_chosen(claim, results, judge, _compared),
+                     tuning.at_chosen_label) for kind in (EACH_AT_BEST, AT_B_BEST)},
+    GAP_DEPENDENCE: Judging(lambda claim, results, _sweep: tuning.judge_gap_dependence(claim, results, judge, _compared),
+                            tuning.gap_dependence_label),
+    DATA_SAVING_SLOPE: Judging(lambda claim, results, _sweep: budgets.judge_saving_slope(claim, results, judge,
+                                                                                          _compared),
+                               budgets.saving_slope_label, format_value=_fmt_pct),
 }
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import yaml
 
-from lit_resformer.grids.claim_spec import Claim
+from lit_resformer.grids.claim_spec import Claim, metric_kind
 from lit_resformer.grids.spec import load_grid
-from lit_resformer.verdicts.claims import Verdict
+from lit_resformer.measures.grid_results import GridResults
+from lit_resformer.verdicts.claims import JUDGING, Verdict
 
 BASE = {"seed_everything": 0, "trainer": {"max_steps": 100}, "model": {"config": {"size": "tiny"}}, "data": {"seq_len": 64}}
 UNIGRAM = 7.0  # every synthetic run's unigram reference; losses below 6.0 are past the plateau
@@ -78,3 +79,8 @@ def judged_grid(tmp_path):
     for path in grid_dir.glob("*/seed*/summary.json"):
         path.write_text(json.dumps({**json.loads(path.read_text()), "params": 2_000_000, "tokens_seen": 4_000_000}))
     return grid_dir
+
+
+def judged(claim: Claim, results: GridResults) -> Verdict:
+    """The claim's unadjusted verdict, judged as its grid's report judges it (claims.JUDGING)."""
+    return JUDGING[metric_kind(claim.metric).key].judge(claim, results, None)

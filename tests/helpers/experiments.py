@@ -46,10 +46,16 @@ def read_metrics(run: Path) -> dict:
 
 def fit_killed_at_step_5(config: Path, run: Path) -> None:
     """`lit-resformer fit` in a process of its own, SIGKILLed at step 5 (tests/helpers/crash.py): a crash mid-run."""
+    fit_killed_at(config, run, 5)
+
+
+def fit_killed_at(config: Path, run: Path, step: int, *extra: str) -> None:
+    """`lit-resformer fit ... *extra` in a process of its own, SIGKILLed once `step` optimizer steps are done."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
         [sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(config), "--trainer.default_root_dir",
-         str(run), "--allow-any-class", "--trainer.callbacks+=crash.KillAtStep", "--trainer.callbacks.step=5"],
+         str(run), "--allow-any-class", "--trainer.callbacks+=crash.KillAtStep", f"--trainer.callbacks.step={step}",
+         *extra],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == -9, proc.stderr[-2000:]

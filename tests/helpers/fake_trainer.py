@@ -15,6 +15,7 @@ FAKE_TRAINER = textwrap.dedent(
     import csv, json, math, os, signal, sys, time
     from pathlib import Path
     import yaml
+    from lit_resformer.training.checkpoint import kept_checkpoint
     from lit_resformer.training.run_dir import RunDir
 
     args = sys.argv[1:]
@@ -75,6 +76,9 @@ FAKE_TRAINER = textwrap.dedent(
             writer.writerow({"step": step, "val/loss": loss_at(step) + 0.1, "val/loss/code": loss_at(step),
                              "val/loss/english": loss_at(step) + 0.2})
         metrics.flush()
+        if step + 1 in (config["checkpoint"].get("keep_steps") or ()):  # a ladder's trunk keeps its branch points
+            kept_checkpoint(run / "checkpoints", step + 1).parent.mkdir(exist_ok=True)
+            kept_checkpoint(run / "checkpoints", step + 1).write_text(json.dumps({"step": step + 1}))
         if (step + 1) % ckpt_every == 0 or step + 1 == max_steps:
             (run / "checkpoints").mkdir(exist_ok=True)
             tmp = ckpt.with_suffix(".tmp")

@@ -14,7 +14,7 @@ import yaml
 
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
-from lit_resformer.training.module import warmup_cosine
+from lit_resformer.training.module import warmup_cosine, warmup_stable_decay
 from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import (
     experiment,
@@ -38,6 +38,20 @@ def test_warmup_cosine_schedule():
     assert warmup_cosine(mid, **kw) == pytest.approx((6e-4 + 6e-5) / 2)
     steps = [warmup_cosine(s, **kw) for s in range(120, 10_001, 100)]
     assert all(a >= b for a, b in zip(steps, steps[1:], strict=False))
+
+
+def test_warmup_stable_decay_schedule():
+    kw = dict(peak=2e-3, start=1e-7, warmup=100, total=1000, final_ratio=0.1)
+    assert warmup_stable_decay(0, decay_start=800, **kw) == warmup_cosine(0, **kw) == pytest.approx(1e-7)
+    assert warmup_stable_decay(50, decay_start=800, **kw) == warmup_cosine(50, **kw)  # the same warm-up
+    assert warmup_stable_decay(100, decay_start=800, **kw) == warmup_stable_decay(800, decay_start=800, **kw) == 2e-3
+    assert warmup_stable_decay(900, decay_start=800, **kw) == pytest.approx((2e-3 + 2e-4) / 2)  # linear
+    assert warmup_stable_decay(1000, decay_start=800, **kw) == pytest.approx(2e-4)
+    # a trunk holds the peak to the end, and a branch leaving it at step s follows it exactly up to s
+    trunk = [warmup_stable_decay(step, decay_start=None, **kw) for step in range(1001)]
+    branch = [warmup_stable_decay(step, decay_start=600, **kw) for step in range(1001)]
+    assert trunk[100:] == [2e-3] * 901 and branch[:601] == trunk[:601] and branch[601] < trunk[601]
+    assert all(a > b for a, b in zip(branch[600:], branch[601:], strict=False))
 
 
 @pytest.mark.integration
@@ -124,6 +138,9 @@ def test_bad_input_is_refused_before_training(tmp_path, tiny_corpus, data_cache,
         ({"model": {"config": {"size": "tiny", "residual": {"target": "v"}, "share": {"svformer": True}}}}, (),
          "share.svformer"),
         ({"model": {"mix_lr": 0.01}}, (), "model.mix_lr is set but the model has no learnable mixing weights"),
+        ({"model": {"decay_start": 5}}, (), "model.decay_start=5 needs model.schedule: wsd"),
+        ({"model": {"schedule": "wsd", "decay_start": 10}}, (), "model.decay_start=10 is not before trainer.max_steps=10"),
+        ({"checkpoint": {"keep_steps": [0]}}, (), "checkpoint.keep_steps must be positive step numbers"),
     ]
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -1,0 +1,96 @@
+"""The report's learning-rate section for a grid with a `select:` block (lit_resformer.grids.selection): each arm's
+final validation loss against the swept peak learning rate over the pilot seeds, with the seed band (min to max)
+and the chosen point marked, the confirmation seeds' losses at the chosen points, and the at_best axis (e.g. the
+warm-up) at the point it was trained at."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lit_resformer.grids.claim_spec import SELECTED_METRICS
+from lit_resformer.measures.grid_results import GridResults
+from lit_resformer.measures.stats import per_seed_t
+from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.verdicts.tuning import chosen_points, pilot_cells
+
+
+def learning_rate_section(results: GridResults, plotter: Plotter, doc: Document) -> None:
+    """The section, or nothing for a grid that claims nothing at a select block's chosen points."""
+    if not any(c.metric in SELECTED_METRICS for c in results.claims):
+        return
+    selection, best, missing = chosen_points(results)
+    if selection is None:
+        return
+    over = selection.over
+    finals = results.finals("val_loss")
+    doc.heading(2, f"Final loss against {over}")
+    doc.text(
+        f"Each arm's final validation loss at every {over} on the pilot seeds {list(selection.pilot_seeds)}: the "
+        f"mean, and the band from the lowest to the highest seed. An arm's chosen point (★) is {selection.to_dict()['rule']}; "
+        f"the confirmation seeds {list(selection.seeds)} then train at the points the select block names, and the "
+        "claims compare arms on those seeds only."
+    )
+    fig, ax = plotter.plt.subplots(figsize=(8, 4.6))
+    rows = []
+    for arm in selection.arms:
+        cells = pilot_cells(results, selection, arm)
+        values = sorted(cells)
+        pilot = [[finals.get(cells[v], {}).get(s) for s in selection.pilot_seeds] for v in values]
+        shown = [(v, [x for x in losses if x is not None]) for v, losses in zip(values, pilot, strict=True)]
+        shown = [(v, losses) for v, losses in shown if losses]
+        if not shown:
+            continue
+        color = plotter.colors.get(cells[shown[0][0]])
+        xs = [v for v, _ in shown]
+        ax.plot(xs, [np.mean(losses) for _, losses in shown], marker="o", label=arm, color=color)
+        ax.fill_between(xs, [min(losses) for _, losses in shown], [max(losses) for _, losses in shown], color=color,
+                        alpha=0.15, lw=0)
+        if arm in best:
+            ax.plot([best[arm]], [np.mean(dict(shown)[best[arm]])], marker="*", markersize=16, color=color, ls="")
+        for v, losses in shown:
+            confirmed = [loss for seed, loss in finals.get(cells[v], {}).items() if seed in selection.seeds]
+            rows.append([arm, f"{v:g}" + (" ★" if best.get(arm) == v else ""),
+                         f"{np.mean(losses):.4f} [{min(losses):.4f}, {max(losses):.4f}]", str(len(losses)),
+                         _mean_interval(confirmed)])
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(selection.values), [f"{v:g}" for v in selection.values])
+    ax.minorticks_off()
+    ax.set(xlabel=f"{over} (log2 scale)", ylabel="final validation loss", title=f"{results.name}: loss against {over}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    doc.image(plotter.save(fig, "loss_by_learning_rate"),
+              f"Final validation loss against {over}, mean over the pilot seeds with their min-max band; ★ the chosen "
+              "point.")
+    doc.table(["arm", over, "pilot mean [min, max]", "pilot seeds", "confirmation seeds: mean [95% CI] (n)"], rows)
+    for arm, why in missing.items():
+        doc.text(f"{arm}: no point chosen: {why}.")
+    if selection.at_best is not None:
+        _at_best_table(results, doc, finals, selection)
+
+
+def _mean_interval(values: list[float], form: str = "{:.4f}") -> str:
+    if not values:
+        return "–"
+    test = per_seed_t(values)
+    interval = "" if test.low is None else f" [{form.format(test.low)}, {form.format(test.high)}]"
+    return f"{form.format(test.estimate)}{interval} ({len(values)})"
+
+
+def _at_best_table(results: GridResults, doc: Document, finals, selection) -> None:
+    """The at_best cells: each family's final loss at each point of its axis, and its gap to the baseline's."""
+    at_best = selection.at_best
+    cells = {name: info for name, info in results.cell_info.items() if info.get("at")}
+    if not cells:
+        doc.text(f"The {', '.join(at_best.matrix)} axis trains once {at_best.of}'s best {selection.over} is chosen.")
+        return
+    point = next(iter(cells.values()))["at"][selection.over]
+    doc.text(f"At {at_best.of}'s chosen {selection.over} = {point:g}, the {', '.join(at_best.matrix)} axis: each cell's "
+             "final validation loss (mean [95% CI] over its seeds) and its difference to the baseline at the same "
+             "point, seed by seed.")
+    rows = []
+    for name, info in cells.items():
+        losses = finals.get(name, {})
+        base = finals.get(info["baseline"], {})
+        gaps = [losses[s] - base[s] for s in losses if s in base] if info["baseline"] != name else []
+        rows.append([name, _mean_interval(list(losses.values())), _mean_interval(gaps, "{:+.4f}") if gaps else "–"])
+    doc.table(["cell", "final val loss", "− baseline"], rows)

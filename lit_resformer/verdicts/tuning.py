@@ -1,0 +1,154 @@
+"""Claims about tuned arms and about what a gap depends on, judged on a grid's runs (lit_resformer.verdicts.claims
+registers them in its JUDGING table, passing its own `judge`, the unadjusted verdict on per-seed values, and
+`compared`, a comparison's run identities: this module does not import it back).
+
+- `val_loss_each_at_best` / `val_loss_at_b_best`: the final validation loss of a at its best point against b at its
+  best (or both at b's best), as the grid's `select:` block chose those points from its pilot seeds
+  (lit_resformer.grids.selection: the same rule and bracket check the runner applied), compared on the
+  confirmation seeds only, paired by seed where the data orders allow: the pilot seeds chose the points, and judging
+  on them would favour the arm whose pilot noise happened to be lowest. Not tested while a point is not chosen (a
+  pilot run unfinished) or when the choice fails its bracket check.
+- `val_loss_gap_dependence`: per seed, the least-squares slope of the final validation-loss gap a - b against
+  log2 of `over`, across the cells that have `over` as a matrix key (a's and b's at equal coordinates); the t
+  interval over seeds. The claim is two-sided ("depends on"): reproduced when the interval excludes zero on either
+  side, else inconclusive; a test against zero cannot show that a gap does not depend on `over`, so it is never
+  contradicted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from lit_resformer.grids.claim_spec import EACH_AT_BEST, Claim
+from lit_resformer.grids.selection import Selection, SelectionError, best_point
+from lit_resformer.measures.grid_results import GridResults, RunResult
+from lit_resformer.measures.stats import run_data_seed, seed_design
+
+Judge = Callable[..., Any]  # lit_resformer.verdicts.claims.judge: the unadjusted Verdict on per-seed values
+Compared = Callable[[Claim, list], dict]  # lit_resformer.verdicts.claims._compared: which runs a comparison compared
+
+
+def chosen_points(results: GridResults) -> tuple[Selection | None, dict[str, float], dict[str, str]]:
+    """(the grid's select block, arm -> its chosen value, arm -> why it has none) from the finished pilot runs, by the
+    rule the runner chose them with; (None, {}, {}) for a grid without a select block."""
+    raw = results.manifest.get("select")
+    if not raw:
+        return None, {}, {}
+    selection = Selection.from_dict(raw)
+    best, missing = {}, {}
+    for arm in selection.arms:
+        cells = pilot_cells(results, selection, arm)
+        finals = {value: {run.seed: run.final("val_loss") if run.status == "done" else None
+                          for run in results.runs.get(cell, []) if run.status in ("done", "diverged")}
+                  for value, cell in cells.items()}
+        try:
+            chosen = best_point(selection, arm, finals)
+        except SelectionError as err:
+            missing[arm] = str(err)
+            continue
+        if chosen is None:
+            missing[arm] = f"{arm}'s pilot runs are not all finished, so its best {selection.over} is not chosen yet"
+        else:
+            best[arm] = chosen
+    return selection, best, missing
+
+
+def pilot_cells(results: GridResults, selection: Selection, arm: str) -> dict[float, str]:
+    """An arm's pilot cells by their value of the selected key."""
+    return {info["coords"][selection.over]: name for name, info in results.cell_info.items()
+            if info.get("family") == arm and not info.get("at") and selection.over in (info.get("coords") or {})}
+
+
+def judge_at_chosen(claim: Claim, results: GridResults, judge: Judge, compared: Compared) -> Any:
+    """a at its best (EACH_AT_BEST) or at b's best against b at its best, on the confirmation seeds."""
+    selection, best, missing = chosen_points(results)
+    where = {claim.a: claim.a if claim.metric == EACH_AT_BEST else claim.b, claim.b: claim.b}
+    unchosen = [missing.get(arm, f"{arm} is no arm of the select block") for arm in dict.fromkeys(where.values())
+                if arm not in best]
+    if selection is None or unchosen:
+        reason = "; ".join(unchosen) if selection is not None else "the grid has no select block"
+        return judge(claim, {}, {}, [], results.name, not_tested=reason)
+    cells = {side: _cell_at(results, selection, side, best[arm]) for side, arm in where.items()}
+    a, b = (results.done.get(cells[side], {}) for side in (claim.a, claim.b))
+    seeds = sorted(set(a) & set(b) & set(selection.seeds))
+    sides = {s: a[s] for s in seeds}, {s: b[s] for s in seeds}
+    values = [{s: v for s, run in side.items() if (v := run.final("val_loss")) is not None} for side in sides]
+    design = seed_design(*({s: run_data_seed(run.config or {}) for s, run in side.items()} for side in sides))
+    note = (f"{cells[claim.a]} vs {cells[claim.b]}: {selection.over} chosen on pilot seeds "
+            f"{list(selection.pilot_seeds)} (lowest mean final validation loss), compared on confirmation seeds "
+            f"{seeds} of {list(selection.seeds)}")
+    judged = judge(claim, *values, [*sides[0].values(), *sides[1].values()], results.name, note, design)
+    return replace(judged, **compared(claim, sides))
+
+
+def _cell_at(results: GridResults, selection: Selection, arm: str, value: float) -> str:
+    return next(cell for point, cell in pilot_cells(results, selection, arm).items() if math.isclose(point, value))
+
+
+def judge_gap_dependence(claim: Claim, results: GridResults, judge: Judge, compared: Compared) -> Any:
+    """The per-seed slope of the final gap a - b against log2(`over`), two-sided (see the module docstring)."""
+    pairs = _pairs(results, claim)
+    runs = {cell: results.runs.get(cell, []) for pair in pairs.values() for cell in pair}
+    # the seeds every cell finished training (done or diverged); a point where one of them diverged is left out,
+    # so that every seed's slope is fitted on the same points
+    finished = [{r.seed for r in rs if r.status in ("done", "diverged")} for rs in runs.values()]
+    seeds = sorted(set.intersection(*finished)) if finished else []
+    diverged = {value for value, pair in pairs.items() for cell in pair
+                if any(r.status == "diverged" and r.seed in seeds for r in runs[cell])}
+    points = sorted(set(pairs) - diverged)
+    notes = [f"slope of the final validation-loss gap {claim.a} - {claim.b} against log2 {claim.over} per seed, "
+             f"{claim.over} in {[_shown(v) for v in points]}; two-sided: the gap depends on {claim.over} when the "
+             "interval excludes zero on either side"]
+    if diverged:
+        notes.append(f"left out {claim.over} {[_shown(v) for v in sorted(diverged)]}: a run diverged there")
+    slopes: dict[int, float] = {}
+    in_comparison: list[RunResult] = []
+    if len(points) >= 2:
+        for seed in seeds:
+            at = [(math.log2(v), results.done[pairs[v][0]][seed], results.done[pairs[v][1]][seed]) for v in points]
+            gaps = [(x, ra.final("val_loss"), rb.final("val_loss")) for x, ra, rb in at]
+            if all(a is not None and b is not None for _, a, b in gaps):
+                slopes[seed] = float(np.polyfit([x for x, _, _ in gaps], [a - b for _, a, b in gaps], 1)[0])
+                in_comparison += [r for _, ra, rb in at for r in (ra, rb)]
+    # tested against zero in the "lower" direction, then read two-sided: an interval off zero on either side
+    # reproduces the claim, and its p-values are the two-sided test's
+    judged = judge(replace(claim, direction="lower"), slopes, None, in_comparison, results.name, "; ".join(notes),
+                   not_tested="" if len(points) >= 2 else f"fewer than two points of {claim.over} finished")
+    decided = "reproduced" if judged.unadjusted in ("reproduced", "contradicted") else judged.unadjusted
+    sides = [{s: results.done[cell][s] for s in slopes} for pair in pairs.values() for cell in pair
+             if all(s in results.done.get(cell, {}) for s in slopes)]
+    return replace(judged, claim=claim, verdict=decided, unadjusted=decided, p_raw=judged.p_two_sided,
+                   **compared(claim, sides))
+
+
+def _pairs(results: GridResults, claim: Claim) -> dict[float, tuple[str, str]]:
+    """value of `over` -> (a's cell, b's cell) at equal coordinates (and the same chosen point, for at_best cells)."""
+    info = results.cell_info
+    pairs = {}
+    for name, cell in info.items():
+        coords = cell.get("coords") or {}
+        if cell.get("family") != claim.a or claim.over not in coords:
+            continue
+        twin = next((other for other, c in info.items() if c.get("family") == claim.b
+                     and (c.get("coords") or {}) == coords and c.get("at") == cell.get("at")), None)
+        if twin is not None:
+            pairs[coords[claim.over]] = (name, twin)
+    return pairs
+
+
+def _shown(value: float) -> str:
+    return f"{value:g}"
+
+
+def gap_dependence_label(claim: Claim) -> str:
+    return f"slope of final val_loss gap (a − b) vs log2 {claim.over}, two-sided (≠ 0)"
+
+
+def at_chosen_label(claim: Claim) -> str:
+    where = "each at its own best" if claim.metric == EACH_AT_BEST else f"both at {claim.b}'s best"
+    return f"val_loss, {where} (select block), confirmation seeds ({claim.direction})"

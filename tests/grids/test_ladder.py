@@ -1,0 +1,150 @@
+"""A grid's `ladder:` block: trunks and decay branches, each branch a run of its own that equals a straight
+warmup-stable-decay run step for step, resumes exactly after a kill, and has a straight run's identity."""
+
+import io
+import json
+import re
+
+import pytest
+import yaml
+
+from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
+from lit_resformer.grids.ladder import BRANCH_FILE, LadderError, parse_ladder, seed_branch
+from lit_resformer.training.checkpoint import kept_checkpoint
+from lit_resformer.training.run_dir import RunDir
+from tests.helpers.experiments import fit, fit_killed_at, read_metrics, tiny_experiment
+from tests.helpers.fake_trainer import calls, summary
+
+BASE = {
+    "seed_everything": 0,
+    "trainer": {"max_steps": 20, "val_check_interval": 5, "precision": "32-true"},
+    "checkpoint": {"every_n_train_steps": 5},
+    "model": {"config": {"size": "tiny"}, "lr": 2.0e-3, "warmup_steps": 2},
+    "data": {"seq_len": 64, "micro_batch_size": 2},
+}
+LADDER = {
+    "name": "ladder",
+    "baseline": "vanilla",
+    "seeds": [0, 1],
+    "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}},
+    "ladder": {"budgets": [10, 20, 30], "decay_fraction": 0.2},
+    "claims": [{"claim": "constant", "a": "resformer", "b": "vanilla", "metric": "data_saving_slope",
+                "over": "trainer.max_steps", "direction": "flat", "margin": 0.05}],
+}
+
+
+def write_grid(folder, grid: dict, name: str = "grid.yaml"):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "base.yaml").write_text(yaml.safe_dump(BASE))
+    path = folder / name
+    path.write_text(yaml.safe_dump({"base": "base.yaml", **grid}, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"budgets": [10]}, "must be a mapping with fields"),
+    ({"budgets": [10], "decay_fraction": 0.2}, "budgets must be at least two ascending"),
+    ({"budgets": [20, 10], "decay_fraction": 0.2}, "budgets must be at least two ascending"),
+    ({"budgets": [10, 20], "decay_fraction": 1.0}, "decay_fraction must be a fraction in"),
+])
+def test_a_malformed_ladder_is_refused_naming_the_field(raw, message):
+    with pytest.raises(LadderError, match=message):
+        parse_ladder(raw, "g.yaml")
+
+
+def test_a_ladder_is_a_trunk_per_cell_and_a_rung_per_budget(tmp_path):
+    grid = load_grid(write_grid(tmp_path, LADDER))
+    assert [c.name for c in grid.cells] == ["vanilla,trunk", "resformer,trunk",
+                                            *(f"{f},max_steps={b}" for f in ("vanilla", "resformer") for b in (10, 20, 30))]
+    trunk = grid.configs["resformer,trunk"]
+    assert trunk["trainer"]["max_steps"] == 24 and trunk["model"]["decay_start"] is None
+    assert trunk["model"]["schedule"] == "wsd" and trunk["checkpoint"]["keep_steps"] == [8, 16, 24]
+    assert trunk["model"]["config"]["residual"] == {"target": "v"}
+    rung = grid.configs["resformer,max_steps=20"]
+    assert (rung["trainer"]["max_steps"], rung["model"]["decay_start"], rung["model"]["schedule"]) == (20, 16, "wsd")
+    assert grid.branch_point("resformer,max_steps=20").trunk == "resformer,trunk"
+    assert grid.branch_point("resformer,max_steps=20").step == 16 and grid.branch_point("vanilla,trunk") is None
+    assert grid.manifest()["ladder"]["decay_starts"] == [8, 16, 24]
+    with pytest.raises(GridError, match="a grid with a ladder has `cells` and no `matrix`"):
+        load_grid(write_grid(tmp_path, {**LADDER, "matrix": {"model.lr": [1e-3]}}))
+
+
+def test_a_rungs_identity_differs_by_budget_and_equals_a_straight_run_in_another_grid(tmp_path):
+    grid = load_grid(write_grid(tmp_path / "a", LADDER))
+    other = load_grid(write_grid(tmp_path / "b", {**LADDER, "name": "other", "ladder": {"budgets": [20, 40],
+                                                                                        "decay_fraction": 0.2}}))
+    straight = load_grid(write_grid(tmp_path / "c", {
+        "name": "straight", "baseline": "vanilla", "seeds": [0],
+        "cells": {"vanilla": {"model.schedule": "wsd", "model.decay_start": 16, "trainer.max_steps": 20}}}))
+
+    def identity(g, cell, seed=0):
+        return g.identity(next(r for r in g.runs() if r.cell == cell and r.seed == seed).config)
+
+    assert identity(grid, "vanilla,max_steps=10") != identity(grid, "vanilla,max_steps=20")
+    assert identity(grid, "vanilla,max_steps=20") == identity(other, "vanilla,max_steps=20")
+    assert identity(grid, "vanilla,max_steps=20") == identity(straight, "vanilla")
+    assert identity(grid, "vanilla,max_steps=20") != identity(grid, "vanilla,max_steps=20", seed=1)
+    # the trunks differ (they run to the grid's last decay start): a rung, not its trunk, is what is compared
+    assert identity(grid, "vanilla,trunk") != identity(other, "vanilla,trunk")
+
+
+def test_dry_run_lists_trunks_and_the_rungs_waiting_for_them(tmp_path):
+    out = io.StringIO()
+    run_grid(write_grid(tmp_path, LADDER), GridOptions(runs_dir=tmp_path / "runs", dry_run=True), progress=False,
+             out=out)
+    text = out.getvalue()
+    assert "ladder/vanilla,trunk/seed1" in text and "ladder/resformer,trunk/seed0" in text
+    assert re.search(r"ladder/resformer,max_steps=30/seed1 +waits for its trunk ladder/resformer,trunk/seed1 to reach "
+                     r"step 24", text)
+    assert "dry run: 4 of 16 runs would start (12 wait for others first)" in text
+
+
+@pytest.mark.integration
+def test_the_runner_trains_the_trunks_then_each_rung_from_its_trunks_checkpoint(tmp_path, fake):
+    outcome = run_grid(write_grid(tmp_path, LADDER), GridOptions(runs_dir=tmp_path / "runs", train_command=fake),
+                       progress=False, out=io.StringIO())
+    assert outcome.failed == []
+    g = tmp_path / "runs/ladder"
+    trunk = calls(g / "vanilla,trunk/seed1")
+    assert len(trunk) == 1 and "--ckpt_path" not in trunk[0]["argv"]
+    rung = g / "resformer,max_steps=20/seed1"
+    assert calls(rung)[0]["argv"][-2:] == ["--ckpt_path", "last"]  # it resumed from its trunk's step-16 checkpoint
+    assert json.loads((rung / BRANCH_FILE).read_text())["trunk"] == "ladder/resformer,trunk/seed1"
+    assert json.loads((rung / BRANCH_FILE).read_text())["step"] == 16
+    assert calls(g / "resformer,trunk/seed1")[0]["time"] < calls(rung)[0]["time"]
+    assert summary(rung)["status"] == "done" and summary(rung)["steps"] == 19  # the last logged step
+    # its merged log is the trunk's before step 16 and its own after: every step once
+    assert [s for s, _ in read_metrics(rung)["train/loss"]] == list(range(20))
+    again = run_grid(write_grid(tmp_path, LADDER), GridOptions(runs_dir=tmp_path / "runs", train_command=fake),
+                     progress=False, out=io.StringIO())
+    assert again.failed == [] and len(calls(rung)) == 1  # finished: not trained again
+
+
+@pytest.mark.integration
+def test_a_rung_equals_a_straight_wsd_run_and_resumes_exactly_after_a_kill(tmp_path, tiny_corpus, data_cache):
+    """Trunk to step 6 (kept there) then a decay to 10 == one WSD run to 10 decaying from step 6, loss for loss on
+    the CPU in fp32; a rung killed after its own step-8 checkpoint resumes to the same losses."""
+    schedule = {"schedule": "wsd", "lr": 3e-3, "warmup_steps": 2}
+    trunk_config = tiny_experiment(tmp_path / "trunk.yaml", tiny_corpus, data_cache, trainer={"max_steps": 8},
+                                   model={**schedule, "decay_start": None},
+                                   checkpoint={"every_n_train_steps": 2, "keep_steps": [6]})
+    straight_config = tiny_experiment(tmp_path / "straight.yaml", tiny_corpus, data_cache,
+                                      model={**schedule, "decay_start": 6})
+    straight, trunk, branch, killed = (tmp_path / name for name in ("straight", "trunk", "branch", "killed"))
+    fit(straight_config, straight)
+    fit(trunk_config, trunk)
+    assert kept_checkpoint(RunDir(trunk).checkpoints_dir, 6).is_file()  # kept past save_top_k's pruning
+    assert not (RunDir(trunk).checkpoints_dir / "step000006.ckpt").exists()
+    for rung in (branch, killed):
+        assert seed_branch(RunDir(rung), RunDir(trunk), 6, "trunk")
+    fit(straight_config, branch, "--ckpt_path", "last")
+    fit_killed_at(straight_config, killed, 9, "--ckpt_path", "last")
+    assert max(s for s, _ in read_metrics(killed)["train/loss"]) < 9  # it died before its end
+    fit(straight_config, killed, "--ckpt_path", "last")
+    expected = read_metrics(straight)
+    assert [s for s, _ in expected["train/loss"]] == list(range(10))
+    for run in (branch, killed):
+        got = read_metrics(run)
+        for name in ("train/loss", "val/loss", "train/lr", "train/tokens_seen"):
+            assert got[name] == expected[name], (run.name, name)
+    assert not seed_branch(RunDir(tmp_path / "early"), RunDir(trunk), 4, "trunk")  # no checkpoint kept at step 4

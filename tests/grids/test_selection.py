@@ -1,0 +1,176 @@
+"""A grid's `select:` block: each arm's best point chosen from its finished pilot runs, the bracket check, and the
+runs the runner adds at the chosen points (confirmation seeds, at_best cells), named and resolved like any cell's."""
+
+import io
+import json
+import math
+
+import pytest
+import yaml
+
+from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
+from lit_resformer.grids.directory import GridDir
+from lit_resformer.grids.runner import pilot_finals
+from lit_resformer.grids.selection import BracketError, Selection, SelectionError, best_point, parse_selection
+
+BASE = {
+    "seed_everything": 0,
+    "trainer": {"max_steps": 20, "val_check_interval": 10, "precision": "32-true"},
+    "model": {"config": {"size": "tiny"}, "lr": 2.0e-3, "warmup_steps": 4},
+    "data": {"seq_len": 64, "micro_batch_size": 2},
+}
+LRS = [5.0e-4, 1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3]
+SELECT = {
+    "over": "model.lr",
+    "arms": ["vanilla", "resformer", "svformer"],
+    "seeds": [2, 3],
+    "confirm": {"vanilla": ["best", 2.0e-3], "resformer": ["best", "best:vanilla", 2.0e-3]},
+    "at_best": {"of": "vanilla", "cells": ["vanilla", "svformer"], "matrix": {"model.warmup_steps": [2, 8]},
+                "seeds": [0, 1, 2]},
+}
+GRID = {
+    "name": "sweep",
+    "baseline": "vanilla",
+    "seeds": [0, 1],
+    "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"},
+              "svformer": {"model.config.share.svformer": True}},
+    "matrix": {"model.lr": LRS},
+    "select": SELECT,
+    "claims": [
+        {"claim": "tuned", "a": "resformer", "b": "vanilla", "metric": "val_loss_each_at_best", "direction": "lower"},
+        {"claim": "at vanilla's", "a": "resformer", "b": "vanilla", "metric": "val_loss_at_b_best",
+         "direction": "lower"},
+        {"claim": "lr", "a": "svformer", "b": "vanilla", "metric": "val_loss_gap_dependence", "over": "model.lr",
+         "direction": "either"},
+        {"claim": "warm-up", "a": "svformer", "b": "vanilla", "metric": "val_loss_gap_dependence",
+         "over": "model.warmup_steps", "direction": "either"},
+    ],
+}
+
+
+def selection(**changes) -> Selection:
+    raw = {**SELECT, **changes}
+    return parse_selection(raw, ["vanilla", "resformer", "svformer"], {"model.lr": LRS}, [0, 1], "g.yaml")
+
+
+def write_grid(tmp_path, grid: dict) -> object:
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({"base": "base.yaml", **grid}, sort_keys=False))
+    return path
+
+
+def finished(grid_dir, cell: str, seed: int, loss: float | None, status: str = "done") -> None:
+    """A pilot run's summary as the runner writes it when training ends."""
+    run = GridDir(grid_dir).run_dir(cell, seed)
+    run.path.mkdir(parents=True, exist_ok=True)
+    (run.path / "summary.json").write_text(json.dumps({"status": status, "final_val_loss": loss}))
+
+
+def test_the_best_point_is_the_lowest_mean_over_the_pilot_seeds():
+    sel = selection()
+    finals = {lr: {0: 5.0, 1: 5.0} for lr in LRS}
+    finals[1.0e-3] = {0: 4.50, 1: 4.70}  # mean 4.60
+    finals[4.0e-3] = {0: 4.40, 1: 4.90}  # mean 4.65: the better seed alone would pick it
+    assert best_point(sel, "vanilla", finals) == 1.0e-3
+
+
+def test_no_choice_while_a_pilot_run_is_unfinished():
+    finals = {lr: {0: 5.0, 1: 5.0} for lr in LRS}
+    finals[2.0e-3] = {0: 4.0, 1: 4.1}
+    del finals[8.0e-3][1]
+    assert best_point(selection(), "vanilla", finals) is None
+
+
+def test_a_diverged_run_ranks_its_point_last():
+    finals = {lr: {0: 5.0, 1: 5.0} for lr in LRS}
+    finals[4.0e-3] = {0: 3.0, 1: None}  # one seed diverged: worse than any finished point
+    finals[2.0e-3] = {0: 4.9, 1: 4.9}
+    assert best_point(selection(), "vanilla", finals) == 2.0e-3
+
+
+@pytest.mark.parametrize("end", [LRS[0], LRS[-1]])
+def test_the_bracket_check_names_the_arm_and_its_best_rate(end):
+    finals = {lr: {0: 5.0, 1: 5.0} for lr in LRS}
+    finals[end] = {0: 4.0, 1: 4.0}
+    with pytest.raises(BracketError, match=rf"resformer's best model.lr is {end:g}, at an end"):
+        best_point(selection(), "resformer", finals)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"over": "model.warmup_steps"}, "select.over must name a matrix key"),
+    ({"arms": ["vanilla", "gqa"]}, "select.arms must be a list of distinct `cells` entries"),
+    ({"seeds": [1, 2]}, r"select.seeds: \[1\] are pilot seeds"),
+    ({"confirm": {"vanilla": [3.0e-3]}}, "is not 'best', 'best:<arm>' or a swept value"),
+    ({"confirm": {"vanilla": ["best:gqa"]}}, "'best:gqa' names no arm"),
+    ({"at_best": {**SELECT["at_best"], "matrix": {"model.lr": [1]}}}, "select.at_best.matrix must be"),
+    ({"at_best": {**SELECT["at_best"], "of": "gqa"}}, "select.at_best.of must be one of the arms"),
+])
+def test_a_malformed_select_block_is_refused_naming_the_field(changes, message):
+    with pytest.raises(SelectionError, match=message):
+        selection(**changes)
+
+
+def test_a_grid_with_a_select_block_loads_its_pilot_and_checks_its_claims(tmp_path):
+    grid = load_grid(write_grid(tmp_path, GRID))
+    assert len(grid.runs()) == 30  # 3 arms x 5 rates x 2 pilot seeds
+    assert grid.pilot_cells("svformer")[2.0e-3] == "svformer,lr=0.002"
+    assert grid.manifest()["select"]["seeds"] == [2, 3]
+    # a claim at chosen points needs its arms there on the confirmation seeds
+    no_confirm = {**GRID, "select": {**SELECT, "confirm": {"vanilla": ["best"], "resformer": ["best"]}}}
+    with pytest.raises(GridError, match=r"needs resformer at 'best:vanilla'.*select.confirm.resformer"):
+        load_grid(write_grid(tmp_path, no_confirm))
+
+
+def test_the_runner_adds_the_chosen_runs_once_the_pilot_is_finished(tmp_path):
+    grid = load_grid(write_grid(tmp_path, GRID))
+    grid_dir = tmp_path / "runs" / "sweep"
+    chosen, best, waiting = grid.chosen_runs(pilot_finals(grid, grid_dir))
+    # nothing chosen yet: only the fixed shared rate trains the confirmation seeds
+    assert best == {} and {r.name for r in chosen} == {f"sweep/{arm},lr=0.002/seed{s}" for arm in ("vanilla", "resformer")
+                                                        for s in (2, 3)}
+    assert any("vanilla's best model.lr: waits for its pilot runs (0 of 10 finished)" in line for line in waiting)
+    bests = {"vanilla": 1.0e-3, "resformer": 4.0e-3, "svformer": 2.0e-3}
+    for arm, chosen_lr in bests.items():
+        for lr, cell in grid.pilot_cells(arm).items():
+            for seed in (0, 1):
+                finished(grid_dir, cell, seed, 4.0 if lr == chosen_lr else 5.0 + lr)
+    chosen, best, waiting = grid.chosen_runs(pilot_finals(grid, grid_dir))
+    assert best == bests and waiting == []
+    names = [r.name for r in chosen]
+    confirm = [f"sweep/{cell}/seed{s}" for cell in ("vanilla,lr=0.001", "vanilla,lr=0.002", "resformer,lr=0.004",
+                                                     "resformer,lr=0.001", "resformer,lr=0.002") for s in (2, 3)]
+    at_best = [f"sweep/{family},lr=0.001,warmup_steps={w}/seed{s}" for family in ("vanilla", "svformer")
+               for w in (2, 8) for s in (0, 1, 2)]
+    assert names == confirm + at_best
+    by_name = {r.name: r for r in chosen}
+    warmup = by_name["sweep/svformer,lr=0.001,warmup_steps=8/seed2"].config["model"]
+    assert math.isclose(warmup["lr"], 1.0e-3) and warmup["warmup_steps"] == 8
+    assert warmup["config"]["share"] == {"svformer": True}
+    cell = next(c for c in grid.cells if c.name == "svformer,lr=0.001,warmup_steps=8")
+    assert (cell.family, cell.coords, cell.at, cell.baseline) == (
+        "svformer", {"model.warmup_steps": 8}, {"model.lr": 1.0e-3}, "vanilla,lr=0.001,warmup_steps=8")
+    # choosing again adds nothing new
+    assert [r.name for r in grid.chosen_runs(pilot_finals(grid, grid_dir))[0]] == names
+
+
+def test_a_pilot_whose_best_is_at_an_end_fails_the_grid(tmp_path):
+    grid = load_grid(write_grid(tmp_path, GRID))
+    grid_dir = tmp_path / "runs" / "sweep"
+    for lr, cell in grid.pilot_cells("svformer").items():
+        for seed in (0, 1):
+            finished(grid_dir, cell, seed, 5.0 - lr)  # the highest rate is best
+    with pytest.raises(GridError, match="svformer's best model.lr is 0.008, at an end of the swept range"):
+        grid.chosen_runs(pilot_finals(grid, grid_dir))
+
+
+def test_dry_run_lists_the_pilot_and_what_waits(tmp_path):
+    out = io.StringIO()
+    run_grid(write_grid(tmp_path, GRID), GridOptions(runs_dir=tmp_path / "runs", dry_run=True), progress=False,
+             out=out)
+    text = out.getvalue()
+    assert "15 cells x 2 seeds = 30 runs, 4 more from its select block so far" in text
+    assert "sweep/svformer,lr=0.008/seed1" in text and "sweep/vanilla,lr=0.002/seed3" in text
+    assert "waiting: vanilla, svformer at vanilla's best model.lr x model.warmup_steps" in text
+    assert "dry run: 34 of 34 runs would start" in text
+    assert not (tmp_path / "runs").exists()

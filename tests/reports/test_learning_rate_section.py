@@ -1,0 +1,30 @@
+"""The report's learning-rate section: each arm's loss against the swept rate with its seed band and chosen point,
+the confirmation seeds at the chosen points; only in a grid that claims something at chosen points."""
+
+import pytest
+
+from lit_resformer.reports.grid_report import write_report
+from tests.helpers.claims_grids import claims_grid
+from tests.helpers.select_grids import name, tuned_grid, tuned_manifest
+
+
+@pytest.fixture(scope="module")
+def manifest(tmp_path_factory):
+    return tuned_manifest(tmp_path_factory.mktemp("tuned"))
+
+
+def test_the_section_shows_each_arms_curve_and_its_chosen_point(tmp_path, manifest):
+    results = tuned_grid(tmp_path, manifest, {name("vanilla", 1e-3): 4.60, name("resformer", 2e-3): 4.50})
+    write_report(results.grid_dir.path)
+    report = results.grid_dir.report_file.read_text()
+    section = report[report.index("## Final loss against model.lr"):]
+    assert "(plots/loss_by_learning_rate.png)" in section
+    assert (results.grid_dir.plots_dir / "loss_by_learning_rate.png").is_file()
+    assert "| vanilla | 0.001 ★ | 4.6050 [4.6000, 4.6100] | 2 | 4.6033 [" in section  # pilot 4.60/4.61; seeds 2-4
+    assert "| resformer | 0.002 ★ |" in section and "| resformer | 0.001 | 4.5550 [4.5500, 4.5600] | 2 | – |" in section
+
+
+def test_a_grid_without_such_claims_has_no_section(tmp_path):
+    grid_dir = claims_grid(tmp_path)
+    write_report(grid_dir)
+    assert "## Final loss against" not in (grid_dir / "report.md").read_text()
