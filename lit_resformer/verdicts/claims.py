@@ -60,7 +60,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +110,7 @@ from lit_resformer.measures.stats import (
 )
 from lit_resformer.measures.time_to_target import TimeToTargetError, decide, time_to_target
 from lit_resformer.verdicts import budgets, tuning
+from lit_resformer.verdicts.cache import VerdictCache, grid_key
 from lit_resformer.writing import markdown_table
 
 DOMAIN_PREFIX = "val_loss/"  # per-domain claims: sub-rows of their claim on the scoreboard
@@ -272,6 +273,28 @@ def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None, index: Ma
     return judged.verdicts(results, sweep)
 
 
+@dataclass(frozen=True)
+class Graded:
+    """One grid judged on its own runs, before any adjustment: what a grid contributes to the board, and what
+    lit_resformer.verdicts.cache keeps between calls."""
+
+    verdicts: list[Verdict]
+    regime: dict
+    trained_on: str
+
+    def to_json(self) -> dict:
+        return {"verdicts": [_verdict_json(v) for v in self.verdicts], "regime": self.regime,
+                "trained_on": self.trained_on}
+
+    @classmethod
+    def from_json(cls, entry: dict) -> Graded:
+        return cls([_verdict_from_json(v) for v in entry["verdicts"]], entry["regime"], entry["trained_on"])
+
+    @classmethod
+    def of(cls, results: GridResults, sweep: Sweep = None) -> Graded:
+        return cls(_unadjusted_verdicts(results, sweep), grid_regime(results), results.trained_on)
+
+
 class Judgements:
     """The verdicts of the grids of one index, each grid judged once. Each comparison is tested once, in one family:
     its owner's. A grid overlays runs another grid trained (the runner links them, lit_resformer.grids.runner.Twins);
@@ -279,22 +302,34 @@ class Judgements:
     the same comparison (`Verdict.runs`), else the one that trained its `b` runs on the same terms, else the grid
     that shows it. Every other grid shows the owner's verdict, interval and Holm p, marked `judged_in`, and leaves it
     out of its own family. The owner is the same whichever grid asks, so no comparison has two Holm p; the families
-    are built from unadjusted verdicts only, so grids that share runs with each other need no order."""
+    are built from unadjusted verdicts only, so grids that share runs with each other need no order. With a `cache`
+    (lit_resformer.verdicts.cache), a grid whose runs and manifest have not changed is not judged again."""
 
-    def __init__(self, index: Mapping[str, GridDir]):
+    def __init__(self, index: Mapping[str, GridDir], cache: VerdictCache | None = None):
         self.index = dict(index)
-        self._unadjusted: dict[str, tuple[GridResults, list[Verdict]]] = {}
+        self.cache = cache
+        self._graded: dict[str, Graded] = {}
         self._families: dict[str, list[Verdict]] = {}
 
-    def results(self, name: str) -> GridResults:
-        """Grid `name`'s runs, loaded once."""
-        return self._unadjusted[name][0] if name in self._unadjusted else load_results(self.index[name])
+    def graded(self, name: str, results: GridResults | None = None, sweep: Sweep = None) -> Graded:
+        """Grid `name` judged on its own runs: `results` when the caller has them, else from the cache or the
+        index's folder."""
+        if name not in self._graded:
+            if results is not None:
+                self._graded[name] = Graded.of(results, sweep)
+            elif self.cache is None:
+                self._graded[name] = Graded.of(load_results(self.index[name]))
+            else:
+                key = grid_key(self.index[name])
+                entry = self.cache.load(key)
+                graded = Graded.from_json(entry) if entry else Graded.of(load_results(self.index[name]))
+                if entry is None:
+                    self.cache.store(key, graded.to_json())
+                self._graded[name] = graded
+        return self._graded[name]
 
-    def unadjusted(self, name: str, results: GridResults | None = None, sweep: Sweep = None) -> list[Verdict]:
-        if name not in self._unadjusted:
-            results = results if results is not None else self.results(name)
-            self._unadjusted[name] = (results, _unadjusted_verdicts(results, sweep))
-        return self._unadjusted[name][1]
+    def unadjusted(self, name: str) -> list[Verdict]:
+        return self.graded(name).verdicts
 
     def owner(self, v: Verdict, name: str) -> str:
         """The grid whose family tests `v` (shown in grid `name`)."""
@@ -310,11 +345,11 @@ class Judgements:
                 return grid
         return name
 
-    def family(self, name: str, results: GridResults | None = None, sweep: Sweep = None) -> list[Verdict]:
+    def family(self, name: str) -> list[Verdict]:
         """Grid `name`'s verdicts with its own family adjusted (Holm); those another grid owns marked `judged_in`."""
         if name not in self._families:
             marked = []
-            for v in self.unadjusted(name, results, sweep):
+            for v in self.unadjusted(name):
                 owner = self.owner(v, name)
                 trained = sorted(set().union(*v.trained_in)) if v.trained_in else []
                 if owner != name:
@@ -327,9 +362,15 @@ class Judgements:
         return self._families[name]
 
     def verdicts(self, results: GridResults, sweep: Sweep = None) -> list[Verdict]:
-        name = results.name
+        """A grid's verdicts as its report and the board show them (the caller's runs of it judged first)."""
+        self.graded(results.name, results, sweep)
+        return self.shown(results.name)
+
+    def shown(self, name: str) -> list[Verdict]:
+        """Grid `name`'s verdicts as shown: its own family's, and each comparison another grid owns with that grid's
+        verdict, interval and Holm p."""
         shown = []
-        for v in self.family(name, results, sweep):
+        for v in self.family(name):
             if not v.judged_in:
                 shown.append(v)
                 continue
@@ -337,8 +378,25 @@ class Judgements:
             shown.append(replace(there, grid=v.grid, claim=v.claim, judged_in=v.judged_in, trained_in=v.trained_in,
                                  note="; ".join(filter(None, [f"judged in {v.judged_in}, which trained its runs (that "
                                                               "grid's family and Holm p)", there.note]))))
-        regime = grid_regime(results)
-        return [replace(v, trained_on=results.trained_on, regime=regime, texts=(v.claim.claim,)) for v in shown]
+        graded = self.graded(name)
+        return [replace(v, trained_on=graded.trained_on, regime=graded.regime, texts=(v.claim.claim,)) for v in shown]
+
+
+def _verdict_json(v: Verdict) -> dict:
+    """A verdict as JSON values, every field (what Graded.to_json stores)."""
+    return {f.name: (v.claim.to_dict() if f.name == "claim" else
+                     [sorted(side) for side in v.trained_in] if f.name == "trained_in" else getattr(v, f.name))
+            for f in fields(Verdict)}
+
+
+def _as_tuples(value):
+    return tuple(_as_tuples(x) for x in value) if isinstance(value, list) else value
+
+
+def _verdict_from_json(entry: dict) -> Verdict:
+    return Verdict(**{**entry, "claim": Claim(**entry["claim"]), "runs": _as_tuples(entry["runs"]),
+                      "trained_in": tuple(frozenset(side) for side in entry["trained_in"]),
+                      "grids": tuple(entry["grids"]), "texts": tuple(entry["texts"])})
 
 
 def _with_power(family: list[Verdict]) -> list[Verdict]:
@@ -900,10 +958,9 @@ def scoreboard(paths: Iterable[str | Path], judged: Judgements | None = None) ->
     rows: list[Verdict] = []
     seen: dict[tuple, int] = {}
     index = grid_index(grid_dirs(paths))
-    judged = Judgements(index) if judged is None else judged
+    judged = Judgements(index, VerdictCache()) if judged is None else judged
     for name in index:
-        judged.unadjusted(name)
-        verdicts = judged.verdicts(judged.results(name))
+        verdicts = judged.shown(name)
         for v in verdicts:
             if v.runs is not None and v.runs in seen:
                 first = rows[seen[v.runs]]

@@ -117,7 +117,7 @@ def committed():
     """The scoreboard of docs/results and every grid's own verdicts (what its report renders), each grid judged once."""
     judged = Judgements(grid_index(grid_dirs([RESULTS])))
     rows = scoreboard([RESULTS], judged)
-    return rows, {name: judged.verdicts(judged.results(name)) for name in judged.index}
+    return rows, {name: judged.shown(name) for name in judged.index}
 
 
 @pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
