@@ -209,7 +209,7 @@ def export_results_command(argv: list[str]) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the <grid>.tar.gz archives")
     parser.add_argument("--note", default="", help="where the runs trained (kept in the results' provenance.json)")
     args = parser.parse_args(argv)
-    from lit_resformer.grids.archive import SliceError, export_grid
+    from lit_resformer.runs.archive import SliceError, export_grid
 
     try:  # one process for every grid: a bare machine imports torch slowly
         for grid_dir in args.grid_dirs:
@@ -229,7 +229,7 @@ def merge_results_command(argv: list[str]) -> None:
     parser.add_argument("archive", type=Path, help="an OUT/<grid>.tar.gz of `lit-resformer export-results`")
     parser.add_argument("results_dir", type=Path, help="the runs folder that keeps results: <results_dir>/<grid>/")
     args = parser.parse_args(argv)
-    from lit_resformer.grids.archive import SliceError, merge_export
+    from lit_resformer.runs.archive import SliceError, merge_export
 
     try:
         merged = merge_export(args.archive, args.results_dir)
@@ -278,9 +278,9 @@ def claims_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     import json
 
-    from lit_resformer.grids.directory import grid_dirs
     from lit_resformer.grids.spec import claims_change
     from lit_resformer.reports import scoreboard as board
+    from lit_resformer.runs.directory import grid_dirs
     from lit_resformer.verdicts import paper_claims as pc
     from lit_resformer.verdicts import transfer
     from lit_resformer.verdicts.claims import markdown, scoreboard
@@ -312,7 +312,7 @@ def claims_command(argv: list[str]) -> None:
         table = transfer.markdown(claims)
         text = pc.markdown(claims) + (f"\n## Transfer: each verdict by regime\n\n{table}" if table else "")
     elif args.html:
-        from lit_resformer.grids.directory import grid_dirs
+        from lit_resformer.runs.directory import grid_dirs
         from lit_resformer.writing import atomic_write
 
         grids = {grid.path.name: grid.path for grid in grid_dirs(args.runs_dirs)}
@@ -333,7 +333,7 @@ def claims_command(argv: list[str]) -> None:
         print(text, end="")
 
 
-# lit_resformer.grids.directory.MANIFEST, named here without importing the grids package (it takes seconds), so
+# lit_resformer.runs.directory.MANIFEST, named here without importing the grids package (it takes seconds), so
 # that a folder that is no grid is refused at once
 GRID_MANIFEST = "grid.yaml"
 
@@ -373,8 +373,8 @@ def add_references_command(argv: list[str]) -> None:
     parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
                         help="a grid's run directory (RUNS/<grid>) or a folder of them, e.g. docs/results")
     args = parser.parse_args(argv)
-    from lit_resformer.grids.directory import grid_dirs
-    from lit_resformer.grids.summary import add_references
+    from lit_resformer.runs.directory import grid_dirs
+    from lit_resformer.runs.summary import add_references
 
     for grid in grid_dirs(args.runs_dirs):
         for _, _, run in grid.finished_runs():

@@ -12,14 +12,14 @@ import tempfile
 import pytest
 
 from lit_resformer.provenance import ALLOW_DIRTY_ENV
-from lit_resformer.verdicts.cache import VERDICT_CACHE_ENV
+from lit_resformer.verdicts.verdict_cache import VERDICT_CACHE_ENV
 from tests.helpers.fake_trainer import FAKE_TRAINER
 from tests.helpers.repository_grids import repository_grid as cached_repository_grid
 
 # The tests' grids train throwaway runs from whatever the checkout holds, uncommitted changes included (each run still
 # records its patch); tests/grids/test_runner.py checks the refusal itself.
 os.environ.setdefault(ALLOW_DIRTY_ENV, "1")
-# Judged grids are cached by content (lit_resformer.verdicts.cache): the tests' throwaway grids keep theirs out of the
+# Judged grids are cached by content (lit_resformer.verdicts.verdict_cache): the tests' throwaway grids keep theirs out of the
 # user's cache, in one folder per test session.
 os.environ.setdefault(VERDICT_CACHE_ENV, tempfile.mkdtemp(prefix="lit-resformer-verdicts-"))
 

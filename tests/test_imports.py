@@ -25,6 +25,7 @@ LAYERS = (
      "lit_resformer.provenance"),
     ("lit_resformer.data",),
     ("lit_resformer.training",),
+    ("lit_resformer.runs",),
     ("lit_resformer.analysis", "lit_resformer.eval", "lit_resformer.export"),
     ("lit_resformer.grids",),
     ("lit_resformer.measures",),
@@ -92,7 +93,7 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_graph_is_read(graph):
     """The reading itself: known imports are found, relative ones resolved, a circle is seen."""
-    assert "lit_resformer.measures.grid_results" in graph["lit_resformer.reports.grid_report"]  # from .results import ...
+    assert "lit_resformer.runs.results" in graph["lit_resformer.reports.grid_report"]  # from .results import ...
     assert "lit_resformer.writing" in graph["lit_resformer.training.run_dir"]  # from .reporting import ...
     assert "lit_resformer.config.files" in graph["lit_resformer.grids.spec"]  # from lit_resformer.config.files import ...
     assert "lit_resformer.reports.attention" in graph["lit_resformer.reports.grid_report"]  # inside a function

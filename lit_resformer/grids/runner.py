@@ -22,13 +22,6 @@ from tqdm import tqdm
 
 from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG
 from lit_resformer.grids.changes import common_changes, show_value
-from lit_resformer.grids.directory import (
-    GridDir,
-    check_run_config,
-    finished_elsewhere,
-    run_state,
-    write_run_config,
-)
 from lit_resformer.grids.executors import LocalExecutor, SlurmExecutor, TimeLimitReached
 from lit_resformer.grids.jobs import (
     BUSY,
@@ -40,8 +33,15 @@ from lit_resformer.grids.jobs import (
 )
 from lit_resformer.grids.ladder import seed_branch
 from lit_resformer.grids.spec import Grid, GridError, Run, load_grid
-from lit_resformer.grids.summary import FINISHED, last_step
 from lit_resformer.provenance import collect as collect_provenance
+from lit_resformer.runs.directory import (
+    GridDir,
+    check_run_config,
+    finished_elsewhere,
+    run_state,
+    write_run_config,
+)
+from lit_resformer.runs.summary import FINISHED, last_step
 from lit_resformer.training.checkpoint import kept_checkpoint
 from lit_resformer.training.run_dir import RunConflict, RunDir
 

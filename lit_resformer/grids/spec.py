@@ -19,7 +19,7 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
       # data.seq_len: {64: {data.micro_batch_size: 32}, 256: {data.micro_batch_size: 8}}
     report: {critical_point_window: 10}          # optional report settings; scaling: params | tokens
                                                  # marks a size or token-budget sweep (lit_resformer.measures.scaling)
-    claims: [...]                                # optional: the paper's claims to judge (lit_resformer/grids/claim_spec.py)
+    claims: [...]                                # optional: the paper's claims to judge (lit_resformer/runs/claim_spec.py)
     select: {...}                                # optional: each arm's best point of the matrix key, chosen from
                                                  # the seeds' (pilot) runs, then more seeds and cells there
                                                  # (lit_resformer/grids/selection.py)
@@ -49,21 +49,17 @@ from omegaconf.errors import OmegaConfBaseException
 
 from lit_resformer.config.diff import changed_fields
 from lit_resformer.config.files import load_experiment
-from lit_resformer.grids.claim_spec import EACH_AT_BEST, SELECTED_METRICS, parse_claims
-from lit_resformer.grids.directory import GridDir
 from lit_resformer.grids.ladder import OVER as LADDER_OVER
 from lit_resformer.grids.ladder import BranchPoint, Ladder, LadderError, parse_ladder, trunk_cell
 from lit_resformer.grids.selection import Selection, SelectionError, best_point, parse_selection
 from lit_resformer.provenance import REPO_ROOT
+from lit_resformer.runs import identity
+from lit_resformer.runs.claim_spec import EACH_AT_BEST, SELECTED_METRICS, parse_claims
+from lit_resformer.runs.directory import GridDir
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
     from lit_resformer.training.checker import ConfigChecker
 
-# What a run is (run_identity): its resolved config less where it trains and where it writes.
-# Where it trains (precision and strategy do change the numbers, so they are not here):
-PLACEMENT = ("trainer.accelerator", "trainer.devices", "trainer.num_nodes")
-# Where it writes: these keys at any depth (the run folder, the checkpoints' folder, a logger's folder).
-OUTPUT_LOCATIONS = frozenset({"default_root_dir", "dirpath", "save_dir"})
 
 GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
                "claims", "select", "ladder"}
@@ -113,7 +109,7 @@ class Grid:
     report: dict[str, Any] = field(default_factory=dict)
     configs: dict[str, dict] = field(default_factory=dict)  # cell name -> its config as written (no seed)
     resolved: dict[str, dict] = field(default_factory=dict, repr=False)  # cell name -> every field's value (no seed)
-    claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (lit_resformer.grids.claim_spec.Claim)
+    claims: list[dict] = field(default_factory=list)  # checked `claims:` entries (lit_resformer.runs.claim_spec.Claim)
     checker: ConfigChecker | None = field(default=None, repr=False)  # the parser and checks of `fit`
     base: dict = field(default_factory=dict, repr=False)  # the base experiment, its configs merged
     selection: Selection | None = None  # the `select:` block (lit_resformer.grids.selection)
@@ -148,13 +144,14 @@ class Grid:
         old, new = self.resolve(old), self.resolve(new)
         if old is None or new is None:
             return False
-        return run_identity(old) == run_identity(new) and (finished or _placement(old) == _placement(new))
+        return identity.run_identity(old) == identity.run_identity(new) and (
+            finished or identity.placement(old) == identity.placement(new))
 
     def identity(self, config: dict) -> str | None:
         """run_identity of `config` as one string (seed included); None for a config that no longer validates (it is
         only itself). Two runs with the same identity train the same model on the same data order."""
         resolved = self.resolve(config)
-        return None if resolved is None else json.dumps(run_identity(resolved), sort_keys=True, default=str)
+        return None if resolved is None else json.dumps(identity.run_identity(resolved), sort_keys=True, default=str)
 
     def changes(self) -> dict[str, dict[str, tuple[Any, Any]]]:
         """cell name -> {dotted key: (base value, cell value)} for every field of the run identity (run_identity: where
@@ -168,8 +165,8 @@ class Grid:
                 base = self.checker.resolved(self.base)
             except ValueError:  # a base that does not run by itself: its cells fit the corpus's sequence length to the model
                 base = self.checker.resolved(self.base, checked=False)
-            self._base_identity = run_identity(base)
-        return {cell.name: changed_fields(self._base_identity, run_identity(self.resolved[cell.name]))
+            self._base_identity = identity.run_identity(base)
+        return {cell.name: changed_fields(self._base_identity, identity.run_identity(self.resolved[cell.name]))
                 for cell in self.cells}
 
     def runs(self, seeds: Sequence[int] | None = None, cells: Sequence[str] | None = None) -> list[Run]:
@@ -282,31 +279,6 @@ class Grid:
             **({"select": self.selection.to_dict()} if self.selection else {}),
             **({"ladder": self.ladder.to_dict()} if self.ladder else {}),
         }
-
-
-def run_identity(resolved: Mapping[str, Any]) -> dict:
-    """What makes a run what it is: its resolved config (every field with its value, defaults and seed included:
-    `ConfigChecker.resolved`, or the config.yaml Lightning wrote) less where it trains (PLACEMENT) and where it
-    writes (OUTPUT_LOCATIONS). Runs with equal identities train the same model on the same data in the same order, so
-    a finished one stands for the others: the runner shares them (Grid.identity, Grid.same_run), the scoreboard
-    counts their comparisons once (lit_resformer.verdicts.claims) and the grids that reuse another's runs are checked
-    with it (tests/grids/test_shared_configs.py). A new dict; `resolved` is left as it is."""
-    placement = {tuple(key.split(".")) for key in PLACEMENT}
-
-    def strip(value: Any, path: tuple | None) -> Any:
-        if isinstance(value, Mapping):
-            return {k: strip(v, None if path is None else (*path, k)) for k, v in value.items()
-                    if k not in OUTPUT_LOCATIONS and (path is None or (*path, k) not in placement)}
-        if isinstance(value, list):
-            return [strip(v, None) for v in value]  # PLACEMENT names sections' fields, never a list's items
-        return value
-
-    return strip(resolved, ())
-
-
-def _placement(resolved: dict) -> tuple:
-    """Where a resolved config trains: its PLACEMENT values."""
-    return tuple((resolved.get(key.split(".")[0]) or {}).get(key.split(".")[1]) for key in PLACEMENT)
 
 
 def _written(config: dict) -> str:

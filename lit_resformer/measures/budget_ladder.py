@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lit_resformer.measures.grid_results import GridResults, RunResult
 from lit_resformer.measures.stats import SeedTest, per_seed_t
+from lit_resformer.runs.results import GridResults, RunResult
 
 
 @dataclass

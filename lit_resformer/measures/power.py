@@ -65,8 +65,8 @@ import numpy as np
 from scipy import optimize, stats
 from statsmodels.stats.power import TTestIndPower, TTestPower
 
-from lit_resformer.grids.claim_spec import NATS, Claim, metric_kind
 from lit_resformer.measures.stats import ALPHA, Design, welch_t
+from lit_resformer.runs.claim_spec import NATS, Claim, metric_kind
 
 POWER = 0.8  # the probability of a decisive verdict at the MDE
 INTERVAL_LEVEL = 1 - ALPHA  # every verdict's interval: two-sided 95%

@@ -18,10 +18,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_resformer.grids.directory import MANIFEST
 from lit_resformer.grids.jobs import RunJob, default_train_command
 from lit_resformer.grids.runner import PoolOptions, make_executor
 from lit_resformer.provenance import git_state
+from lit_resformer.runs.directory import MANIFEST
 from lit_resformer.training.run_dir import RunDir
 from lit_resformer.writing import atomic_write, atomic_write_json
 

@@ -50,8 +50,6 @@ import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
 
 from lit_resformer.grids.spec import SCALING_AXES as AXES
-from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.measures.grid_results import GridResults, RunResult, load_results
 from lit_resformer.measures.stats import (
     PLATEAU_MARGIN,
     RunLosses,
@@ -61,6 +59,8 @@ from lit_resformer.measures.stats import (
     seed_design,
     verdict,
 )
+from lit_resformer.runs.results import GridResults, RunResult, load_results
+from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
 
 METRICS = ("val", "train")
 # What x counts, per axis; the paper's convention first. N: every parameter (the convention of the paper's size
@@ -223,7 +223,7 @@ class LadderPoint:
     x: dict[str, float]  # what x counts (CONVENTIONS) -> its value at this point
     losses: dict[int, float]  # seed -> final loss
     curves: dict[str, dict[int, Any]] = field(default_factory=dict)  # "train" / "val" -> seed -> loss by step
-    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary (lit_resformer.measures.grid_results)
+    summaries: dict[int, dict] = field(default_factory=dict)  # seed -> the run's summary (lit_resformer.runs.results)
     data_seeds: dict[int, int | None] = field(default_factory=dict)  # seed -> the seed of its training order
     epochs: float | None = None  # passes over the training split; None: the runs stayed within their first
 

@@ -88,8 +88,8 @@ import numpy as np
 import pandas as pd
 
 import lit_resformer.training.curves as M
-from lit_resformer.measures.grid_results import VAL_DOMAIN, GridResults, RunResult, load_results
 from lit_resformer.measures.stats import paired_t, run_data_seed, seed_design, verdict, welch_t
+from lit_resformer.runs.results import VAL_DOMAIN, GridResults, RunResult, load_results
 from lit_resformer.writing import markdown_table
 
 METRIC = "time_to_target"  # the claim metric: a's data saving against b at b's final loss (direction higher)

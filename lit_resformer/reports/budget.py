@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lit_resformer.grids.summary import model_stats
-from lit_resformer.measures.grid_results import GridResults, RunResult
 from lit_resformer.measures.scaling import non_embedding_params
 from lit_resformer.provenance import spec_peak_flops
+from lit_resformer.runs.results import GridResults, RunResult
+from lit_resformer.runs.summary import model_stats
 from lit_resformer.writing import markdown_table
 
 

@@ -12,7 +12,8 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from lit_resformer.grids.claim_spec import (
+from lit_resformer.reports.page import VERDICT_STYLE
+from lit_resformer.runs.claim_spec import (
     ANALYSIS_PREFIX,
     CRITICAL_POINT_GROWTH,
     EQUIVALENCE_SAVING,
@@ -20,7 +21,6 @@ from lit_resformer.grids.claim_spec import (
     TIME_TO_TARGET,
     Claim,
 )
-from lit_resformer.reports.page import VERDICT_STYLE
 from lit_resformer.verdicts.claims import Verdict, is_sub_row
 from lit_resformer.writing import pyplot, save_figure
 

@@ -11,7 +11,7 @@ training length (Fig. 7, left), scaling laws and equivalence savings for sweep g
 attention entropy by layer when runs hold analysis/analysis.json, the status of every run, and what the runs
 ran on (their provenance). The loss plots draw the unigram loss of the validation tokens as a reference line, and
 runs not at least 1 nat below it are flagged as "not past the unigram plateau". Everything is read from the grid's
-results (lit_resformer.measures.grid_results), loaded once.
+results (lit_resformer.runs.results), loaded once.
 """
 
 from __future__ import annotations
@@ -25,10 +25,7 @@ import numpy as np
 import pandas as pd
 
 from lit_resformer.grids.changes import common_changes, show_value
-from lit_resformer.grids.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.grids.spec import refresh_claims
-from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.measures.grid_results import GridResults, RunResult, load_results, relative_curves
 from lit_resformer.measures.scaling import sweep_analysis
 from lit_resformer.measures.stats import (
     PLATEAU_MARGIN,
@@ -51,6 +48,9 @@ from lit_resformer.reports.ladder_section import ladder_section
 from lit_resformer.reports.lead import grid_lead
 from lit_resformer.reports.learning_rate_section import learning_rate_section
 from lit_resformer.reports.scaling_section import scaling_section
+from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
+from lit_resformer.runs.results import GridResults, RunResult, load_results, relative_curves
+from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_grid, grid_regime, regime_text
 from lit_resformer.verdicts.claims import counts as claim_counts
 from lit_resformer.verdicts.claims import table as claims_table
@@ -205,7 +205,7 @@ def write_report(grid_dir: str | Path) -> Path:
 
 def _cells_section(doc, manifest) -> None:
     """What each cell changes relative to the base experiment: one column per changed field, the changes every cell
-    makes alike in a line above. A grid run before the manifest recorded the base values (lit_resformer.grids.directory's
+    makes alike in a line above. A grid run before the manifest recorded the base values (lit_resformer.runs.directory's
     migration) shows its grid file's overrides without them."""
     cells = manifest["cells"]
     doc.heading(2, "Cells", collapsed=True)

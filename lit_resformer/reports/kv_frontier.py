@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from lit_resformer.measures.grid_results import GridResults
 from lit_resformer.reports.budget import budget_rows
 from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.runs.results import GridResults
 
 LEVEL = 0.95
 

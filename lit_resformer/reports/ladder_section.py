@@ -6,11 +6,11 @@ log2 budget, drawn with its pointwise 95% interval, its slope per doubling of th
 
 from __future__ import annotations
 
-from lit_resformer.grids.claim_spec import DATA_SAVING_SLOPE
 from lit_resformer.measures.budget_ladder import at_each_budget, data_savings, gaps, rungs, slopes, trend
-from lit_resformer.measures.grid_results import GridResults
 from lit_resformer.measures.stats import SeedTest, per_seed_t
 from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.runs.claim_spec import DATA_SAVING_SLOPE
+from lit_resformer.runs.results import GridResults
 
 
 def ladder_section(results: GridResults, plotter: Plotter, doc: Document) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from lit_resformer.grids.claim_spec import SELECTED_METRICS
-from lit_resformer.measures.grid_results import GridResults
 from lit_resformer.measures.stats import per_seed_t
 from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.runs.claim_spec import SELECTED_METRICS
+from lit_resformer.runs.results import GridResults
 from lit_resformer.verdicts.tuning import chosen_points, pilot_cells
 
 

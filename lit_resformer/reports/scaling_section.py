@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from lit_resformer.grids.directory import grid_dirs
-from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.measures.scaling import (
     CONVENTION_WORDS,
     PAPER_SAVING,
@@ -22,6 +20,8 @@ from lit_resformer.measures.scaling import (
 )
 from lit_resformer.measures.stats import PLATEAU_MARGIN, mean_std
 from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.runs.directory import grid_dirs
+from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.writing import atomic_write, atomic_write_json
 
 

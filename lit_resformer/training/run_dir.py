@@ -18,7 +18,7 @@
       .lock                         held by the process working in the run
 
 No other module builds these paths: code that needs one asks a `RunDir`. Where a grid keeps its runs is the grid's
-business (lit_resformer.grids.directory); a run knows its grid only from what its summary records.
+business (lit_resformer.runs.directory); a run knows its grid only from what its summary records.
 """
 
 from __future__ import annotations

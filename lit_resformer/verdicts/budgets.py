@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from lit_resformer.grids.claim_spec import Claim
 from lit_resformer.measures.budget_ladder import data_savings, rungs, slopes
-from lit_resformer.measures.grid_results import GridResults
 from lit_resformer.measures.stats import per_seed_t
+from lit_resformer.runs.claim_spec import Claim
+from lit_resformer.runs.results import GridResults
 from lit_resformer.verdicts.tuning import Compared, Judge
 
 

@@ -1,7 +1,7 @@
 """The paper's claims judged on a grid's runs, and the scoreboard across grids. The claims are declared in the grid
-file (lit_resformer.grids.claim_spec); a size or token sweep adds its scaling claim (lit_resformer.measures.scaling).
+file (lit_resformer.runs.claim_spec); a size or token sweep adds its scaling claim (lit_resformer.measures.scaling).
 
-Metrics (lit_resformer.grids.claim_spec), per seed: `val_loss` is the final validation loss (the mean over domains),
+Metrics (lit_resformer.runs.claim_spec), per seed: `val_loss` is the final validation loss (the mean over domains),
 `val_loss/<domain>` one domain's, `train_loss` the final training loss (moving average, `train_loss_window`).
 `at: warmup` takes the value at the first step after warm-up (model.warmup_steps) that every run of the comparison
 logged: an evaluation for val_loss, the smoothed training loss for train_loss ("early in training", as the paper's
@@ -67,30 +67,6 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from lit_resformer.grids.claim_spec import (
-    ANALYSIS_METRICS,
-    ANALYSIS_PREFIX,
-    AT_B_BEST,
-    CRITICAL_POINT_GROWTH,
-    DATA_SAVING_SLOPE,
-    EACH_AT_BEST,
-    EQUIVALENCE_SAVING,
-    GAP_DEPENDENCE,
-    GAP_SLOPE,
-    SAME_CELL_METRICS,
-    TIME_TO_TARGET,
-    Claim,
-    metric_kind,
-)
-from lit_resformer.grids.directory import GridDir, grid_dirs, grid_index
-from lit_resformer.grids.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.measures.grid_results import (
-    GridResults,
-    RunResult,
-    load_results,
-    provenance_differences,
-    relative_curves,
-)
 from lit_resformer.measures.power import effect_of_interest, family_level, power_of
 from lit_resformer.measures.scaling import PAPER_CLAIMS, ScalingError, analyse_grid
 from lit_resformer.measures.stats import (
@@ -109,8 +85,33 @@ from lit_resformer.measures.stats import (
     verdict,
 )
 from lit_resformer.measures.time_to_target import TimeToTargetError, decide, time_to_target
+from lit_resformer.runs import identity
+from lit_resformer.runs.claim_spec import (
+    ANALYSIS_METRICS,
+    ANALYSIS_PREFIX,
+    AT_B_BEST,
+    CRITICAL_POINT_GROWTH,
+    DATA_SAVING_SLOPE,
+    EACH_AT_BEST,
+    EQUIVALENCE_SAVING,
+    GAP_DEPENDENCE,
+    GAP_SLOPE,
+    SAME_CELL_METRICS,
+    TIME_TO_TARGET,
+    Claim,
+    metric_kind,
+)
+from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
+from lit_resformer.runs.results import (
+    GridResults,
+    RunResult,
+    load_results,
+    provenance_differences,
+    relative_curves,
+)
+from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.verdicts import budgets, tuning
-from lit_resformer.verdicts.cache import VerdictCache, grid_key
+from lit_resformer.verdicts.verdict_cache import VerdictCache, grid_key
 from lit_resformer.writing import markdown_table
 
 DOMAIN_PREFIX = "val_loss/"  # per-domain claims: sub-rows of their claim on the scoreboard
@@ -276,7 +277,7 @@ def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None, index: Ma
 @dataclass(frozen=True)
 class Graded:
     """One grid judged on its own runs, before any adjustment: what a grid contributes to the board, and what
-    lit_resformer.verdicts.cache keeps between calls."""
+    lit_resformer.verdicts.verdict_cache keeps between calls."""
 
     verdicts: list[Verdict]
     regime: dict
@@ -303,7 +304,7 @@ class Judgements:
     that shows it. Every other grid shows the owner's verdict, interval and Holm p, marked `judged_in`, and leaves it
     out of its own family. The owner is the same whichever grid asks, so no comparison has two Holm p; the families
     are built from unadjusted verdicts only, so grids that share runs with each other need no order. With a `cache`
-    (lit_resformer.verdicts.cache), a grid whose runs and manifest have not changed is not judged again."""
+    (lit_resformer.verdicts.verdict_cache), a grid whose runs and manifest have not changed is not judged again."""
 
     def __init__(self, index: Mapping[str, GridDir], cache: VerdictCache | None = None):
         self.index = dict(index)
@@ -742,18 +743,15 @@ def _compared(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> dict:
 
 def _identity(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> tuple | None:
     """What makes two comparisons the same: what is tested (metric, direction, where on the run, the bound, the
-    precondition) and the run identities (the grid spec's `run_identity`: the resolved config, seed included, where
-    a run trained and wrote left out) of the runs on each side; None when a run has no recorded config (then it is
-    only itself)."""
-    # the one definition of a run's identity, read at each call (the runner and the tests use it too)
-    from lit_resformer.grids.spec import run_identity
-
+    precondition) and the run identities (lit_resformer.runs.identity.run_identity: the resolved config, seed
+    included, where a run trained and wrote left out) of the runs on each side; None when a run has no recorded
+    config (then it is only itself)."""
     configs = []
     for side in sides:
         resolved = [_resolved_config(run) for run in side.values()]
         if any(config is None for config in resolved):
             return None
-        configs.append(tuple(sorted(json.dumps(run_identity(config), sort_keys=True) for config in resolved)))
+        configs.append(tuple(sorted(json.dumps(identity.run_identity(config), sort_keys=True) for config in resolved)))
     return (claim.metric, claim.direction, claim.over, claim.at, claim.target, claim.margin, claim.requires, *configs)
 
 
@@ -905,7 +903,7 @@ def _time_to_target_label(claim: Claim) -> str:
 
 @dataclass(frozen=True)
 class Judging:
-    """How a claim of one metric kind (lit_resformer.grids.claim_spec.METRIC_KINDS, under the same key) is judged
+    """How a claim of one metric kind (lit_resformer.runs.claim_spec.METRIC_KINDS, under the same key) is judged
     and shown."""
 
     judge: Callable[[Claim, GridResults, Sweep], Verdict]  # its unadjusted verdict on a grid's runs

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import yaml
 
-from lit_resformer.grids.directory import GridDir, grid_dirs
 from lit_resformer.grids.spec import GridError, declared_raw_claims, locate_grid_file
 from lit_resformer.provenance import REPO_ROOT
+from lit_resformer.runs.directory import GridDir, grid_dirs
 
 DECIDING = ("claim", "a", "b", "metric", "direction", "margin", "requires", "at", "over", "target")
 REGISTRY_DECIDING = ("statement", "reading", "comparisons", "context", "preconditions")

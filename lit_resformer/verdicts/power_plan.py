@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lit_resformer.grids.claim_spec import NATS, metric_kind
-from lit_resformer.grids.directory import grid_dirs, grid_index
 from lit_resformer.measures.power import (
     POWER,
     effect_of_interest,
@@ -24,6 +22,8 @@ from lit_resformer.measures.power import (
     seeds_needed,
     spread_from_interval,
 )
+from lit_resformer.runs.claim_spec import NATS, metric_kind
+from lit_resformer.runs.directory import grid_dirs, grid_index
 from lit_resformer.verdicts.claims import Judgements, Verdict, evaluate_grid
 from lit_resformer.writing import markdown_table
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from lit_resformer.grids.claim_spec import EACH_AT_BEST, Claim
 from lit_resformer.grids.selection import Selection, SelectionError, best_point
-from lit_resformer.measures.grid_results import GridResults, RunResult
 from lit_resformer.measures.stats import run_data_seed, seed_design
+from lit_resformer.runs.claim_spec import EACH_AT_BEST, Claim
+from lit_resformer.runs.results import GridResults, RunResult
 
 Judge = Callable[..., Any]  # lit_resformer.verdicts.claims.judge: the unadjusted Verdict on per-seed values
 Compared = Callable[[Claim, list], dict]  # lit_resformer.verdicts.claims._compared: which runs a comparison compared

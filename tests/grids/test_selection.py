@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
-from lit_resformer.grids.directory import GridDir
 from lit_resformer.grids.runner import pilot_finals
 from lit_resformer.grids.selection import BracketError, Selection, SelectionError, best_point, parse_selection
+from lit_resformer.runs.directory import GridDir
 
 BASE = {
     "seed_everything": 0,

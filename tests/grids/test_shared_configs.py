@@ -23,9 +23,9 @@ SHARED = {
 def _identities_by_seed(grid, cell: str) -> dict[int, dict]:
     """seed -> the run's identity (the grid spec's run_identity, which the runner shares runs by and the scoreboard
     counts comparisons by) of its config as load_grid resolved it."""
-    from lit_resformer.grids import spec
+    from lit_resformer.runs import identity
 
-    configs = {run.seed: spec.run_identity(run.resolved) for run in grid.runs() if run.cell == cell}
+    configs = {run.seed: identity.run_identity(run.resolved) for run in grid.runs() if run.cell == cell}
     assert configs, f"{grid.name} has no cell {cell!r}"
     return configs
 
@@ -52,7 +52,7 @@ def test_shared_cells_resolve_to_the_same_config_at_every_seed(grids, user, owne
 
 
 def test_the_runner_the_scoreboard_and_this_check_judge_by_one_run_identity(tmp_path, monkeypatch):
-    """`lit_resformer.grids.spec.run_identity` alone says what a run is: the runner's sharing (Grid.identity,
+    """`lit_resformer.runs.identity.run_identity` alone says what a run is: the runner's sharing (Grid.identity,
     Grid.same_run), the scoreboard's counting of a comparison once (verdicts.claims._identity) and the check above
     all follow it. With an identity under which every run is the same, all three see one run."""
     from types import SimpleNamespace
@@ -60,7 +60,8 @@ def test_the_runner_the_scoreboard_and_this_check_judge_by_one_run_identity(tmp_
     import yaml
 
     from lit_resformer.grids import spec
-    from lit_resformer.grids.claim_spec import Claim
+    from lit_resformer.runs import identity
+    from lit_resformer.runs.claim_spec import Claim
     from lit_resformer.verdicts import claims
 
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({
@@ -83,12 +84,12 @@ def test_the_runner_the_scoreboard_and_this_check_judge_by_one_run_identity(tmp_
                 _identities_by_seed(grid, "vanilla") == _identities_by_seed(grid, "resformer"))
 
     assert judged() == (False, False, False, False)
-    monkeypatch.setattr(spec, "run_identity", lambda resolved: {})
+    monkeypatch.setattr(identity, "run_identity", lambda resolved: {})
     assert judged() == (True, True, True, True)
 
 
 def test_a_run_identity_leaves_out_where_a_run_trains_and_writes_and_nothing_else():
-    from lit_resformer.grids.spec import run_identity
+    from lit_resformer.runs.identity import run_identity
 
     resolved = {"seed_everything": 3,
                 "trainer": {"accelerator": "gpu", "devices": 2, "num_nodes": 1, "precision": "bf16-mixed",

@@ -10,11 +10,11 @@ import tarfile
 
 import yaml
 
-from lit_resformer.grids.archive import export_grid, merge_export
-from lit_resformer.grids.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.grids.runner import GridOptions, run_grid
-from lit_resformer.measures.grid_results import load_results
 from lit_resformer.reports import write_report
+from lit_resformer.runs.archive import export_grid, merge_export
+from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
+from lit_resformer.runs.results import load_results
 from lit_resformer.verdicts.claims import evaluate_grid, scoreboard
 from tests.helpers.fake_trainer import calls, summary, write_grid
 

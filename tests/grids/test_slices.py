@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_resformer.grids.archive import SliceError, export_grid, merge_export
+from lit_resformer.runs.archive import SliceError, export_grid, merge_export
 from lit_resformer.training.run_dir import RunConflict, RunDir
 from tests.helpers.experiments import tiny_experiment
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from lit_resformer.grids.claim_spec import Claim, metric_kind
 from lit_resformer.grids.spec import load_grid
-from lit_resformer.measures.grid_results import GridResults
+from lit_resformer.runs.claim_spec import Claim, metric_kind
+from lit_resformer.runs.results import GridResults
 from lit_resformer.verdicts.claims import JUDGING, Verdict
 
 BASE = {"seed_everything": 0, "trainer": {"max_steps": 100}, "model": {"config": {"size": "tiny"}}, "data": {"seq_len": 64}}

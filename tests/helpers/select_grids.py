@@ -9,8 +9,8 @@ import math
 import shutil
 from pathlib import Path
 
-from lit_resformer.grids.claim_spec import Claim
-from lit_resformer.measures.grid_results import GridResults, load_results
+from lit_resformer.runs.claim_spec import Claim
+from lit_resformer.runs.results import GridResults, load_results
 from tests.helpers.claims_grids import grid_dir_from, write_summary
 
 LRS = [5.0e-4, 1.0e-3, 2.0e-3, 4.0e-3]

@@ -13,7 +13,6 @@ import pytest
 import yaml
 from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
-from lit_resformer.grids.claim_spec import Claim
 from lit_resformer.measures.power import (
     POWER,
     Spread,
@@ -39,6 +38,7 @@ from lit_resformer.measures.stats import (
     verdict,
     welch_t,
 )
+from lit_resformer.runs.claim_spec import Claim
 
 REPO = Path(__file__).resolve().parents[2]
 SEED_TESTS = {"paired": paired_t, "unpaired": welch_t, "per-seed": per_seed_t}

@@ -15,7 +15,6 @@ from scipy.optimize import brentq
 from lit_resformer.cli import main
 from lit_resformer.grids import load_grid
 from lit_resformer.grids.spec import GridError
-from lit_resformer.grids.summary import epoch_tokens
 from lit_resformer.measures.scaling import (
     LadderPoint,
     OutsideRange,
@@ -34,6 +33,7 @@ from lit_resformer.measures.scaling import (
 from lit_resformer.measures.stats import verdict
 from lit_resformer.model import ModelConfig
 from lit_resformer.reports.grid_report import write_report
+from lit_resformer.runs.summary import epoch_tokens
 from lit_resformer.training.run_dir import RunDir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

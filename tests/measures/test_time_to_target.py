@@ -17,7 +17,6 @@ import pytest
 import yaml
 from scipy import stats
 
-from lit_resformer.measures.grid_results import load_results
 from lit_resformer.measures.stats import verdict
 from lit_resformer.measures.time_to_target import (
     Reading,
@@ -31,6 +30,7 @@ from lit_resformer.measures.time_to_target import (
     seed_row,
     time_to_target,
 )
+from lit_resformer.runs.results import load_results
 
 REPO = Path(__file__).resolve().parents[2]
 FIG7 = REPO / "docs" / "results" / "fig7-evidence"

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from lit_resformer.grids import load_grid
-from lit_resformer.measures.grid_results import load_results
 from lit_resformer.reports.budget import budget_rows, budget_section
 from lit_resformer.reports.grid_report import write_report
+from lit_resformer.runs.results import load_results
 from lit_resformer.training.run_dir import RunDir
 
 # tiny (lit_resformer/model/config.py PRESETS) with the CPU presets' vocabulary, trained at 64 tokens

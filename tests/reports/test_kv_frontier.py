@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lit_resformer.measures.grid_results import load_results
 from lit_resformer.reports import write_report
 from lit_resformer.reports.kv_frontier import frontier_points
+from lit_resformer.runs.results import load_results
 
 REPO = Path(__file__).resolve().parents[2]
 FIG13 = REPO / "docs/results/fig13-evidence"

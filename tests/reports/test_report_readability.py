@@ -127,8 +127,8 @@ def test_tables_shorten_hashes_and_footnote_notes_repeated_on_rows():
 
 
 def test_forest_plot_reads_the_papers_effect_and_keeps_units_apart(tmp_path, monkeypatch):
-    from lit_resformer.grids.claim_spec import Claim
     from lit_resformer.reports import forest
+    from lit_resformer.runs.claim_spec import Claim
 
     def claim(metric: str, paper: str | None) -> Claim:
         return Claim(claim="c", a="a", b="b", metric=metric, direction="lower", paper=paper)

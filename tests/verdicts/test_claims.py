@@ -15,10 +15,10 @@ import yaml
 
 from lit_resformer.cli import main
 from lit_resformer.grids import GridError, load_grid
-from lit_resformer.grids.claim_spec import METRIC_KINDS, metric_kind
-from lit_resformer.grids.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.measures.stats import holm
 from lit_resformer.reports.grid_report import write_report
+from lit_resformer.runs.claim_spec import METRIC_KINDS, metric_kind
+from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.training.run_dir import RunDir
 from lit_resformer.verdicts.claims import JUDGING, evaluate_grid, scoreboard
 from tests.helpers.claims_grids import (
@@ -138,7 +138,7 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     runs.mkdir()
     for grid_dir in (first, second):
         grid_dir.rename(runs / grid_dir.name)
-    # `second` holds runs merged from two exports (lit_resformer.grids.archive): the scoreboard says where they trained
+    # `second` holds runs merged from two exports (lit_resformer.runs.archive): the scoreboard says where they trained
     provenance = [{"grid": "second", "runs": ["vanilla/seed0"], "note": "GPU box"},
                   {"grid": "second", "runs": ["better/seed0"], "note": "GPU box"},
                   {"grid": "second", "runs": ["worse/seed0"], "note": ""}]
@@ -449,7 +449,7 @@ def test_reproduction_tier_trains_a_million_tokens_and_validates_on_the_whole_sp
 
 
 def test_a_claim_naming_two_families_of_a_matrix_grid_is_judged_at_every_point():
-    from lit_resformer.grids.claim_spec import parse_claims
+    from lit_resformer.runs.claim_spec import parse_claims
 
     cells = [{"name": f"{family},max_steps={steps}", "family": family, "coords": {"trainer.max_steps": steps}}
              for family in ("vanilla", "resformer") for steps in (50, 100)]

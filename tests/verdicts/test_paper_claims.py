@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from lit_resformer.grids.claim_spec import Claim
-from lit_resformer.grids.directory import grid_dirs, grid_index
 from lit_resformer.measures.rederivation import unrecorded_dirty_runs
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli, fragile
+from lit_resformer.runs.claim_spec import Claim
+from lit_resformer.runs.directory import grid_dirs, grid_index
 from lit_resformer.verdicts import declared
 from lit_resformer.verdicts import paper_claims as pc
 from lit_resformer.verdicts.claims import Judgements, Verdict, judge, scoreboard, table, verdict_text

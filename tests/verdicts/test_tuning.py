@@ -3,8 +3,8 @@ dependence of a gap on a matrix key."""
 
 import pytest
 
-from lit_resformer.grids.claim_spec import Claim
-from lit_resformer.measures.grid_results import load_results
+from lit_resformer.runs.claim_spec import Claim
+from lit_resformer.runs.results import load_results
 from lit_resformer.verdicts.tuning import chosen_points
 from tests.helpers.claims_grids import judged, write_summary
 from tests.helpers.select_grids import LRS, PILOT, name, tuned_grid, tuned_manifest

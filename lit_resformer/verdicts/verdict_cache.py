@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from lit_resformer.corpora.data_cache import default_cache_dir
-from lit_resformer.grids.directory import GridDir
+from lit_resformer.runs.directory import GridDir
 from lit_resformer.writing import atomic_write
 
 PACKAGE = Path(__file__).resolve().parents[1]

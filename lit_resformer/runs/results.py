@@ -5,7 +5,7 @@
     results.done["resformer"][0].train_curve(10)        # its training loss, smoothed over 10 logged steps
 
 A final or best loss has one definition: the run's summary.json, computed when the run ended
-(lit_resformer.grids.summary). A summary that lacks those fields (a run still training, one whose results could not be
+(lit_resformer.runs.summary). A summary that lacks those fields (a run still training, one whose results could not be
 read when it ended, or one written before a field existed) has them computed from its logged metrics, by the same
 code, when it is read. Metrics are read only when a curve or such a field is asked for.
 """
@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 import lit_resformer.training.curves as M
-from lit_resformer.grids.claim_spec import Claim
-from lit_resformer.grids.directory import GridDir
-from lit_resformer.grids.summary import METRIC_FIELDS, epoch_tokens, metric_results
+from lit_resformer.runs.claim_spec import Claim
+from lit_resformer.runs.directory import GridDir
+from lit_resformer.runs.summary import METRIC_FIELDS, epoch_tokens, metric_results
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
 from lit_resformer.training.run_dir import RunDir
 

@@ -1,4 +1,4 @@
-"""A grid's run directory (lit_resformer.grids.directory) and the results loaded from it (lit_resformer.measures.grid_results)."""
+"""A grid's run directory (lit_resformer.runs.directory) and the results loaded from it (lit_resformer.runs.results)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from lit_resformer.grids.directory import MANIFEST_VERSION, GridDir, ManifestError, migrate_manifest
-from lit_resformer.measures.grid_results import load_results
+from lit_resformer.runs.directory import MANIFEST_VERSION, GridDir, ManifestError, migrate_manifest
+from lit_resformer.runs.results import load_results
 
 OLD = {"name": "g", "baseline": "a", "seeds": [0], "overrides": {"trainer.max_steps": 50},
        "cells": [{"name": "a", "overrides": {}, "baseline": "a", "family": None, "coords": {}},

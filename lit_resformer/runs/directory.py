@@ -4,7 +4,7 @@
       grid.yaml                 the manifest: the expanded grid (cells, baseline, seeds, claims) and where it ran
       <cell>/seed<k>/           one run (lit_resformer.training.run_dir.RunDir owns what is inside), or a relative link to
                                 the same run trained in another grid of the runs folder (GridDir.share)
-      provenance.json           in a results folder: one entry per export merged into it (lit_resformer.grids.archive)
+      provenance.json           in a results folder: one entry per export merged into it (lit_resformer.runs.archive)
       report.md, index.html, plots/
 
 The manifest carries a schema version (MANIFEST_VERSION). A manifest written before versions existed (version 1) is
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from lit_resformer.grids.summary import FINISHED
+from lit_resformer.runs.summary import FINISHED
 from lit_resformer.training.run_dir import RunConflict, RunDir
 from lit_resformer.writing import atomic_write
 

@@ -18,7 +18,7 @@ measured peak and the runs sharing a GPU that its MFU is stated with), reference
 the bigram reference was computed after the run by `add_references`, and how closely its unigram check matched).
 
 The final and best losses are computed here and nowhere else: the report, the claims and the scaling fits read them
-from the summary (lit_resformer.measures.grid_results).
+from the summary (lit_resformer.runs.results).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def epoch_tokens(run: RunDir) -> float | None:
 
 
 # The fields of `metric_results`: a summary written without them (results that could not be read when the run
-# ended) has them computed from its logged metrics when it is loaded (lit_resformer.measures.grid_results). The bigram reference is
+# ended) has them computed from its logged metrics when it is loaded (lit_resformer.runs.results). The bigram reference is
 # not among them: runs summarised before it was logged have no bigram in their metrics either; nor, for the same
 # reason, are the bits per byte (BPB_FIELDS).
 METRIC_FIELDS = ("steps", "final_train_loss", "best_train_loss", "train_loss_window", "final_val_loss", "best_val_loss",

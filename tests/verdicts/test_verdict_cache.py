@@ -1,4 +1,4 @@
-"""The board's cache of judged grids (lit_resformer.verdicts.cache): a grid whose runs and manifest did not change is
+"""The board's cache of judged grids (lit_resformer.verdicts.verdict_cache): a grid whose runs and manifest did not change is
 read back, not judged again, and reads back exactly; any change to a run's results or to the stored claims is a new
 key."""
 
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from lit_resformer.grids.directory import GridDir, grid_dirs, grid_index
+from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.verdicts import claims as claims_module
-from lit_resformer.verdicts.cache import VerdictCache, grid_key
 from lit_resformer.verdicts.claims import Judgements, scoreboard
+from lit_resformer.verdicts.verdict_cache import VerdictCache, grid_key
 from tests.helpers.claims_grids import claims_grid
 
 
