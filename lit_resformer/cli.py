@@ -262,6 +262,9 @@ def claims_command(argv: list[str]) -> None:
                         help="a grid's run directory (RUNS/<grid>) or a folder of them")
     parser.add_argument("--json", action="store_true", help="print the claims (with their comparisons) as JSON")
     parser.add_argument("--markdown", action="store_true", help="the scoreboard as a markdown page (docs/SCOREBOARD.md)")
+    parser.add_argument("--findings", action="store_true",
+                        help="the headline comparisons by regime, as README.md's 'What we found' table (the board's "
+                             "numbers; with --out README.md, the table between its markers is replaced)")
     parser.add_argument("--comparisons", action="store_true", help="the flat table of comparisons instead of claims")
     parser.add_argument("--transfer", action="store_true",
                         help="the transfer table: each claim's verdict and effect in each regime (optimizer, tokens, "
@@ -308,6 +311,12 @@ def claims_command(argv: list[str]) -> None:
         text = markdown(rows)
     elif args.transfer:
         text = transfer.markdown(claims) or "no claim is measured in a transfer regime or decided anywhere\n"
+    elif args.findings:
+        from lit_resformer.reports.findings import findings_markdown, with_findings
+
+        text = findings_markdown(rows)
+        if args.out is not None and args.out.is_file():  # a document holding the markers: only the table changes
+            text = with_findings(args.out.read_text(), text)
     elif args.markdown:
         table = transfer.markdown(claims)
         text = pc.markdown(claims) + (f"\n## Transfer: each verdict by regime\n\n{table}" if table else "")

@@ -75,3 +75,17 @@ def findings_markdown(rows: Sequence[Verdict], reports: str = "docs/results") ->
         table.append([finding.question, finding.regime, f"{fmt(v.delta)} {interval}", verdict_text(v) + p,
                       f"[{finding.grid}]({reports}/{finding.grid}/report.md)"])
     return markdown_table(["what", "regime", "Δ (a − b) [95% CI]", "verdict", "report"], table) + "\n"
+
+
+def with_findings(document: str, table: str) -> str:
+    """`document` with the text between its FINDINGS_START and FINDINGS_END markers replaced by `table`
+    (ValueError naming the markers when it lacks them)."""
+    if FINDINGS_START not in document or FINDINGS_END not in document:
+        raise ValueError(f"the document has no findings markers ({FINDINGS_START!r} ... {FINDINGS_END!r})")
+    head, rest = document.split(FINDINGS_START, 1)
+    return head + FINDINGS_START + "\n" + table + FINDINGS_END + rest.split(FINDINGS_END, 1)[1]
+
+
+def findings_in(document: str) -> str:
+    """The table between a document's findings markers."""
+    return document.split(FINDINGS_START, 1)[1].split(FINDINGS_END, 1)[0].removeprefix("\n")
