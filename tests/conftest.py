@@ -150,16 +150,17 @@ INTEGRATION = {
 
 # Module fixtures that take tens of seconds (the scoreboard over docs/results, every variant exported and checked in
 # plain transformers): the tests that share one run on one pytest-xdist worker (--dist loadgroup), which computes it
-# once.
+# once. Without pytest-xdist (`-p no:xdist`) there are no workers to group, nor an `xdist_group` marker to mark with.
 ONE_WORKER_FIXTURES = ("committed", "exported", "checked")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if item.originalname in INTEGRATION.get(item.path.name, ()):
             item.add_marker(pytest.mark.integration)
-        for fixture in ONE_WORKER_FIXTURES:
+        for fixture in ONE_WORKER_FIXTURES if grouped else ():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.xdist_group(f"{item.path.stem}:{fixture}"))
 

@@ -97,7 +97,8 @@ def test_the_graph_is_read(graph):
     assert "lit_resformer.writing" in graph["lit_resformer.training.run_dir"]  # from .reporting import ...
     assert "lit_resformer.config.files" in graph["lit_resformer.grids.spec"]  # from lit_resformer.config.files import ...
     assert "lit_resformer.reports.attention" in graph["lit_resformer.reports.grid_report"]  # inside a function
-    assert "lit_resformer.export.hf_remote.configuration_resformer" in graph["lit_resformer.export"]  # relative
+    assert "lit_resformer.export.hf_remote.configuration_resformer" in graph[
+        "lit_resformer.export.hf_remote.modeling_resformer"]  # relative
     assert "lit_resformer.eval.run" in graph[COMMAND_LINE]  # inside the eval subcommand
     assert is_core("lit_resformer.model.transformer") and is_core("lit_resformer.training.run_dir")
     assert not any(map(is_core, ("lit_resformer.eval.run", "lit_resformer.export", COMMAND_LINE, "lit_resformer.grids.jobs")))
@@ -164,10 +165,11 @@ def test_only_the_project_s_own_names_are_installed():
     setuptools_config = read_configuration(REPO / "pyproject.toml")["tool"]["setuptools"]
     installed = set(setuptools_config["packages"])  # the package list find resolves to
     assert {name.split(".")[0] for name in installed} == INSTALLED_TOP_LEVEL
-    assert {"lit_resformer.eval", "lit_resformer.export.hf_remote"} <= installed
+    assert {"lit_resformer.eval", "lit_resformer.export"} <= installed
     assert setuptools_config["package-data"] == {"lit_resformer.eval": ["tasks_data/**/*"],
-                                                 "lit_resformer.corpora": ["pinned_corpus.json"]}
-    assert (REPO / "lit_resformer/eval/tasks_data").is_dir()
+                                                 "lit_resformer.corpora": ["pinned_corpus.json"],
+                                                 "lit_resformer.export": ["hf_remote/*.py"]}
+    assert (REPO / "lit_resformer/eval/tasks_data").is_dir() and (REPO / "lit_resformer/export/hf_remote").is_dir()
 
 
 def test_tests_are_laid_out_like_the_package_and_import_no_other_test_module():

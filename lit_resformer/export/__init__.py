@@ -2,53 +2,46 @@
 
     export_hf("runs/x/checkpoints/last.ckpt", "runs/x/hf")   # lit-resformer export --ckpt ... --to-hf ...
 
-A vanilla model becomes a plain ``LlamaForCausalLM``. Every other config becomes a ``trust_remote_code`` folder:
-``configuration_resformer.py`` / ``modeling_resformer.py`` (copied from ``hf_remote/`` beside this file, importing
-only torch and transformers), ``config.json`` with the variant fields, ``auto_map``, the transformers release it
-was exported with and the major versions the code is tested under, and ``model.safetensors`` whose names are the
-training code's own. Both kinds hold ``generation_config.json`` and the tokenizer (a
-``PreTrainedTokenizerFast`` around the run's ``tokenizers.Tokenizer``, ``<|endoftext|>`` as BOS, EOS and pad), so
-``AutoModelForCausalLM``/``AutoTokenizer`` and lm-eval's ``hf`` model load either without this project.
+A vanilla model becomes a plain ``LlamaForCausalLM``. Every other config becomes a ``trust_remote_code`` folder whose
+code is the training code itself: the modules of ``lit_resformer/model/`` that the model needs (``transformer.py``,
+``config.py`` and what they import, copied as they are: they import only torch and each other) beside the two thin
+files of ``hf_remote/`` (files for exported folders, not modules of this package): ``configuration_resformer.py``
+(``ModelConfig`` as a transformers config) and ``modeling_resformer.py`` (the ``PreTrainedModel`` wrapper and a cache
+adapter over the model's own KV cache). They import each other relatively, which is how transformers finds the files
+a folder's code needs and loads them as one package. With them: ``config.json`` with the variant fields,
+``auto_map``, the transformers release it was exported with and the major versions the code is tested under, and
+``model.safetensors`` with the training code's weights under ``model.``. Both kinds hold ``generation_config.json``
+and the tokenizer (a ``PreTrainedTokenizerFast`` around the run's ``tokenizers.Tokenizer``, ``<|endoftext|>`` as BOS,
+EOS and pad), so ``AutoModelForCausalLM``/``AutoTokenizer`` and lm-eval's ``hf`` model load either without this
+project.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
 
 from lit_resformer.data.tokenizer import EOS_TOKEN
+from lit_resformer.model import ModelConfig
 
-# ModelConfig fields that choose how the model is computed on a device, not what it computes.
-NOT_ARCHITECTURE = ("size", "attn_impl")
-EMBEDDING_ROWS = ("tok_emb.weight", "lm_head.weight")  # may be padded past vocab_size for fast kernels
-
-
-def hf_config_fields(model_config: dict) -> dict:
-    """A ModelConfig as a dict -> the keyword arguments of ResFormerConfig; refuses fields the HF code lacks."""
-    from lit_resformer.model.config import VARIANT_GROUPS
-
-    from .hf_remote.configuration_resformer import GROUP_DEFAULTS
-
-    # A group the training code has and the exported code lacks is unknown below, field by field.
-    groups = {name: GROUP_DEFAULTS.get(name, {}) for name in VARIANT_GROUPS}
-    known = {"vocab_size", "n_layer", "n_head", "n_kv_head", "d_model", "ffn_dim", "max_seq_len", "rope_theta",
-             "norm_eps", "init_std", "neutreno_lambda", *groups}
-    fields = {k: v for k, v in model_config.items() if k not in NOT_ARCHITECTURE}
-    unknown = sorted(set(fields) - known) + sorted(
-        f"{group}.{k}" for group, defaults in groups.items() for k in set(fields.get(group, {})) - set(defaults))
-    if unknown:
-        raise ValueError(f"the exported modeling code does not know the config field(s) {unknown}; "
-                         f"teach lit_resformer/export/hf_remote/ what they compute before exporting this model")
-    return fields
+MODEL_CODE = Path(__file__).parents[1] / "model"
+REMOTE_CODE = Path(__file__).parent / "hf_remote"
+MODELING_CLASS = "modeling_resformer.ResFormerForCausalLM"  # file.class, as auto_map names it
 
 
-def hf_state_dict(state_dict: dict, vocab_size: int) -> dict:
-    """The training code's weights for the exported model (same names), embedding rows cut to `vocab_size`."""
-    weights = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()}
-    for name in EMBEDDING_ROWS:  # padded rows are never predicted or scored
-        weights[name] = weights[name][:vocab_size].contiguous()
-    return weights
+def write_modeling_code(out_dir: Path) -> None:
+    """Copy the thin files of hf_remote/ into `out_dir` with the modules of model/ they import, directly or through
+    each other: the files transformers finds through their relative imports when it loads them."""
+    from transformers.dynamic_module_utils import get_relative_import_files, get_relative_imports
+
+    thin = sorted(REMOTE_CODE.glob("*.py"))
+    imported = {name for path in thin for name in get_relative_imports(path)} - {path.stem for path in thin}
+    model = {MODEL_CODE / f"{name}.py" for name in imported}
+    model |= {Path(needed) for path in model for needed in get_relative_import_files(path)}
+    for source in (*thin, *sorted(model)):
+        shutil.copyfile(source, out_dir / source.name)
 
 
 def _special_token_id(tokenizer) -> int:
@@ -72,26 +65,28 @@ def _set_special_tokens(hf_model, token_id: int) -> None:
         config.bos_token_id = config.eos_token_id = config.pad_token_id = token_id
 
 
-def export_resformer(model_config: dict, state_dict: dict, tokenizer, out_dir: str | Path) -> Path:
-    """A ModelConfig (as a dict) and its weights -> a trust_remote_code folder with the modeling code in it."""
+def export_resformer(config: ModelConfig, state_dict: dict, tokenizer, out_dir: str | Path) -> Path:
+    """A ModelConfig and its weights -> a trust_remote_code folder with the model's own code in it. The classes that
+    save the folder are the folder's own, loaded from it as transformers loads them."""
     from transformers import __version__ as transformers_version
-
-    from .hf_remote.configuration_resformer import ResFormerConfig
-    from .hf_remote.modeling_resformer import ResFormerForCausalLM
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
     token_id = _special_token_id(tokenizer)
-    config = ResFormerConfig(**hf_config_fields(model_config), exported_with_transformers=transformers_version)
-    weights = hf_state_dict(state_dict, config.vocab_size)
-    with torch.device("meta"):  # the weights are assigned below, so nothing is initialised
-        hf_model = ResFormerForCausalLM(config)
-    hf_model.load_state_dict(weights, strict=True, assign=True)
-    _set_special_tokens(hf_model, token_id)
-    # save_pretrained copies the two modules into the folder and writes auto_map for these classes.
-    ResFormerConfig.register_for_auto_class()
-    ResFormerForCausalLM.register_for_auto_class("AutoModelForCausalLM")
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_modeling_code(out_dir)
+    model_class = get_class_from_dynamic_module(MODELING_CLASS, out_dir)
+    hf_config = model_class.config_class(**config.to_dict(), exported_with_transformers=transformers_version)
+    with torch.device("meta"):  # the weights are assigned below, so nothing is initialised
+        hf_model = model_class(hf_config)
+    weights = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()}
+    hf_model.model.load_state_dict(weights, strict=True, assign=True)
+    _set_special_tokens(hf_model, token_id)
+    # save_pretrained writes auto_map for these classes (and copies their files over the same files).
+    model_class.config_class.register_for_auto_class()
+    model_class.register_for_auto_class("AutoModelForCausalLM")
     hf_model.save_pretrained(out_dir, safe_serialization=True)
-    _save_tokenizer(tokenizer, out_dir, config.max_seq_len)
+    _save_tokenizer(tokenizer, out_dir, hf_config.max_seq_len)
     return out_dir
 
 
@@ -114,7 +109,7 @@ def export_model(model, tokenizer, out_dir: str | Path) -> Path:
 
     if not non_vanilla_fields(model.config):
         return export_llama(model, tokenizer, out_dir)
-    return export_resformer(model.config.to_dict(), model.state_dict(), tokenizer, out_dir)
+    return export_resformer(model.config, model.state_dict(), tokenizer, out_dir)
 
 
 def export_hf(ckpt: str | Path, out_dir: str | Path) -> Path:

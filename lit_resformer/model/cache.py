@@ -10,11 +10,15 @@ attends over the `pos + T` positions written so far, so shapes grow by one every
 the position is a device tensor that the model advances in place, a step writes through an index and attends
 over the whole buffer under a mask: every step then launches the same kernels on the same memory, which is what
 a CUDA graph needs (`model.decoding.GraphedDecodeStep`).
+
+Hugging Face generation drives the same cache through the exported model's adapter: it reorders and selects batch
+rows (`reindex`, beam search) and grows a cache whose final length it was not told (`reserve`).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .config import ModelConfig
 
@@ -34,7 +38,7 @@ class KVCache:
         buffer = lambda h: torch.zeros(batch, h, max_seq, config.head_dim, device=device, dtype=dtype) if h else None  # noqa: E731
         self.keys = [buffer(k) for k, _ in heads]
         self.values = [buffer(v) for _, v in heads]
-        self.max_seq = max_seq
+        self.max_seq, self.max_seq_len = max_seq, config.max_seq_len
         # Positions already written (advanced by the model after a whole forward pass): a host int, or a 0-d
         # long tensor on the buffers' device after make_static().
         self.pos: int | torch.Tensor = 0
@@ -60,6 +64,21 @@ class KVCache:
             raise ValueError(f"KV cache is full: {end} positions > max_seq={self.max_seq}")
         buffers[layer][:, :, self.pos:end] = new
         return buffers[layer][:, :, :end]
+
+    def reindex(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'] in that order (repeats allowed): beam search reorders its beams so."""
+        self.keys = [None if t is None else t.index_select(0, rows) for t in self.keys]
+        self.values = [None if t is None else t.index_select(0, rows) for t in self.values]
+
+    def reserve(self, max_seq: int) -> None:
+        """Room for `max_seq` positions, what is written kept."""
+        if max_seq > self.max_seq_len:
+            raise ValueError(f"cache length {max_seq} exceeds max_seq_len={self.max_seq_len}")
+        if max_seq <= self.max_seq:
+            return
+        grow = lambda t: None if t is None else F.pad(t, (0, 0, 0, max_seq - self.max_seq))  # noqa: E731
+        self.keys, self.values = [grow(t) for t in self.keys], [grow(t) for t in self.values]
+        self.max_seq = max_seq
 
     def held_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values) if t is not None)

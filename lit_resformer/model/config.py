@@ -284,11 +284,8 @@ class DenseValueConfig:
         return self.layers is not None
 
 
-# Every group of variant fields: its name in ModelConfig -> its dataclass. The config's parsing, the Llama mapping
-# (model/hf.py) and the Hugging Face export (export/__init__.py) read this one table; the exported code
-# (export/hf_remote/configuration_resformer.py) cannot import lit_resformer and keeps the same groups' defaults in
-# its GROUP_DEFAULTS, which tests/model/test_attention_variants.py holds equal to these dataclasses. A new group is added
-# here, there and in the modeling code that computes it.
+# Every group of variant fields: its name in ModelConfig -> its dataclass. The config's parsing and the Llama mapping
+# (model/hf.py) read this one table; a Hugging Face export carries this file itself, so its config is this one.
 VARIANT_GROUPS: dict[str, type] = {
     "residual": ResidualConfig, "value_embed": ValueEmbedConfig, "dwa": DWAConfig, "share": ShareConfig,
     "attn_gate": AttnGateConfig, "xsa": XSAConfig, "satformer": SATFormerConfig, "dense_value": DenseValueConfig,

@@ -4,7 +4,8 @@ All kernels take q [B, H, T, d], k/v [B, Hkv, S, d] and `offset` = number of cac
 the T queries, and attend causally: query t sees keys s <= offset + t. `offset` is a 0-d tensor when decoding
 with static shapes: k/v then span the whole preallocated cache and the mask hides the unwritten positions.
 `key_blocks` > 1 means k/v are `key_blocks` position-aligned sequences concatenated along S (cross-layer
-attention, Eq. 2); the causal mask is then repeated for each block. That mask is built in exactly one place:
+attention, Eq. 2); the causal mask is then repeated for each block. `padding` [B, offset + T] marks the real tokens
+of left-padded rows (batched generation): real queries skip padded keys. That mask is built in exactly one place:
 `causal_mask`, and as a FlexAttention block mask by `blocked_causal_block_mask` for compiled training on CUDA.
 """
 
@@ -17,7 +18,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+try:  # absent from some torch builds; this module also travels into exported folders, to whatever torch is there
+    from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+except ImportError:
+    flex_attention = None
 
 _flash_attn_func = None
 
@@ -26,11 +31,16 @@ def flash_available(device: torch.device) -> bool:
     return device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
 
 
-def causal_mask(t_q: int, t_k: int, offset: int, key_blocks: int, device: torch.device) -> torch.Tensor:
-    """Boolean [t_q, key_blocks * t_k] mask, True where attention is allowed."""
+def causal_mask(t_q: int, t_k: int, offset: int, key_blocks: int, device: torch.device,
+                padding: torch.Tensor | None = None) -> torch.Tensor:
+    """Boolean [t_q, key_blocks * t_k] mask, True where attention is allowed; with `padding` (boolean [B, t_k], t_k =
+    offset + t_q) [B, 1, t_q, key_blocks * t_k], in which real queries skip padded keys while a padded query keeps its
+    causal keys, so that no softmax row is empty (what a padded row computes is never read)."""
     rows = torch.arange(t_q, device=device)[:, None] + offset
-    cols = torch.arange(t_k, device=device)[None, :]
-    return (cols <= rows).repeat(1, key_blocks)
+    mask = torch.arange(t_k, device=device)[None, :] <= rows
+    if padding is not None:
+        mask = mask & (padding[:, None, None, :] | ~padding[:, None, offset:offset + t_q, None])
+    return mask.repeat(*([1] * (mask.dim() - 1)), key_blocks)
 
 
 def blocked_causal_block_mask(t: int, key_blocks: int, device: torch.device) -> BlockMask:
@@ -41,13 +51,14 @@ def blocked_causal_block_mask(t: int, key_blocks: int, device: torch.device) -> 
 
 
 def attention(q, k, v, *, offset: int | torch.Tensor, key_blocks: int = 1, impl: str = "sdpa",
-              on_probs: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+              on_probs: Callable[[torch.Tensor], None] | None = None,
+              padding: torch.Tensor | None = None) -> torch.Tensor:
     t_q, t_k = q.shape[-2], k.shape[-2] // key_blocks
     gqa = q.shape[1] != k.shape[1]
     static = isinstance(offset, torch.Tensor)
     if impl == "explicit" or on_probs is not None:
-        return _explicit(q, k, v, causal_mask(t_q, t_k, offset, key_blocks, q.device), on_probs)
-    if not static:
+        return _explicit(q, k, v, causal_mask(t_q, t_k, offset, key_blocks, q.device, padding), on_probs)
+    if not static and padding is None:
         if key_blocks > 1 and offset == 0 and t_q == t_k and _flex_wanted(q, impl):
             return flex_attention(q, k, v, block_mask=blocked_causal_block_mask(t_q, key_blocks, q.device),
                                   enable_gqa=gqa, kernel_options=FLEX_KERNEL_OPTIONS)
@@ -58,7 +69,7 @@ def attention(q, k, v, *, offset: int | torch.Tensor, key_blocks: int = 1, impl:
         if key_blocks == 1 and t_q == 1:  # one new token sees the whole cache: no mask needed
             with sdpa_kernel(GROWING_CACHE_BACKENDS):
                 return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
-    mask = causal_mask(t_q, t_k, offset, key_blocks, q.device)
+    mask = causal_mask(t_q, t_k, offset, key_blocks, q.device, padding)
     if gqa:
         return _grouped_masked(q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
@@ -80,7 +91,7 @@ def _flex_wanted(q: torch.Tensor, impl: str) -> bool:
     """Cross-layer attention in compiled CUDA code goes through FlexAttention: SDPA with a boolean mask computes
     every score of [t, key_blocks * t] on its slower masked kernel (the 82M model trained 1.6x slower than vanilla
     with it on an H100). Eager code keeps SDPA, where FlexAttention would run unfused (and has no CPU backward)."""
-    return impl == "sdpa" and q.is_cuda and torch.compiler.is_compiling()
+    return flex_attention is not None and impl == "sdpa" and q.is_cuda and torch.compiler.is_compiling()
 
 
 def _grouped_masked(q, k, v, mask):
@@ -93,7 +104,7 @@ def _grouped_masked(q, k, v, mask):
     b, h, t, d = q.shape
     groups = h // k.shape[1]
     out = F.scaled_dot_product_attention(q.reshape(b, k.shape[1], groups * t, d), k, v,
-                                         attn_mask=mask.repeat(groups, 1))
+                                         attn_mask=mask.repeat(*([1] * (mask.dim() - 2)), groups, 1))
     return out.reshape(b, h, t, d)
 
 

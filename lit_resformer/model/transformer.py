@@ -52,11 +52,20 @@ class Rotary(nn.Module):
 
     def __init__(self, head_dim: int, max_seq_len: int, theta: float):
         super().__init__()
-        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
+        self.head_dim, self.theta = head_dim, theta
+        self.register_buffer("cos", torch.empty(max_seq_len, head_dim, dtype=torch.float32), persistent=False)
+        self.register_buffer("sin", torch.empty(max_seq_len, head_dim, dtype=torch.float32), persistent=False)
+        self.fill_tables()
+
+    @torch.no_grad()
+    def fill_tables(self) -> None:
+        """cos and sin of every position's angles. Computed, never saved: a loader that builds the model on the meta
+        device (transformers' from_pretrained) calls this once the buffers are real."""
+        inv_freq = 1.0 / self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
+        angles = torch.outer(torch.arange(self.cos.shape[0], dtype=torch.float32), inv_freq)
         angles = torch.cat((angles, angles), dim=-1)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.cos.copy_(angles.cos())
+        self.sin.copy_(angles.sin())
 
     def forward(self, x: torch.Tensor, offset: int | torch.Tensor) -> torch.Tensor:
         t = x.shape[-2]
@@ -246,6 +255,7 @@ class _Stash:
     new_values: list = field(default_factory=list)  # V'_n of the new tokens (NeuTRENO's term)
     value_rows: dict = field(default_factory=dict)  # value-embedding table key -> its rows of the new tokens
     streams: list = field(default_factory=list)  # h_j: the residual stream handed to block j+1 (dense value only)
+    padding: torch.Tensor | None = None  # [B, cached + T], True on real tokens: left-padded rows only
 
     @classmethod
     def empty(cls, n_layer: int) -> _Stash:
@@ -367,7 +377,8 @@ class Attention(nn.Module):
         if trace is not None:
             trace.on_qkv(i, q, k, v)
         on_probs = (lambda p: trace.on_attention(i, p)) if trace is not None and trace.want_attention else None
-        u = attention(q, k, v, offset=offset, key_blocks=blocks, impl=cfg.attn_impl, on_probs=on_probs)
+        u = attention(q, k, v, offset=offset, key_blocks=blocks, impl=cfg.attn_impl, on_probs=on_probs,
+                      padding=stash.padding)
 
         if identity_weight is not None:
             u = u + _repeat_heads(identity_weight * history, cfg.n_head)
@@ -460,17 +471,25 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None, trace: Trace | None = None,
-                labels: torch.Tensor | None = None) -> torch.Tensor:
+                labels: torch.Tensor | None = None, padding: torch.Tensor | None = None) -> torch.Tensor:
         """idx [B, T] -> logits [B, T, vocab_size]; with `labels` [B, T] the mean next-token loss instead.
 
         With a cache, idx are the next tokens after cache.pos. The loss goes through `next_token_loss`: chunked
         on a GPU (the logits of the whole batch are never held), plain logits + cross-entropy on the CPU where
-        that is faster (ignore_index -100, as `causal_lm_loss`).
+        that is faster (ignore_index -100, as `causal_lm_loss`). `padding` [B, cache.pos + T] (1 on real tokens) is
+        a batch of left-padded rows, as transformers' attention_mask: no real token attends to a padded one, so each
+        row computes what it computes alone (its tokens sit as many positions later, which RoPE, a function of the
+        distance between positions, does not see).
         """
         offset = cache.pos if cache is not None else 0
-        if not (cache is not None and cache.static) and offset + idx.shape[1] > self.config.max_seq_len:
+        static = cache is not None and cache.static
+        if not static and offset + idx.shape[1] > self.config.max_seq_len:
             raise ValueError(f"sequence of {offset + idx.shape[1]} tokens exceeds max_seq_len={self.config.max_seq_len}")
         stash = _Stash.empty(self.config.n_layer)
+        if padding is not None:
+            if static:
+                raise ValueError("padding needs a cache whose position is a host int (not after make_static())")
+            stash.padding = padding.bool()
         stash.value_rows = {key: table(idx) for key, table in self.value_embeds.items()}
         x = self.tok_emb(idx)
         raw_outputs = [x]  # B_0..B_b, kept only for DenseFormer

@@ -50,7 +50,7 @@ def task_texts(data_dir, per_task: int = 2000) -> list[str]:
 def test_registered_model_matches_lm_evals_hf_model_on_the_six_tasks(offline_data, tmp_path, monkeypatch, capsys):
     from lm_eval.models.huggingface import HFLM
 
-    tokenizer = byte_bpe_tokenizer(task_texts(offline_data))
+    tokenizer = byte_bpe_tokenizer(2048, task_texts(offline_data))
     torch.manual_seed(0)
     config = ModelConfig.preset("tiny", vocab_size=tokenizer.get_vocab_size(), max_seq_len=256)
     model = Transformer(config).eval()

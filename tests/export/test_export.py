@@ -21,12 +21,17 @@ import torch
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
 from lit_resformer.eval.lm_eval_cli import lm_eval_argv, task_folder
-from lit_resformer.export import export_model, export_resformer, hf_config_fields
-from lit_resformer.export.hf_remote.configuration_resformer import ResFormerConfig
+from lit_resformer.export import MODEL_CODE, REMOTE_CODE, export_model, export_resformer
 from lit_resformer.model import ModelConfig, Transformer
 from tests.helpers.eval_data import CORPUS, arc_data_dir, byte_bpe_tokenizer
 from tests.helpers.experiments import tiny_experiment
-from tests.helpers.hf_remote import NEW_TOKENS, PROMPT_LEN, check_in_plain_transformers, reference_case
+from tests.helpers.hf_remote import (
+    NEW_TOKENS,
+    PROMPT_LEN,
+    check_in_plain_transformers,
+    exported_modules,
+    reference_case,
+)
 
 # name -> ModelConfig overrides of a 6-layer model (d_model 32, 4 heads).
 VARIANTS = {
@@ -104,7 +109,7 @@ def padded_vocab_export(bpe, folder: Path):
     weights = model.state_dict()
     for name in ("tok_emb.weight", "lm_head.weight"):
         weights[name] = torch.cat([weights[name], torch.randn(384 - len(weights[name]), 32)])
-    export_resformer(model.config.to_dict(), weights, bpe, folder)
+    export_resformer(model.config, weights, bpe, folder)
     return model
 
 
@@ -150,6 +155,8 @@ def test_at_least_twelve_variants_and_every_extra_case_were_checked(checked):
 @pytest.mark.parametrize("name", [*VARIANTS, "vanilla", "padded-vocab", "checkpoint"])
 def test_exported_folder_computes_what_the_project_model_computes(checked, name):
     expected, got = checked[0][name]
+    if name != "vanilla":  # config.json gives back the training config, every variant field of it
+        assert got["config"] == expected["config"]
     assert (got["logits"] - expected["logits"]).abs().max() <= 1e-5
     assert torch.equal(got["sequences"], expected["sequences"])
     # Each decoding step through HF's cache reproduces the full-sequence logits of the project's model.
@@ -183,37 +190,72 @@ def test_exported_tokenizer_is_the_runs_tokenizer(checked, bpe, svformer_run):
         assert checked[0][name][1]["text_ids"] == tokenizer.encode(CORPUS[1]).ids, name
 
 
-def test_export_refuses_config_fields_the_modeling_code_does_not_know():
-    fields = ModelConfig.preset("tiny").to_dict()
-    assert "size" not in hf_config_fields(fields) and "attn_impl" not in hf_config_fields(fields)
-    with pytest.raises(ValueError, match=r"\['window'\].*lit_resformer/export/hf_remote"):
-        hf_config_fields({**fields, "window": 128})
-    with pytest.raises(ValueError, match=r"\['residual\.gate_temperature'\]"):
-        hf_config_fields({**fields, "residual": {**fields["residual"], "gate_temperature": 1.0}})
-    with pytest.raises(ValueError, match=r"residual\.learnable='gated' is not allowed; choose one of \['none'"):
-        ResFormerConfig(**{**hf_config_fields(fields), "residual": {"target": "v", "learnable": "gated"}})
+@pytest.fixture(scope="module")
+def remote_code(tmp_path_factory, bpe):
+    """An exported folder and its (configuration, modeling) modules, loaded from it as transformers loads them."""
+    folder = tmp_path_factory.mktemp("remote_code") / "resformer"
+    export_model(make_model(bpe, seed=0, residual={"target": "v"}), bpe, folder)
+    return folder, *exported_modules(folder)
 
 
-def test_a_model_built_from_its_config_starts_where_the_training_code_starts(bpe):
-    from lit_resformer.export.hf_remote.modeling_resformer import ResFormerForCausalLM
+def test_the_exported_code_is_the_training_code_unchanged(remote_code):
+    """The model's modules travel as they are, beside the two thin files: no second copy of any variant."""
+    folder = remote_code[0]
+    thin = {path.name for path in REMOTE_CODE.glob("*.py")}
+    copied = {path.name for path in folder.glob("*.py")} - thin
+    assert thin == {"configuration_resformer.py", "modeling_resformer.py"} <= {p.name for p in folder.glob("*.py")}
+    assert {"transformer.py", "config.py", "cache.py", "kernels.py"} <= copied
+    for name in copied:
+        assert (folder / name).read_bytes() == (MODEL_CODE / name).read_bytes(), name
 
+
+def bad_values() -> list[tuple[str, object]]:
+    """One value training refuses for every field with a fixed set of choices, and a few numeric ones."""
+    fields = [(f"{group}.{name}", "bogus") for group, values in ModelConfig.preset("tiny").to_dict().items()
+              if isinstance(values, dict) for name in values]
+    return [*fields, ("n_head", 3), ("neutreno_lambda", -1.0), ("dwa.dilation", 0)]
+
+
+@pytest.mark.parametrize("field,value", bad_values())
+def test_a_value_training_refuses_is_refused_by_the_exported_config_with_the_same_message(remote_code, tmp_path,
+                                                                                         field, value):
+    """Allowed values cannot drift between training and export: config.json with the bad value, loaded through the
+    folder's own configuration class, fails as ModelConfig fails."""
+    folder, configuration, _ = remote_code
+    tiny = {k: v for k, v in ModelConfig.preset("tiny").to_dict().items() if k not in ("size", "attn_impl")}
+    group, _, name = field.rpartition(".")
+    bad = {**tiny, group: {**tiny[group], name: value}} if group else {**tiny, name: value}
+    with pytest.raises(ValueError) as training:
+        ModelConfig(**bad)
+    with pytest.raises(ValueError) as exported:
+        configuration.ResFormerConfig(**bad)
+    assert str(exported.value) == str(training.value)
+    written = json.loads((folder / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**written, **bad}))
+    with pytest.raises(ValueError) as loaded:
+        configuration.ResFormerConfig.from_pretrained(tmp_path)
+    assert str(loaded.value) == str(training.value)
+
+
+def test_a_model_built_from_its_config_is_the_training_codes_model_weight_for_weight(remote_code):
+    """transformers' initialisation (post_init) leaves the model's own: the same seed gives the same weights."""
+    modeling = remote_code[2]
     for overrides in ({"residual": {"target": "v", "learnable": "head", "source": "all", "self_weight": "uniform",
                                     "lam": "uniform"}, "dwa": {"enabled": True}},
-                      {"residual": {"target": "v", "learnable": "token"}},
-                      {"residual": {"target": "v", "learnable": "tied"}},
-                      {"residual": {"target": "v", "learnable": "token", "gate_per": "channel", "gate_bias": True},
+                      {"residual": {"target": "v", "learnable": "token", "gate_per": "channel", "gate_rank": 2,
+                                    "gate_bias": True},
                        "value_embed": {"layers": [2, 3], "gate_width": 4, "gate_reads_table": True,
-                                       "value_weight": "learnable"}}):
+                                       "value_weight": "learnable"}},
+                      {"attn_gate": {"per": "element"}, "xsa": {"per": "token"}, "satformer": {"enabled": True},
+                       "dense_value": {"layers": "all"}}):
+        config = ModelConfig(n_layer=3, n_head=2, d_model=16, ffn_dim=32, vocab_size=64, max_seq_len=16, **overrides)
         torch.manual_seed(0)
-        ours = Transformer(ModelConfig(n_layer=3, n_head=2, d_model=16, ffn_dim=32, vocab_size=64, max_seq_len=16,
-                                       **overrides))
-        theirs = ResFormerForCausalLM(ResFormerConfig(**hf_config_fields(ours.config.to_dict())))
-        untouched = {n: p for n, p in ours.state_dict().items() if "mix." in n or n.startswith("dwa.") or "norm" in n}
-        assert untouched and set(untouched) <= set(theirs.state_dict())
-        for name, value in untouched.items():
-            assert torch.equal(theirs.state_dict()[name], value), name
-        stds = [float(p.std()) for n, p in theirs.named_parameters() if n.endswith(("wq.weight", "lm_head.weight"))]
-        assert all(abs(std - 0.02) < 0.005 for std in stds)
+        ours = Transformer(config).state_dict()
+        torch.manual_seed(0)
+        theirs = modeling.ResFormerForCausalLM(modeling.ResFormerConfig(**config.to_dict())).model.state_dict()
+        assert set(theirs) == set(ours)
+        for name, value in ours.items():
+            assert torch.equal(theirs[name], value), name
 
 
 # ------------------------------------------------------------------------------------ lit-resformer lm-eval

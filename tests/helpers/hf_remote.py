@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import torch
 import transformers
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from lit_resformer.model import Transformer, kv_cache_bytes
 
@@ -33,10 +35,17 @@ def check_in_plain_transformers(root: Path, cases: dict) -> dict:
     return results
 
 
+def exported_modules(folder: Path) -> tuple[ModuleType, ModuleType]:
+    """(configuration_resformer, modeling_resformer) of an exported folder, loaded from it as transformers loads a
+    folder's code with trust_remote_code."""
+    model_class = get_class_from_dynamic_module("modeling_resformer.ResFormerForCausalLM", folder)
+    return sys.modules[model_class.config_class.__module__], sys.modules[model_class.__module__]
+
+
 @torch.no_grad()
 def reference_case(model: Transformer, folder: Path, seed: int, text: str) -> tuple[dict, dict]:
-    """(inputs for the checking process, what the project's model computes on them): logits, greedy generation
-    through the cache, one left-padded row, the cache's size, and `text` for the exported tokenizer."""
+    """(inputs for the checking process, what the project's model computes on them): its config, logits, greedy
+    generation through the cache, one left-padded row, the cache's size, and `text` for the exported tokenizer."""
     generator = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
     ids = torch.randint(1, vocab, (2, PROMPT_LEN), generator=generator)
@@ -48,6 +57,7 @@ def reference_case(model: Transformer, folder: Path, seed: int, text: str) -> tu
     case = {"dir": str(folder), "ids": ids, "max_new_tokens": NEW_TOKENS, "padded_ids": padded_ids,
             "padded_mask": padded_mask, "text": text}
     expected = {
+        "config": model.config.to_dict(),
         "logits": model(ids),
         "sequences": greedy,
         "step_logits": model(greedy[:, :-1])[:, PROMPT_LEN - 1:],

@@ -6,9 +6,10 @@ TRANSFORMERS_HOME is the folder that holds the calling process's `transformers` 
 yet a test run against another transformers release (first on PYTHONPATH) must check that release.
 
 CASES maps a name to {"dir", "ids", "max_new_tokens", "padded_ids", "padded_mask", "text"}. RESULTS holds the
-version of transformers that loaded the folders and, for each folder, the class transformers built, full-sequence
-logits, greedy `generate()` with the logits of every decoding step and the bytes of the KV cache it kept, greedy
-generation of a left-padded batch, beam search with and without the cache, and the tokenizer's ids of `text`.
+version of transformers that loaded the folders and, for each folder, the class transformers built, the training
+config the folder's config.json gives (remote-code folders), full-sequence logits, greedy `generate()` with the
+logits of every decoding step and the bytes of the KV cache it kept, greedy generation of a left-padded batch, beam
+search with and without the cache, and the tokenizer's ids of `text`.
 The comparisons with the project's own model are the calling test's.
 
 The project is installed in this environment (editable), so its packages are refused at import time: the check
@@ -43,8 +44,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 
 def cache_bytes(cache) -> int:
-    tensors = [t for layer in cache.layers for t in (layer.keys, layer.values) if t is not None]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    """What the K/V tensors of a generate() cache hold: the model's own KV cache behind the exported cache adapter
+    (`kv`), or the layers of transformers' cache (Llama)."""
+    kv = getattr(cache, "kv", None)
+    if kv is not None:
+        tensors = [*kv.keys, *kv.values]
+    else:
+        tensors = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 def returned_cache(output):
@@ -69,6 +76,7 @@ def main(cases_path: str, results_path: str) -> None:
                                 use_cache=use_cache, **greedy) for use_cache in (True, False)]
         results[name] = {
             "class": type(model).__name__,
+            "config": model.config.model_config().to_dict() if hasattr(model.config, "model_config") else None,
             "logits": logits,
             "sequences": out.sequences,
             "step_logits": torch.stack(out.logits, dim=1),

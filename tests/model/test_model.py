@@ -398,6 +398,44 @@ def test_explicit_kernel_equals_sdpa(name):
         assert (sdpa(x) - explicit(x)).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("name,kernel", [("resformer+gqa", "sdpa"), ("cross-attention", "sdpa"),
+                                         ("svformer-anchors", "sdpa"), ("neutreno+gqa", "explicit"),
+                                         ("cla3+gqa", "sdpa")])
+def test_left_padded_rows_compute_what_each_row_computes_alone(name, kernel):
+    """`padding` (transformers' attention_mask) through a prefill and cached steps: each row's real tokens get the
+    logits the row gets alone, its RoPE positions counting real tokens only and no real token attending to padding."""
+    model = build(small(**DECODE_VARIANTS[name], attn_impl=kernel))
+    x = tokens(length=12)
+    padding = torch.ones_like(x)
+    padding[1, :5] = 0  # row 1 is x[1, 5:] behind 5 pad tokens
+    with torch.no_grad():
+        cache = model.new_cache(batch=2, max_seq=12)
+        steps = [model(x[:, :9], cache=cache, padding=padding[:, :9])]
+        steps += [model(x[:, t:t + 1], cache=cache, padding=padding[:, :t + 1]) for t in range(9, 12)]
+        padded = torch.cat(steps, 1)
+        assert (padded[0] - model(x[:1])[0]).abs().max().item() <= 1e-5
+        assert (padded[1, 5:] - model(x[1:, 5:])[0]).abs().max().item() <= 1e-5
+
+
+def test_kv_cache_grows_keeping_what_it_holds_and_reorders_its_rows():
+    """What generation through transformers asks of the cache: room for more positions, then beams reordered."""
+    config = small(**DECODE_VARIANTS["svformer-anchors"])
+    model = build(config)
+    x = tokens(batch=3, length=10)
+    with torch.no_grad():
+        full = model(x)
+        cache = model.new_cache(batch=3, max_seq=4)
+        first = model(x[:, :4], cache=cache)
+        cache.reserve(10)
+        assert cache.max_seq == 10 and cache.held_bytes() == kv_cache_bytes(config, batch=3, seq=10)
+        rows = torch.tensor([2, 0, 0])
+        cache.reindex(rows)
+        rest = model(x[rows, 4:], cache=cache)
+    assert (torch.cat([first[rows], rest], 1) - full[rows]).abs().max().item() <= 1e-5
+    with pytest.raises(ValueError, match="cache length 65 exceeds max_seq_len=64"):
+        cache.reserve(65)
+
+
 def test_kv_cache_sizes():
     n_layer = 8
     cfg = dict(SMALL, n_layer=n_layer)
