@@ -286,7 +286,8 @@ def claims_command(argv: list[str]) -> None:
     from lit_resformer.runs.directory import grid_dirs
     from lit_resformer.verdicts import paper_claims as pc
     from lit_resformer.verdicts import transfer
-    from lit_resformer.verdicts.claims import markdown, scoreboard
+    from lit_resformer.verdicts.claims import scoreboard
+    from lit_resformer.verdicts.rendering import markdown
 
     stale = [change for grid in grid_dirs(args.runs_dirs) if (change := claims_change(grid)[1])]
     if stale:

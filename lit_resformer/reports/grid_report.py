@@ -51,9 +51,10 @@ from lit_resformer.reports.scaling_section import scaling_section
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.runs.results import GridResults, RunResult, load_results, relative_curves
 from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_grid, grid_regime, regime_text
-from lit_resformer.verdicts.claims import counts as claim_counts
-from lit_resformer.verdicts.claims import table as claims_table
+from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_grid
+from lit_resformer.verdicts.regime import grid_regime, regime_text
+from lit_resformer.verdicts.rendering import counts as claim_counts
+from lit_resformer.verdicts.rendering import table as claims_table
 from lit_resformer.writing import atomic_write
 
 RELATIVE_WINDOWS = (10, 100)

@@ -11,7 +11,7 @@ from pathlib import Path
 from lit_resformer.measures.stats import VERDICTS
 from lit_resformer.reports.page import chip, chip_text, markdown_body, tally_html
 from lit_resformer.verdicts.claims import Verdict, is_sub_row
-from lit_resformer.verdicts.claims import table as claims_table
+from lit_resformer.verdicts.rendering import table as claims_table
 
 
 def comparison_cells(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:

@@ -70,7 +70,6 @@ import yaml
 from lit_resformer.measures.power import effect_of_interest, family_level, power_of
 from lit_resformer.measures.scaling import PAPER_CLAIMS, ScalingError, analyse_grid
 from lit_resformer.measures.stats import (
-    VERDICTS,
     RunLosses,
     adjusted_verdict,
     compare_seeds,
@@ -111,8 +110,8 @@ from lit_resformer.runs.results import (
 )
 from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.verdicts import budgets, tuning
+from lit_resformer.verdicts.regime import grid_regime, regime_text
 from lit_resformer.verdicts.verdict_cache import VerdictCache, grid_key
-from lit_resformer.writing import markdown_table
 
 DOMAIN_PREFIX = "val_loss/"  # per-domain claims: sub-rows of their claim on the scoreboard
 # A sweep grid's scaling analysis (lit_resformer.measures.scaling.analyse_grid; the error when it cannot be fitted);
@@ -1001,145 +1000,3 @@ def _sub_rows_under_their_claims(rows: list[Verdict]) -> list[Verdict]:
 def is_sub_row(v: Verdict) -> bool:
     """A per-domain result: a sub-row of its claim, not a claim of its own on the scoreboard."""
     return v.claim.metric.startswith(DOMAIN_PREFIX)
-
-
-def _fmt_p(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3g}"
-
-
-def _fmt_mde(v: Verdict, fmt: Callable[[float | None], str]) -> str:
-    """The minimum detectable effect at the family's adjusted level, unsigned, in the metric's unit."""
-    mde = v.power.get("mde")
-    return "–" if mde is None else fmt(mde).lstrip("+")
-
-
-def verdict_text(v: Verdict) -> str:
-    """The verdict as shown everywhere: bold, with "(fragile)" when its adjusted p is in [ALPHA/2, ALPHA), and an
-    inconclusive one with what it rules out (lit_resformer.measures.power): bounded (an equivalence result within the
-    effect of interest), underpowered (with the seeds that would reach that effect) or unresolved."""
-    text = f"**{v.verdict}**" + (" (fragile)" if v.fragile else "")
-    kind = v.power.get("classification") if v.verdict == "inconclusive" else None
-    if kind == "underpowered" and v.power.get("seeds_needed"):
-        return f"{text} (underpowered: {v.power['seeds_needed']} seeds for ±{v.power['effect']:.3g})"
-    return f"{text} ({kind} within ±{v.power['effect']:.3g})" if kind == "bounded" else (
-        f"{text} ({kind})" if kind else text)
-
-
-def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the comparisons (the report's Claims section leaves out the grid column): the paper's
-    effect beside ours, the two-sided p of the test beside its Holm-adjusted p within the grid (the one rule that
-    decides every verdict, in the report and on the scoreboard alike)."""
-    header = ["claim", "a vs b", "metric", "paper", "Δ (a − b)", "95% CI", "n", "design", "MDE", "p (two-sided)",
-              "p Holm", "verdict", "note"]
-    rows = []
-    for v in verdicts:
-        fmt = judging(v.claim).format_value
-        interval = "–" if v.low is None else f"[{fmt(v.low)}, {fmt(v.high)}]"
-        label = f"↳ {v.claim.claim}" if is_sub_row(v) else v.claim.claim
-        note = "; ".join(x for x in (v.note, f"grids differ: {v.disagree}" if v.disagree else "") if x)
-        rows.append([label, f"{v.claim.a} vs {v.claim.b}", judging(v.claim).label(v.claim), v.claim.paper or "–",
-                     fmt(v.delta), interval, str(v.n), v.design or "–", _fmt_mde(v, fmt), _fmt_p(v.p_two_sided),
-                     _fmt_p(v.p_holm), verdict_text(v), note])
-    if not with_grid:
-        return header, rows
-    return ["grid", *header], [[", ".join(v.grids or (v.grid,)), *row] for v, row in zip(verdicts, rows, strict=True)]
-
-
-def markdown(verdicts: Sequence[Verdict]) -> str:
-    """The scoreboard as markdown: the paper's claims, then the claims beyond the paper in their own section, each
-    table with a count of each verdict; the regime of each grid; and where each grid's runs trained (grids merged
-    from exports; runs from different machines may differ in corpus and numerics, so pair within a grid)."""
-    paper = [v for v in verdicts if not v.claim.beyond_paper]
-    beyond = [v for v in verdicts if v.claim.beyond_paper]
-    text = markdown_table(*table(paper)) + "\n" + counts(paper) + "\n"
-    if beyond:
-        text += ("\nClaims beyond the paper (other published results and our own questions; each decided, like "
-                 "every comparison, on its grid's Holm-adjusted p):\n\n" + markdown_table(*table(beyond)) + "\n" + counts(beyond) + "\n")
-    regimes = {v.grid: v.regime for v in verdicts if v.regime}
-    if regimes:
-        text += "\nRegime of each grid:\n" + "".join(f"- {grid}: {regime_text(r)}\n" for grid, r in regimes.items())
-    places = {v.grid: v.trained_on for v in verdicts if v.trained_on}
-    if places:
-        text += "\nWhere the runs trained:\n" + "".join(f"- {grid}: {where}\n" for grid, where in places.items())
-    return text
-
-
-def counts(verdicts: Sequence[Verdict]) -> str:
-    """How many claims have each verdict; per-domain sub-rows are part of their claim and not counted."""
-    claims = [v for v in verdicts if not is_sub_row(v)]
-    tally = ", ".join(f"{sum(v.verdict == name for v in claims)} {name}" for name in VERDICTS)
-    return f"{tally} of {len(claims)} claims (per-domain sub-rows not counted)."
-
-
-# ----------------------------------------------------------------------------------------------
-# the regime a grid's claims are judged in
-
-
-def grid_regime(results: GridResults) -> dict:
-    """Where a grid's finished runs stand, so a verdict is read in its regime: the ranges over runs of parameters,
-    training tokens, tokens per parameter and final validation loss, and the mean unigram and bigram references
-    of their validation tokens with how many runs end below the bigram one, and the most passes over the training
-    split any run made (None: every run stayed within one epoch). {} for a grid with no finished runs."""
-    runs = [r for by_seed in results.done.values() for r in by_seed.values()]
-    if not runs:
-        return {}
-
-    def span(values: Iterable[float | None]) -> list[float] | None:
-        present = [float(v) for v in values if v is not None]
-        return [min(present), max(present)] if present else None
-
-    def mean(values: Iterable[float | None]) -> float | None:
-        present = [float(v) for v in values if v is not None]
-        return float(np.mean(present)) if present else None
-
-    params = {r.name: r.summary.get("params") for r in runs}
-    tokens = {r.name: r.summary.get("tokens_seen") for r in runs}
-    with_bigram = [r for r in runs if r.bigram_loss is not None and r.final("val_loss") is not None]
-    return {
-        "runs": len(runs),
-        "params": span(params.values()),
-        "tokens": span(tokens.values()),
-        "tokens_per_param": span(tokens[n] / params[n] for n in params if tokens[n] and params[n]),
-        "epochs": max((r.epochs for r in runs if r.epochs is not None), default=None),
-        "final_val_loss": span(r.final("val_loss") for r in runs),
-        "unigram_loss": mean(r.unigram_loss for r in runs),
-        "bigram_loss": mean(r.bigram_loss for r in runs),
-        "below_bigram": sum(r.final("val_loss") < r.bigram_loss for r in with_bigram),
-        "with_bigram": len(with_bigram),
-        # model.optimizer of the runs' configs (the module's default, adamw, where a config does not say)
-        "optimizer": sorted({str(((r.config or {}).get("model") or {}).get("optimizer") or "adamw") for r in runs}),
-        # the presets the runs' models start from (model.config.size) and data.source: a verdict holds for the model
-        # and corpus it was measured on
-        "size": sorted({str(((r.config or {}).get("model") or {}).get("config", {}).get("size")) for r in runs
-                        if ((r.config or {}).get("model") or {}).get("config", {}).get("size")}),
-        "corpus": sorted({str(((r.config or {}).get("data") or {}).get("source")) for r in runs
-                          if ((r.config or {}).get("data") or {}).get("source")}),
-    }
-
-
-def regime_text(regime: dict) -> str:
-    """A grid's regime in one line (grid_regime)."""
-
-    def span(key: str, fmt) -> str:
-        low, high = regime.get(key) or (None, None)
-        if low is None:
-            return "–"
-        return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)}–{fmt(high)}"
-
-    def millions(x: float) -> str:
-        return f"{x / 1e6:.2f}M"
-
-    epochs = "within one epoch" if regime.get("epochs") is None else f"up to {regime['epochs']:.2f} epochs"
-    references = f"unigram {regime['unigram_loss']:.3f}" if regime.get("unigram_loss") is not None else "no unigram"
-    if regime.get("bigram_loss") is not None:
-        references += (f", bigram {regime['bigram_loss']:.3f} ({regime['below_bigram']} of {regime['with_bigram']} "
-                       "runs end below it)")
-    else:
-        references += ", no bigram reference logged"
-    trained = ", ".join(x for x in ("+".join(regime.get("optimizer") or []),
-                                    " and ".join(f"the {c} corpus" for c in regime.get("corpus") or [])) if x)
-    return (f"{regime['runs']} runs, {span('params', millions)} parameters, {span('tokens', millions)} training tokens "
-            f"({span('tokens_per_param', lambda x: f'{x:.2f}')} tokens per parameter; {epochs})"
-            + (f", {trained}" if trained else "")
-            + f", final validation loss {span('final_val_loss', lambda x: f'{x:.3f}')} against the references "
-            f"{references}")

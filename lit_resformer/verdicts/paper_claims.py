@@ -25,7 +25,9 @@ import yaml
 
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli
 from lit_resformer.provenance import REPO_ROOT as REPO
-from lit_resformer.verdicts.claims import Verdict, is_sub_row, regime_text, verdict_text
+from lit_resformer.verdicts.claims import Verdict, is_sub_row
+from lit_resformer.verdicts.regime import regime_text
+from lit_resformer.verdicts.rendering import verdict_text
 
 REGISTRY = REPO / "configs" / "claims.yaml"
 CLAIM_VERDICTS = ("reproduced", "contradicted", "mixed", "inconclusive", "not tested")

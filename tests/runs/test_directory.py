@@ -60,7 +60,7 @@ def test_a_summary_without_its_losses_has_them_computed_from_its_metrics(tmp_pat
 
 
 def test_epochs_are_the_passes_over_the_training_split_and_the_regime_names_the_most(tmp_path):
-    from lit_resformer.verdicts.claims import grid_regime, regime_text
+    from lit_resformer.verdicts.regime import grid_regime, regime_text
 
     grid = GridDir.of(tmp_path, "g")
     grid.write_manifest(migrate_manifest(OLD, ""), provenance={})

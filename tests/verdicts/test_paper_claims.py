@@ -17,7 +17,8 @@ from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import grid_dirs, grid_index
 from lit_resformer.verdicts import declared
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.verdicts.claims import Judgements, Verdict, judge, scoreboard, table, verdict_text
+from lit_resformer.verdicts.claims import Judgements, Verdict, judge, scoreboard
+from lit_resformer.verdicts.rendering import table, verdict_text
 from tests.helpers.claims_grids import row
 
 REPO = Path(__file__).resolve().parents[2]

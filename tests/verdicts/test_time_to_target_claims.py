@@ -14,7 +14,8 @@ from lit_resformer.runs import claim_spec
 from lit_resformer.runs.claim_spec import Claim, parse_claims
 from lit_resformer.runs.results import load_results
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.verdicts.claims import evaluate_grid, table
+from lit_resformer.verdicts.claims import evaluate_grid
+from lit_resformer.verdicts.rendering import table
 
 REPO = Path(__file__).resolve().parents[2]
 FIG7 = REPO / "docs" / "results" / "fig7-evidence"

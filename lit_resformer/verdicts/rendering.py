@@ -1,0 +1,79 @@
+"""Verdicts as a reader sees them: the verdict's words with what qualifies it (fragile, bounded, underpowered),
+the comparisons table of a grid report and of the flat scoreboard, and the count of each verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from lit_resformer.measures.stats import VERDICTS
+from lit_resformer.verdicts.claims import Verdict, is_sub_row, judging
+from lit_resformer.verdicts.regime import regime_text
+from lit_resformer.writing import markdown_table
+
+
+def _fmt_p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}"
+
+
+def _fmt_mde(v: Verdict, fmt: Callable[[float | None], str]) -> str:
+    """The minimum detectable effect at the family's adjusted level, unsigned, in the metric's unit."""
+    mde = v.power.get("mde")
+    return "–" if mde is None else fmt(mde).lstrip("+")
+
+
+def verdict_text(v: Verdict) -> str:
+    """The verdict as shown everywhere: bold, with "(fragile)" when its adjusted p is in [ALPHA/2, ALPHA), and an
+    inconclusive one with what it rules out (lit_resformer.measures.power): bounded (an equivalence result within the
+    effect of interest), underpowered (with the seeds that would reach that effect) or unresolved."""
+    text = f"**{v.verdict}**" + (" (fragile)" if v.fragile else "")
+    kind = v.power.get("classification") if v.verdict == "inconclusive" else None
+    if kind == "underpowered" and v.power.get("seeds_needed"):
+        return f"{text} (underpowered: {v.power['seeds_needed']} seeds for ±{v.power['effect']:.3g})"
+    return f"{text} ({kind} within ±{v.power['effect']:.3g})" if kind == "bounded" else (
+        f"{text} ({kind})" if kind else text)
+
+
+def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the comparisons (the report's Claims section leaves out the grid column): the paper's
+    effect beside ours, the two-sided p of the test beside its Holm-adjusted p within the grid (the one rule that
+    decides every verdict, in the report and on the scoreboard alike)."""
+    header = ["claim", "a vs b", "metric", "paper", "Δ (a − b)", "95% CI", "n", "design", "MDE", "p (two-sided)",
+              "p Holm", "verdict", "note"]
+    rows = []
+    for v in verdicts:
+        fmt = judging(v.claim).format_value
+        interval = "–" if v.low is None else f"[{fmt(v.low)}, {fmt(v.high)}]"
+        label = f"↳ {v.claim.claim}" if is_sub_row(v) else v.claim.claim
+        note = "; ".join(x for x in (v.note, f"grids differ: {v.disagree}" if v.disagree else "") if x)
+        rows.append([label, f"{v.claim.a} vs {v.claim.b}", judging(v.claim).label(v.claim), v.claim.paper or "–",
+                     fmt(v.delta), interval, str(v.n), v.design or "–", _fmt_mde(v, fmt), _fmt_p(v.p_two_sided),
+                     _fmt_p(v.p_holm), verdict_text(v), note])
+    if not with_grid:
+        return header, rows
+    return ["grid", *header], [[", ".join(v.grids or (v.grid,)), *row] for v, row in zip(verdicts, rows, strict=True)]
+
+
+def markdown(verdicts: Sequence[Verdict]) -> str:
+    """The scoreboard as markdown: the paper's claims, then the claims beyond the paper in their own section, each
+    table with a count of each verdict; the regime of each grid; and where each grid's runs trained (grids merged
+    from exports; runs from different machines may differ in corpus and numerics, so pair within a grid)."""
+    paper = [v for v in verdicts if not v.claim.beyond_paper]
+    beyond = [v for v in verdicts if v.claim.beyond_paper]
+    text = markdown_table(*table(paper)) + "\n" + counts(paper) + "\n"
+    if beyond:
+        text += ("\nClaims beyond the paper (other published results and our own questions; each decided, like "
+                 "every comparison, on its grid's Holm-adjusted p):\n\n" + markdown_table(*table(beyond)) + "\n" + counts(beyond) + "\n")
+    regimes = {v.grid: v.regime for v in verdicts if v.regime}
+    if regimes:
+        text += "\nRegime of each grid:\n" + "".join(f"- {grid}: {regime_text(r)}\n" for grid, r in regimes.items())
+    places = {v.grid: v.trained_on for v in verdicts if v.trained_on}
+    if places:
+        text += "\nWhere the runs trained:\n" + "".join(f"- {grid}: {where}\n" for grid, where in places.items())
+    return text
+
+
+def counts(verdicts: Sequence[Verdict]) -> str:
+    """How many claims have each verdict; per-domain sub-rows are part of their claim and not counted."""
+    claims = [v for v in verdicts if not is_sub_row(v)]
+    tally = ", ".join(f"{sum(v.verdict == name for v in claims)} {name}" for name in VERDICTS)
+    return f"{tally} of {len(claims)} claims (per-domain sub-rows not counted)."
