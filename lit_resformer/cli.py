@@ -392,8 +392,16 @@ def prepare_corpus_command(argv: list[str]) -> None:
     prepare_corpus(argv)
 
 
+def fit_stacked_command(argv: list[str]) -> None:
+    """`lit-resformer fit-stacked --run CONFIG RUN_DIR ...`: runs of one recipe and model shape trained in one
+    process, stacked into one model (lit_resformer.stacking)."""
+    from lit_resformer.stacking.trainer import main as fit_stacked
+
+    fit_stacked(argv)
+
+
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
-SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
+SUITE_COMMANDS = {"fit-stacked": fit_stacked_command, "eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
                   "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
                   "merge-results": merge_results_command, "add-references": add_references_command,
@@ -403,6 +411,7 @@ SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": ex
 # What `lit-resformer --help` says of every command, in its order. fit/validate/test are Lightning's (LightningCLI).
 COMMAND_SUMMARIES = {
     "fit": "train a model from YAML configs (LightningCLI); resume a run with --ckpt_path last",
+    "fit-stacked": "train runs of one recipe in one process, stacked into one model",
     "validate": "validation loss of a checkpoint, per domain (--ckpt_path)",
     "test": "test-split loss of a checkpoint, per domain (--ckpt_path)",
     "grid": "train every run of an ablation grid (idempotent, resumable), then write its report",
