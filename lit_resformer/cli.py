@@ -105,6 +105,12 @@ def _dotted_value(text: str) -> tuple[str, object]:
     return key.strip(), yaml.safe_load(value)
 
 
+def _stack_setting(text: str) -> int | str:
+    if text == "auto" or (text.isdigit() and int(text) >= 1):
+        return text if text == "auto" else int(text)
+    raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {text!r}")
+
+
 def grid_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lit-resformer grid",
                                      description="Train every run of an ablation grid (idempotent), then report.")
@@ -129,6 +135,9 @@ def grid_parser() -> argparse.ArgumentParser:
     local.add_argument("--cpu-slots", type=int, default=1, help="concurrent runs on a CPU-only machine")
     local.add_argument("--runs-per-gpu", type=int, default=1,
                        help="concurrent runs sharing each GPU (small models that cannot fill one)")
+    local.add_argument("--stack", type=_stack_setting, default=1, metavar="N|auto",
+                       help="train up to N runs that share a recipe and model shape in one process, stacked into one "
+                            "model; auto: one a process on a CPU, as many as memory holds on a GPU (default 1)")
     local.add_argument("--threads-per-run", type=int,
                        help="intra-op threads of each run (OMP_NUM_THREADS; default: the cores split between the slots)")
     slurm = parser.add_argument_group("slurm executor (submitit)")
@@ -169,7 +178,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
                  account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues)
     pool = PoolOptions(executor=args.executor, devices=args.devices.split(",") if args.devices else None,
                        gpus_per_run=args.gpus_per_run, cpu_slots=args.cpu_slots, threads_per_run=args.threads_per_run,
-                       runs_per_gpu=args.runs_per_gpu, time_limit_s=args.time_limit, slurm=slurm)
+                       runs_per_gpu=args.runs_per_gpu, stack=args.stack, time_limit_s=args.time_limit, slurm=slurm)
     options = GridOptions(runs_dir=args.runs_dir, seeds=args.seeds, forced=dict(args.set),
                           allow_any_class=args.allow_any_class, report=None if args.no_report else write_grid_report, dry_run=args.dry_run,
                           post_training=tuple(kind for kind, wanted in (("eval", args.eval), ("analyze", args.analyze))

@@ -41,6 +41,7 @@ from lit_resformer.grids.jobs import (
 from lit_resformer.grids.spec import Grid, GridError, Run, load_grid
 from lit_resformer.grids.summary import FINISHED, last_step
 from lit_resformer.provenance import collect as collect_provenance
+from lit_resformer.stacking.stack_jobs import describe, pack
 from lit_resformer.training.run_dir import RunConflict, RunDir
 
 
@@ -77,6 +78,7 @@ class PoolOptions:
     cpu_slots: int = 1  # concurrent runs on a CPU-only machine
     threads_per_run: int | None = None  # intra-op threads of each run (None: the cores split between the slots)
     runs_per_gpu: int = 1  # concurrent small runs sharing each GPU
+    stack: int | str = 1  # runs trained in one process, stacked (lit_resformer.stacking): N at most, or "auto"
     time_limit_s: float | None = None  # local pool: after it no run starts and running ones are stopped
     # SlurmExecutor options: partition, cpus_per_task, mem_gb, time_min, account, qos, constraint, max_requeues, cluster
     slurm: Mapping[str, Any] = field(default_factory=dict)
@@ -338,9 +340,11 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
         for p in planned
         if p.train or p.post_training
     ]
+    configs = {p.run_dir.path: p.run.config for p in planned}
+    jobs = pack(jobs, lambda job: spec.resolve(configs[job.run_dir]), options.pool.stack, options.pool.executor, pool)
 
     print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(runs)} runs -> {grid_dir}", file=out)
-    print(f"executor: {pool.describe()}", file=out)
+    print(f"executor: {pool.describe()}{describe(jobs)}", file=out)
     for p in planned:
         extra = f" then {'+'.join(p.post_training)}" if p.post_training else ""
         print(f"  {p.run.name:<48} {p.action}{extra}", file=out)
