@@ -13,6 +13,7 @@ import yaml
 
 from lit_resformer import load_checkpoint
 from lit_resformer.stacking.engine import RunStack
+from lit_resformer.stacking.trainer import RunSpec, StackTrainer
 from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import (
     fit,
@@ -191,3 +192,30 @@ def test_a_run_that_diverges_leaves_the_stack_and_the_others_go_on(trained, tmp_
     assert RunDir(runs[0]).diverged_step() == 7
     assert max(step for step, _ in read_metrics(runs[0])["train/loss"]) < 7
     assert_same_metrics(trained["solo"][1], runs[1], STEPS)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_a_graphed_stack_trains_as_its_solo_runs(tmp_path, tiny_corpus, data_cache):
+    """On a GPU the stack's step is one CUDA graph (AdamW, fused and capturable): two seeds, 12 steps, fp32 (TF32
+    matmuls, as the solo runs): each run's losses are its solo run's; its checkpoint resumes alone."""
+    configs = [tiny_experiment(tmp_path / f"gpu{seed}.yaml", tiny_corpus, data_cache, seed_everything=seed,
+                               trainer={"accelerator": "gpu", "max_steps": 12, "val_check_interval": 6},
+                               checkpoint={"every_n_train_steps": 6}, data={"val_sequences_per_domain": 8})
+               for seed in SEEDS]
+    solo = [tmp_path / f"solo{seed}" for seed in SEEDS]
+    stacked = [tmp_path / f"stacked{seed}" for seed in SEEDS]
+    for path, run in zip(configs, solo, strict=True):
+        fit(path, run)
+    trainer = StackTrainer([RunSpec(path, run) for path, run in zip(configs, stacked, strict=True)])
+    trainer.prepare()
+    assert trainer.graphed
+    trainer.fit()
+    for a, b in zip(solo, stacked, strict=True):
+        expected, got = read_metrics(a)["train/loss"], read_metrics(b)["train/loss"]
+        assert [s for s, _ in got] == list(range(12))
+        assert max(abs(x - y) for (_, x), (_, y) in zip(expected, got, strict=True)) < 1e-3
+    resumed = tmp_path / "resumed0"
+    shutil.copytree(stacked[0], resumed)
+    fit(configs[0], resumed, "--ckpt_path", "last", "--trainer.max_steps", "18")
+    assert [s for s, _ in read_metrics(resumed)["train/loss"]] == list(range(18))
