@@ -41,7 +41,7 @@ from lit_resformer.grids.jobs import (
 from lit_resformer.grids.spec import Grid, GridError, Run, load_grid
 from lit_resformer.grids.summary import FINISHED, last_step
 from lit_resformer.provenance import collect as collect_provenance
-from lit_resformer.stacking.stack_jobs import describe, pack
+from lit_resformer.stacking.stack_jobs import StackJob, describe, pack, stacked_runs
 from lit_resformer.training.run_dir import RunConflict, RunDir
 
 
@@ -277,12 +277,12 @@ def _grid_provenance(grid: Grid) -> dict:
     return collect_provenance(precision, accelerator=str(trainers[0].get("accelerator", "auto")))
 
 
-def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) -> None:
+def _run_jobs(pool, jobs: list[RunJob | StackJob], outcome: GridOutcome, progress: bool) -> None:
     """Run the jobs through the executor, recording each outcome as it arrives under a progress bar."""
     counts: Counter[str] = Counter()
     lock = threading.Lock()
-    bar = tqdm(total=len(jobs), desc=f"grid {outcome.grid.name}", unit="run", disable=not progress or not jobs,
-               file=sys.stderr)
+    bar = tqdm(total=sum(len(stacked_runs(job)) for job in jobs), desc=f"grid {outcome.grid.name}", unit="run",
+               disable=not progress or not jobs, file=sys.stderr)
 
     def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
         with lock:
