@@ -45,24 +45,34 @@ def worker(preset: str, batch: int, seq_len: int, warmup: int, quick: bool) -> N
     sizes = dict(d_model=32, ffn_dim=64, max_seq_len=32) if quick else {}
     model = Transformer(ModelConfig.preset(preset, vocab_size=VOCAB, **sizes)).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    step = training_step(model, random_batch(VOCAB, batch, seq_len, torch.device("cpu")), Settings(), optimizer)
+    serve(training_step(model, random_batch(VOCAB, batch, seq_len, torch.device("cpu")), Settings(), optimizer), warmup)
+
+
+def serve(step, warmup: int, sync=lambda: None) -> None:
+    """A worker's side of `Runs`: `warmup` steps, "ready", then for every step count read from stdin that many steps
+    and their seconds (`sync` waits for the device before the clock is read)."""
     for _ in range(warmup):
         step()
+    sync()
     print("ready", flush=True)
     for line in sys.stdin:
         start = time.perf_counter()
         for _ in range(int(line)):
             step()
+        sync()
         print(time.perf_counter() - start, flush=True)
 
 
 class Runs:
-    """`count` worker processes of `preset` with `threads` threads each, trained together on request."""
+    """`count` worker processes of `preset` with `threads` threads each, trained together on request. A worker is
+    `python -m <module> --worker <preset> <args>` (this module's, or another benchmark's with the same protocol:
+    "ready" once built, then for every step count read, its seconds); on the CPU unless `gpu`."""
 
-    def __init__(self, preset: str, count: int, threads: int, args: list[str]):
+    def __init__(self, preset: str, count: int, threads: int, args: list[str], module: str = "benchmarks.cpu_slots",
+                 gpu: bool = False):
         env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-               "CUDA_VISIBLE_DEVICES": ""}
-        self.processes = [subprocess.Popen([sys.executable, "-m", "benchmarks.cpu_slots", "--worker", preset, *args],
+               **({} if gpu else {"CUDA_VISIBLE_DEVICES": ""})}
+        self.processes = [subprocess.Popen([sys.executable, "-m", module, "--worker", preset, *args],
                                            env=env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                           for _ in range(count)]
 
@@ -77,7 +87,7 @@ class Runs:
             self._read(process)
 
     def train(self, steps: int, tokens_per_step: int) -> float:
-        """All processes train `steps` steps at once; the sum of their tokens/s."""
+        """All processes train `steps` steps at once; the sum of their tokens/s (`tokens_per_step`: each process's)."""
         for process in self.processes:
             process.stdin.write(f"{steps}\n")
             process.stdin.flush()

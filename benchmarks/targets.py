@@ -32,6 +32,8 @@ CPU = {
                                                "SVFormer decode tokens/s at the longest context, x vanilla"),
     "decode.svformer.max_batch_ratio": Target(1.7, "higher", "SVFormer's largest batch in a cache budget, x vanilla"),
     "data_loader.ratio": Target(20.0, "higher", "train loader tokens/s, x the model's training tokens/s"),
+    "stacked.vs_processes": Target(1.0, "higher", "two runs stacked in one process, tokens/s x two processes side by "
+                                                  "side (no worse)"),
 }
 
 # On a GPU (compiled, bf16, the paper's sizes): what the best small-model trainers reach on an H100.
@@ -47,6 +49,10 @@ CUDA = {
     "decode.vanilla.graph_speedup": Target(5.0, "higher", "CUDA-graph decode tokens/s, x eager (batch 8)"),
     "decode.svformer.long_speed_vs_vanilla": Target(1.5, "higher",
                                                     "SVFormer decode tokens/s at 32k, largest batch, x vanilla"),
+    "grid_throughput.tiny.graph_tokens_per_s": Target(5e6, "higher", "`tiny` tokens/s per card, runs stacked as one "
+                                                                     "CUDA graph (10x one run per process)"),
+    "grid_throughput.small.graph_mfu_datasheet": Target(0.30, "higher", "`small` stacked and graphed, model FLOP "
+                                                                        "utilisation of the datasheet peak"),
 }
 
 

@@ -106,6 +106,12 @@ def _dotted_value(text: str) -> tuple[str, object]:
     return key.strip(), yaml.safe_load(value)
 
 
+def _stack_setting(text: str) -> int | str:
+    if text == "auto" or (text.isdigit() and int(text) >= 1):
+        return text if text == "auto" else int(text)
+    raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {text!r}")
+
+
 def grid_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lit-resformer grid",
                                      description="Train every run of an ablation grid (idempotent), then report.")
@@ -134,6 +140,9 @@ def grid_parser() -> argparse.ArgumentParser:
     local.add_argument("--cpu-slots", type=int, default=1, help="concurrent runs on a CPU-only machine")
     local.add_argument("--runs-per-gpu", type=int, default=1,
                        help="concurrent runs sharing each GPU (small models that cannot fill one)")
+    local.add_argument("--stack", type=_stack_setting, default=1, metavar="N|auto",
+                       help="train up to N runs that share a recipe and model shape in one process, stacked into one "
+                            "model; auto: one a process on a CPU, as many as memory holds on a GPU (default 1)")
     local.add_argument("--threads-per-run", type=int,
                        help="intra-op threads of each run (OMP_NUM_THREADS; default: the cores split between the slots)")
     slurm = parser.add_argument_group("slurm executor (submitit)")
@@ -182,7 +191,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
                  account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues)
     pool = PoolOptions(executor=args.executor, devices=args.devices.split(",") if args.devices else None,
                        gpus_per_run=args.gpus_per_run, cpu_slots=args.cpu_slots, threads_per_run=args.threads_per_run,
-                       runs_per_gpu=args.runs_per_gpu, time_limit_s=args.time_limit, slurm=slurm)
+                       runs_per_gpu=args.runs_per_gpu, stack=args.stack, time_limit_s=args.time_limit, slurm=slurm)
     options = GridOptions(runs_dir=args.runs_dir, seeds=args.seeds, forced=dict(args.set),
                           allow_any_class=args.allow_any_class, report=None if args.no_report else write_grid_report, dry_run=args.dry_run,
                           post_training=tuple(kind for kind, wanted in (("eval", args.eval), ("analyze", args.analyze))
@@ -450,8 +459,16 @@ def prepare_corpus_command(argv: list[str]) -> None:
     prepare_corpus(argv)
 
 
+def fit_stacked_command(argv: list[str]) -> None:
+    """`lit-resformer fit-stacked --run CONFIG RUN_DIR ...`: runs of one recipe and model shape trained in one
+    process, stacked into one model (lit_resformer.stacking)."""
+    from lit_resformer.stacking.trainer import main as fit_stacked
+
+    fit_stacked(argv)
+
+
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
-SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
+SUITE_COMMANDS = {"fit-stacked": fit_stacked_command, "eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
                   "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
                   "merge-results": merge_results_command, "add-references": add_references_command,
@@ -461,6 +478,7 @@ SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": ex
 # What `lit-resformer --help` says of every command, in its order. fit/validate/test are Lightning's (LightningCLI).
 COMMAND_SUMMARIES = {
     "fit": "train a model from YAML configs (LightningCLI); resume a run with --ckpt_path last",
+    "fit-stacked": "train runs of one recipe in one process, stacked into one model",
     "validate": "validation loss of a checkpoint, per domain (--ckpt_path)",
     "test": "test-split loss of a checkpoint, per domain (--ckpt_path)",
     "grid": "train every run of an ablation grid (idempotent, resumable), then write its report",

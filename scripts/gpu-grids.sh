@@ -8,9 +8,12 @@
 #    the machine's PyTorch, and runs the project from this source tree (PYTHONPATH);
 # 2. seeds a runs folder with the runs already finished in earlier slices (docs/results/<grid>/, merged there by
 #    `lit-resformer merge-results`), so that nothing is trained twice;
-# 3. runs up to $PARALLEL grids at once, each with `--runs-per-gpu $RUNS_PER_GPU` (small runs share the GPU) and
-#    `--time-limit` so that every runner stops $MARGIN seconds before $BUDGET: running runs are stopped
-#    and left for the next slice, which starts them again (their results are never exported);
+# 3. runs up to $PARALLEL grids at once, each with `--runs-per-gpu $RUNS_PER_GPU` (small runs share the GPU),
+#    `--stack $STACK` (runs of one recipe and model shape trained in one process, stacked into one model and
+#    stepped as one CUDA graph: `STACK=auto` packs as many as the GPU's memory holds, best with RUNS_PER_GPU=1 and
+#    PARALLEL=1; the default 1 trains one run a process) and `--time-limit` so that every runner stops $MARGIN
+#    seconds before $BUDGET: running runs are stopped and left for the next slice, which starts them again (their
+#    results are never exported);
 # 4. exports every grid's finished runs (configs, summaries, metrics; no checkpoints) into $OUT/exports.tar,
 #    one <grid>.tar.gz each, plus the runners' logs in $OUT/logs.tar.gz.
 # On the machine that keeps the results:  tar -xf exports.tar -C /tmp/x && for f in /tmp/x/*.tar.gz; do
@@ -36,6 +39,7 @@ BUDGET=${BUDGET:-540}
 MARGIN=${MARGIN:-75}
 PARALLEL=${PARALLEL:-4}
 RUNS_PER_GPU=${RUNS_PER_GPU:-4}
+STACK=${STACK:-1}
 SET=${SET:-trainer.accelerator=gpu}
 PY=${PYTHON:-python3}
 GRIDS=${GRIDS:?name the grid files: GRIDS="configs/grids/repro/fig7.yaml ..."}
@@ -134,11 +138,11 @@ one_grid() {
         return 0
     fi
     "$PY" -m lit_resformer.cli grid "$grid" --runs-dir "$RUNS" --no-report --runs-per-gpu "$RUNS_PER_GPU" \
-        --time-limit "$limit" "${set_args[@]}" $GRID_ARGS >"$OUT/.logs/$name.log" 2>&1
+        --stack "$STACK" --time-limit "$limit" "${set_args[@]}" $GRID_ARGS >"$OUT/.logs/$name.log" 2>&1
     echo "[$((SECONDS - START))s] $name: runner exit $? ($(grep -c '' "$OUT/.logs/$name.log") log lines)" >>"$OUT/.logs/slice.log"
 }
 export -f one_grid grid_name
-export PY RUNS RUNS_PER_GPU BUDGET MARGIN START OUT GRID_ARGS
+export PY RUNS RUNS_PER_GPU STACK BUDGET MARGIN START OUT GRID_ARGS
 export SET_ARGS="${set_args[*]}"
 # xargs runs the grids $PARALLEL at a time; each runner stops itself at its time limit
 printf '%s\n' $GRIDS | xargs -P "$PARALLEL" -I{} bash -c 'set_args=($SET_ARGS); one_grid "$@"' _ {}

@@ -9,6 +9,11 @@
 #   BENCH="decode mfu" STAGES="install bench" bash scripts/gpu-session.sh
 #   BENCH="decode mfu" SHARES="decode=120 mfu=200" bash scripts/gpu-session.sh   # more seconds for fewer benchmarks
 #   DRY=1 bash scripts/gpu-session.sh                     # rehearsal on a CPU machine (GPU parts skip or run quick)
+#   BENCH=grid_throughput STAGES="install tests bench" bash scripts/gpu-session.sh   # runs stacked: tokens/s and MFU
+#     per card for `tiny` and `small`, one run per process against stacked and stacked + graphed
+#
+# The tests are `pytest -m gpu` over $GPU_TESTS: tests/test_gpu.py and the stacked runs' CUDA-graph step
+# (tests/stacking/test_engine.py).
 #
 # Install: the wheels go into /tmp/site with --no-deps --target (nothing of the machine is touched, PyTorch
 # above all), the project runs from this source tree; both through PYTHONPATH. While the tests run, the same
@@ -30,7 +35,8 @@ TESTS_S=${TESTS_S:-170}
 # Seconds per benchmark. Each is told 25 less (`--budget-s`: its start-up and the timing after the last build);
 # at its limit it gets SIGTERM, stops building, times what it has and writes it, and SIGKILL follows 25 s later.
 declare -A SHARE=([mfu]=95 [variant_overhead]=85 [hf_throughput]=55 [loop_overhead]=80 [decode]=50
-                  [data_loader]=40 [profile]=60)
+                  [data_loader]=40 [profile]=60 [grid_throughput]=150)
+GPU_TESTS=${GPU_TESTS:-tests/test_gpu.py tests/stacking/test_engine.py}
 # SHARES="mfu=150 decode=90" gives benchmarks other seconds than these, e.g. when BENCH names only a few of them
 for kv in ${SHARES:-}; do SHARE[${kv%%=*}]=${kv#*=}; done
 
@@ -115,7 +121,7 @@ if has tests; then
     XDIST=()
     "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 6)
     limit=$(($(left) < TESTS_S ? $(left) : TESTS_S))
-    run tests "$limit" "$OUT/pytest-gpu.log" "$PY" -m pytest tests/test_gpu.py -m gpu -v -rfE -p no:cacheprovider \
+    run tests "$limit" "$OUT/pytest-gpu.log" "$PY" -m pytest $GPU_TESTS -m gpu -v -rfE -p no:cacheprovider \
         --timeout 240 --junitxml "$OUT/pytest-gpu.xml" "${XDIST[@]}"
     tail -3 "$OUT/pytest-gpu.log" | tee -a "$OUT/session.log"
     if [[ -n $warm_pid ]]; then

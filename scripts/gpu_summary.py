@@ -26,6 +26,10 @@ HEADLINES = [
     ("decode", "vanilla.batch8.graph_speedup", "ratio"), ("decode", "vanilla.batch8.compiled_graph_speedup", "ratio"),
     ("decode", "svformer.ctx32768.speed_vs_vanilla", "ratio"),
     ("decode", "svformer.ctx32768.batch_vs_vanilla", "ratio"),
+    ("grid_throughput", "tiny.solo_tokens_per_s", "number"), ("grid_throughput", "tiny.graph_tokens_per_s", "number"),
+    ("grid_throughput", "tiny.graph_vs_one_run_per_process", "ratio"),
+    ("grid_throughput", "tiny.graph_mfu_datasheet", "percent"),
+    ("grid_throughput", "small.graph_mfu_datasheet", "percent"), ("grid_throughput", "small.graph_mfu_measured", "percent"),
 ]
 
 

@@ -97,6 +97,7 @@ def test_targets_are_where_the_issue_puts_them(quick_run):
         "decode.svformer.ctx64.speed_vs_vanilla": 1.0,
         "decode.svformer.max_batch_ratio": 1.7,
         "data_loader.ratio": 20.0,
+        "stacked.vs_processes": 1.0,  # stacking costs a CPU nothing
     }
 
 
@@ -145,6 +146,17 @@ def test_cpu_slots_reports_the_slotted_tokens_per_second_of_tiny_and_mini(quick_
     metrics, _ = read_results(out, "cpu_slots")
     assert {"cpu_slots.slots_tokens_per_s", "cpu_slots.mini_slots_tokens_per_s", "cpu_slots.slots_vs_one_run"} \
         <= set(metrics)
+
+
+def test_stacked_runs_are_measured_against_processes_and_the_grid_throughput_dry_runs_on_a_cpu(quick_run):
+    """The CPU's 2-stack against two processes; the GPU benchmark's plumbing at tiny sizes on the CPU: one run per
+    process and stacked (no CUDA graph and no MFU without a GPU)."""
+    out, _ = quick_run
+    metrics, _ = read_results(out, "stacked")
+    assert {"stacked.processes_tokens_per_s", "stacked.stack_tokens_per_s", "stacked.vs_processes"} == set(metrics)
+    metrics, _ = read_results(out, "grid_throughput")
+    assert set(metrics) == {"grid_throughput.tiny.solo_tokens_per_s", "grid_throughput.tiny.stack_tokens_per_s",
+                            "grid_throughput.tiny.stack_vs_one_run_per_process"}
 
 
 def test_decode_measures_cache_bytes_and_batch_by_allocating(quick_run):

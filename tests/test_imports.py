@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("lit_resformer", "benchmarks")
 # Suites over the core library: each may import the core, the core none of them.
-PERIPHERY = ("lit_resformer.grids", "lit_resformer.measures", "lit_resformer.verdicts", "lit_resformer.reports",
+PERIPHERY = ("lit_resformer.grids", "lit_resformer.stacking", "lit_resformer.measures", "lit_resformer.verdicts", "lit_resformer.reports",
              "lit_resformer.eval", "lit_resformer.export", "benchmarks")
 # The rooms, bottom up: a module imports only from its own layer or the layers below it.
 LAYERS = (
@@ -27,7 +27,7 @@ LAYERS = (
     ("lit_resformer.training",),
     ("lit_resformer.runs",),
     ("lit_resformer.analysis", "lit_resformer.eval", "lit_resformer.export"),
-    ("lit_resformer.grids",),
+    ("lit_resformer.grids", "lit_resformer.stacking"),
     ("lit_resformer.measures",),
     ("lit_resformer.verdicts",),
     ("lit_resformer.reports",),

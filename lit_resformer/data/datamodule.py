@@ -609,9 +609,13 @@ class LMDataModule(L.LightningDataModule):
 
     @property
     def data_seed(self) -> int:
-        """The seed of the training order: the resumed checkpoint's, else `seed`, else the run's seed."""
+        """The seed of the training order: the resumed checkpoint's, else the built train loader's, else `seed`, else
+        the run's seed. Once the loader is built its seed holds, whatever the process seeds later: a process that
+        trains several runs (lit_resformer.stacking) seeds each in turn."""
         if self._checkpoint_data_seed is not None:
             return self._checkpoint_data_seed
+        if self._train_loader is not None:
+            return self._train_loader.sampler.seed
         if self.hparams.seed is not None:
             return self.hparams.seed
         # read when the loader is built, after LightningCLI (or the user) called seed_everything

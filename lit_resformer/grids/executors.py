@@ -20,6 +20,7 @@ from pathlib import Path
 
 from lit_resformer.grids.jobs import RunJob, execute
 from lit_resformer.provenance import RUNS_SHARING_ENV
+from lit_resformer.stacking.stack_jobs import StackJob, execute_job, stacked_runs
 
 # on_done(job, summary, error): summary is None when the job could not run at all (error says why).
 OnDone = Callable[[RunJob, dict | None, str | None], None]
@@ -72,10 +73,10 @@ class LocalExecutor:
         threads = self.slots[0].get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "default"))
         return f"local pool on CPU: {len(self.slots)} concurrent run(s), {threads} thread(s) each{limit}"
 
-    def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
-        """Ctrl-C (KeyboardInterrupt) stops the running trainers, which record their runs as interrupted, starts no
-        other job, and is raised again once they have stopped. The time limit does the same without raising: the
-        stopped runs come back interrupted, the ones not started fail with TimeLimitReached."""
+    def run(self, jobs: Sequence[RunJob | StackJob], on_done: OnDone) -> None:
+        """A stack takes one slot. Ctrl-C (KeyboardInterrupt) stops the running trainers, which record their runs as
+        interrupted, starts no other job, and is raised again once they have stopped. The time limit does the same
+        without raising: the stopped runs come back interrupted, the ones not started fail with TimeLimitReached."""
         free: queue.Queue[dict] = queue.Queue()
         for slot in self.slots:
             free.put(slot)
@@ -85,12 +86,12 @@ class LocalExecutor:
             timer.daemon = True
             timer.start()
 
-        def work(job: RunJob) -> dict:
+        def work(job: RunJob | StackJob) -> list[tuple[RunJob, dict]]:
             slot = free.get()  # at most len(slots) workers, so a slot is always free here
             try:
                 if stop.is_set():
                     raise TimeLimitReached(f"not started: the time limit of {self.time_limit_s:g} s was reached")
-                return execute(job, env=slot, stop=stop)
+                return execute_job(job, env=slot, stop=stop)
             finally:
                 free.put(slot)
 
@@ -98,10 +99,10 @@ class LocalExecutor:
             futures = {pool.submit(work, job): job for job in jobs}
             try:
                 for future in _as_done(futures):
-                    job = futures[future]
                     error = future.exception()
-                    on_done(job, None if error else future.result(),
-                            f"{type(error).__name__}: {error}" if error else None)
+                    outcomes = [(run, None) for run in stacked_runs(futures[future])] if error else future.result()
+                    for run, summary in outcomes:
+                        on_done(run, summary, f"{type(error).__name__}: {error}" if error else None)
             except KeyboardInterrupt:
                 stop.set()
                 for future in futures:

@@ -111,7 +111,7 @@ def execute(job: RunJob, env: dict[str, str] | None = None, lock_wait_s: float =
     run = RunDir(job.run_dir)
     env = {**os.environ, **job.env, **(env or {})}
     try:
-        with _lock_with_wait(run, lock_wait_s) as lock_fd:
+        with lock_with_wait(run, lock_wait_s) as lock_fd:
             return _execute_locked(job, run, env, lock_fd, stop)
     except RunBusy as busy:
         return {"status": BUSY, "error": str(busy)}
@@ -120,15 +120,17 @@ def execute(job: RunJob, env: dict[str, str] | None = None, lock_wait_s: float =
 def _execute_locked(job: RunJob, run: RunDir, env: dict, lock_fd: int, stop: threading.Event | None) -> dict:
     summary = run.read_summary() or {}
     if job.train and summary.get("status") not in FINISHED:
-        summary = _train(job, run, summary, env, lock_fd, stop)
+        command = [*job.command, "--config", str(run.experiment_file), "--trainer.default_root_dir", str(run.path)]
+        command += ["--ckpt_path", "last"] if run.has_checkpoint() or run.has_training_output() else []
+        summary = train_in_one_process([(job, run, summary)], command, env, (lock_fd,), stop)[0]
     if summary.get("status") == "done":
         for kind in job.post_training:
-            summary = _post_train(kind, run, summary, env)
+            summary = post_train(kind, run, summary, env)
     return summary
 
 
 @contextlib.contextmanager
-def _lock_with_wait(run: RunDir, wait_s: float):
+def lock_with_wait(run: RunDir, wait_s: float):
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -152,34 +154,29 @@ def _resume_note(run: RunDir) -> tuple[str | None, str | None]:
     return str(point.path), point.fallback_reason and f"resuming from {point.path.name}: {point.fallback_reason}"
 
 
-def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, stop: threading.Event | None) -> dict:
-    attempt = previous.get("attempts", 0) + 1
-    resume = run.has_checkpoint()
-    resumed_from, resume_note = _resume_note(run) if resume else (None, None)
-    command = [*job.command, "--config", str(run.experiment_file), "--trainer.default_root_dir", str(run.path)]
-    if resume or run.has_training_output():
-        command += ["--ckpt_path", "last"]
-    summary = {
-        "grid": job.grid,
-        "cell": job.cell,
-        "seed": job.seed,
-        "status": "running",
-        "attempts": attempt,
-        "resumed": resume,
-        "resumed_from": resumed_from,
-        "resume_note": resume_note,
-        "started_at": now(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "slurm_job_id": env.get("SLURM_JOB_ID"),
-        "command": command,
-        "wall_time_sec": previous.get("wall_time_sec", 0.0),
-        "provenance": run_provenance(run.read_experiment() or {}, env),
-        "device_use": device_use(env),  # the peak and the sharing a GPU run's MFU is stated with (reports/budget.py)
-    }
-    if summary["provenance"].get("git_dirty"):  # the code that trained it is the commit plus this patch
-        atomic_write(run.diff_file, git_patch())
-    run.write_summary(summary)
+def train_in_one_process(members: list[tuple[RunJob, RunDir, dict]], command: list[str], env: dict,
+                         lock_fds: tuple[int, ...], stop: threading.Event | None, note: dict | None = None) -> list[dict]:
+    """One attempt at the runs (job, run directory, previous summary) in one process of `command` (`fit`; for several
+    runs, their stack: lit_resformer.stacking): each run's summary written as running (with `note`), kept up, then
+    its outcome; the output in the first run's logs, the attempt's banner in every run's. Returns the summaries."""
+    summaries = []
+    for job, run, previous in members:
+        resume = run.has_checkpoint()
+        resumed_from, resume_note = _resume_note(run) if resume else (None, None)
+        summaries.append({
+            "grid": job.grid, "cell": job.cell, "seed": job.seed, "status": "running", "attempts": previous.get("attempts", 0) + 1,
+            "resumed": resume, "resumed_from": resumed_from, "resume_note": resume_note,
+            "started_at": now(), "host": socket.gethostname(), "pid": os.getpid(),
+            "slurm_job_id": env.get("SLURM_JOB_ID"), "command": command,
+            "wall_time_sec": previous.get("wall_time_sec", 0.0),
+            "provenance": run_provenance(run.read_experiment() or {}, env),
+            "device_use": device_use(env),  # the peak and the sharing a GPU run's MFU is stated with (reports/budget.py)
+            **(note or {}),
+        })
+        if summaries[-1]["provenance"].get("git_dirty"):  # the code that trained it is the commit plus this patch
+            atomic_write(run.diff_file, git_patch())
+        run.write_summary(summaries[-1])
+    runs = [run for _, run, _ in members]
 
     under_submitit = "SUBMITIT_EXECUTOR" in env
     if under_submitit:
@@ -190,28 +187,31 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
     # Lightning draws a Rich progress bar, which renders live only on a terminal: declare the log one,
     # so that `tail -f logs/stdout.log` (or `less -R`) shows the run's own bar while it trains.
     env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", **env}
-    run.logs_dir.mkdir(parents=True, exist_ok=True)
-    stderr_offset = run.stderr_log.stat().st_size if run.stderr_log.exists() else 0
-    started = time.monotonic()
-    banner = f"===== attempt {attempt} at {summary['started_at']}{' (resuming)' if resume else ''}: {shlex.join(command)}\n"
-    if resume_note:
-        banner += f"===== {resume_note}\n"
-    with open(run.stdout_log, "a") as out, open(run.stderr_log, "a") as err:
-        for path, log in ((run.stdout_log, out), (run.stderr_log, err)):
+    output = runs[0]
+    for run, summary in zip(runs, summaries, strict=True):
+        run.logs_dir.mkdir(parents=True, exist_ok=True)
+        banner = (f"===== attempt {summary['attempts']} at {summary['started_at']}{' (resuming)' if summary['resumed'] else ''}"
+                  f": {shlex.join(command)}\n" + (f"===== {summary['resume_note']}\n" if summary["resume_note"] else ""))
+        banner += f"===== its output: {output.logs_dir}\n" if run is not output else ""
+        for path in (run.stdout_log, run.stderr_log):
             # a killed attempt may have stopped mid-line (a progress bar): start the banner on its own line
-            log.write(("\n" if not _ends_with_newline(path) else "") + banner)
-            log.flush()
+            with open(path, "a") as log:
+                log.write(("\n" if not _ends_with_newline(path) else "") + banner)
+    stderr_offset = output.stderr_log.stat().st_size
+    started = time.monotonic()
+    with open(output.stdout_log, "a") as out, open(output.stderr_log, "a") as err:
         process = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             env=env,
-            pass_fds=(lock_fd,),
+            pass_fds=lock_fds,
             preexec_fn=_child_setup(under_submitit),
         )
         def heartbeat() -> None:
-            run.write_summary({**summary, "wall_time_sec": summary["wall_time_sec"] + time.monotonic() - started})
+            for run, summary in zip(runs, summaries, strict=True):
+                run.write_summary({**summary, "wall_time_sec": summary["wall_time_sec"] + time.monotonic() - started})
 
         try:
             returncode = _wait(process, stop, heartbeat)
@@ -219,16 +219,18 @@ def _train(job: RunJob, run: RunDir, previous: dict, env: dict, lock_fd: int, st
             # The runner itself is stopping (Ctrl-C, SLURM requeue): stop the training process,
             # record the attempt as interrupted and let the next grid run resume it.
             _stop(process)
-            summary.update(status="interrupted", wall_time_sec=summary["wall_time_sec"] + time.monotonic() - started)
-            run.write_summary(summary)
+            for run, summary in zip(runs, summaries, strict=True):
+                summary.update(status="interrupted", wall_time_sec=summary["wall_time_sec"] + time.monotonic() - started)
+                run.write_summary(summary)
             raise
-    summary["wall_time_sec"] += time.monotonic() - started
-    summary["finished_at"] = now()
-    summary["returncode"] = returncode
-    summary.update(_outcome(run, returncode, _read_from(run.stderr_log, stderr_offset),
-                            interrupted=stop is not None and stop.is_set()))
-    run.write_summary(summary)
-    return summary
+    seconds, stderr = time.monotonic() - started, _read_from(output.stderr_log, stderr_offset)
+    for run, summary in zip(runs, summaries, strict=True):
+        summary["wall_time_sec"] += seconds
+        summary["finished_at"] = now()
+        summary["returncode"] = returncode
+        summary.update(_outcome(run, returncode, stderr, interrupted=stop is not None and stop.is_set()))
+        run.write_summary(summary)
+    return summaries
 
 
 # How often a running attempt's wall time so far is written into its summary: an attempt killed with the runner (a
@@ -281,7 +283,7 @@ def _outcome(run: RunDir, returncode: int, stderr: str, interrupted: bool = Fals
     return summary
 
 
-def _post_train(kind: str, run: RunDir, summary: dict, env: dict) -> dict:
+def post_train(kind: str, run: RunDir, summary: dict, env: dict) -> dict:
     """Run a post-training step in its own process (on the run's devices); skipped when its result exists."""
     result = post_training_result(kind, run)
     done = {"status": "done", "result": str(result.relative_to(run.path))}

@@ -42,6 +42,7 @@ from lit_resformer.runs.directory import (
     write_run_config,
 )
 from lit_resformer.runs.summary import FINISHED, last_step
+from lit_resformer.stacking.stack_jobs import StackJob, describe, pack, stacked_runs
 from lit_resformer.training.checkpoint import kept_checkpoint
 from lit_resformer.training.run_dir import RunConflict, RunDir
 
@@ -79,6 +80,7 @@ class PoolOptions:
     cpu_slots: int = 1  # concurrent runs on a CPU-only machine
     threads_per_run: int | None = None  # intra-op threads of each run (None: the cores split between the slots)
     runs_per_gpu: int = 1  # concurrent small runs sharing each GPU
+    stack: int | str = 1  # runs trained in one process, stacked (lit_resformer.stacking): N at most, or "auto"
     time_limit_s: float | None = None  # local pool: after it no run starts and running ones are stopped
     # SlurmExecutor options: partition, cpus_per_task, mem_gb, time_min, account, qos, constraint, max_requeues, cluster
     slurm: Mapping[str, Any] = field(default_factory=dict)
@@ -277,12 +279,12 @@ def _grid_provenance(grid: Grid) -> dict:
     return collect_provenance(precision, accelerator=str(trainers[0].get("accelerator", "auto")))
 
 
-def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) -> None:
+def _run_jobs(pool, jobs: list[RunJob | StackJob], outcome: GridOutcome, progress: bool) -> None:
     """Run the jobs through the executor, recording each outcome as it arrives under a progress bar."""
     counts: Counter[str] = Counter()
     lock = threading.Lock()
-    bar = tqdm(total=len(jobs), desc=f"grid {outcome.grid.name}", unit="run", disable=not progress or not jobs,
-               file=sys.stderr)
+    bar = tqdm(total=sum(len(stacked_runs(job)) for job in jobs), desc=f"grid {outcome.grid.name}", unit="run",
+               disable=not progress or not jobs, file=sys.stderr)
 
     def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
         with lock:
@@ -378,13 +380,15 @@ def _round(spec: Grid, runs: list[Run], grid_dir: Path, options: GridOptions, po
         for p in planned
         if (p.train or p.post_training) and p.run.name not in attempted and not ready.get(p.run.name)
     ]
+    configs = {p.run_dir.path: p.run.config for p in planned}
+    jobs = pack(jobs, lambda job: spec.resolve(configs[job.run_dir]), options.pool.stack, options.pool.executor, pool)
     if first:
         print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(spec.runs())} runs"
               + (f", {len(runs) - len(spec.runs())} more from its select block so far" if spec.selection else "")
               + f" -> {grid_dir}", file=out)
-        print(f"executor: {pool.describe()}", file=out)
+        print(f"executor: {pool.describe()}{describe(jobs)}", file=out)
     elif jobs:
-        print(f"next round: {len(jobs)} run(s) can start now", file=out)
+        print(f"next round: {len(jobs)} job(s) can start now{describe(jobs)}", file=out)
     for p in planned:
         if first or any(job.name == p.run.name for job in jobs):
             extra = f" then {'+'.join(p.post_training)}" if p.post_training else ""

@@ -62,16 +62,27 @@ def _loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Te
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
-    """Gradients are computed in the forward pass (chunk by chunk) and only scaled in the backward pass."""
+    """Gradients are computed in the forward pass (chunk by chunk) and only scaled in the backward pass.
+
+    The forward returns them beside the loss (marked non-differentiable) and `setup_context` saves them: that form
+    lets torch.func transform the function, so that `vmap` over a stack of runs (lit_resformer.stacking) takes this
+    path too, its batching rule generated from the forward's own operations."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, vocab_size: int, ignore_index: int):
+    def forward(hidden, weight, labels, vocab_size: int, ignore_index: int):
         loss, grad_hidden, grad_weight = _loss_and_grads(hidden, weight, labels, vocab_size, ignore_index, True)
-        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
-        return loss
+        return loss, grad_hidden, grad_weight.to(weight.dtype)
 
     @staticmethod
-    def backward(ctx, grad_loss):
+    def setup_context(ctx, inputs, output):
+        _, grad_hidden, grad_weight = output
+        ctx.mark_non_differentiable(grad_hidden, grad_weight)
+        ctx.save_for_backward(grad_hidden, grad_weight)
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_hidden, _grad_weight):
         grad_hidden, grad_weight = ctx.saved_tensors
         return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None
 
@@ -84,7 +95,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: tor
     """
     hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _LinearCrossEntropy.apply(hidden, weight, labels, vocab_size, ignore_index)
+        return _LinearCrossEntropy.apply(hidden, weight, labels, vocab_size, ignore_index)[0]
     return _loss_and_grads(hidden, weight, labels, vocab_size, ignore_index, False)[0]
 
 

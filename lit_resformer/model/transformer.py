@@ -292,7 +292,9 @@ class Attention(nn.Module):
         self.sources = config.residual_sources(layer) if self.residual_target else []
         if self.residual_target and self.mapping != "cross_attention":
             self.mix = ResidualMix(config, layer, h if r.target == "q" else hk)
-        self.neutreno = config.neutreno_lambda if layer > 0 else 0.0
+        # μ is read as a number, so that a stack of runs (lit_resformer.stacking) can hand each run its own; the
+        # branch exists where μ is set
+        self.neutreno = config.neutreno_lambda if layer > 0 and config.neutreno_lambda else None
         adds_embedding = layer in config.value_embed_layers()
         self.ve_mix = ValueEmbedMix(config, hk) if adds_embedding else None
         self.ve_table = config.value_embed_table(layer) if adds_embedding else None
@@ -383,7 +385,7 @@ class Attention(nn.Module):
         if identity_weight is not None:
             u = u + _repeat_heads(identity_weight * history, cfg.n_head)
         v_used = stash.new_values[cfg.producer(i, "v")]  # the values of the new tokens this layer attended with
-        if self.neutreno:
+        if self.neutreno is not None:
             # NeuTRENO (Appendix A.3): U_n <- U_n + mu (V_1 - V'_n), in head space, KV heads repeated for GQA.
             u = u + self.neutreno * _repeat_heads(stash.new_values[0] - v_used, cfg.n_head)
         if self.xsa is not None:

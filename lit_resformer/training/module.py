@@ -520,13 +520,18 @@ class LitResFormer(L.LightningModule):
         if self._micro_batches == self.trainer.accumulate_grad_batches:
             tokens_per_step = batch["input_ids"].numel() * self._micro_batches * self.trainer.world_size
             self.log("train/loss", self._loss_sum / self._micro_batches, sync_dist=True)
-            self.log("train/tokens_seen", torch.tensor((self.global_step + 1) * tokens_per_step, dtype=torch.float64))
-            rates = self.lr_schedulers().get_last_lr()
-            self.log("train/lr", torch.tensor(rates[0]))
-            for name, rate in zip(self.group_names, rates, strict=True):
-                self.log(f"lr/{name}", torch.tensor(rate))
+            self.log_dict(self.step_metrics(tokens_per_step))
             self._loss_sum, self._micro_batches = 0.0, 0
         return loss
+
+    def step_metrics(self, tokens_per_step: int) -> dict[str, torch.Tensor]:
+        """What an optimizer step logs beside its loss: the tokens seen once it is done and the learning rates it
+        uses (overall and per parameter group), as CPU tensors (a number would be copied to the device)."""
+        rates = self.lr_schedulers().get_last_lr()
+        metrics = {"train/tokens_seen": torch.tensor((self.global_step + 1) * tokens_per_step, dtype=torch.float64),
+                   "train/lr": torch.as_tensor(rates[0])}
+        metrics.update({f"lr/{name}": torch.as_tensor(rate) for name, rate in zip(self.group_names, rates, strict=True)})
+        return metrics
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         every = self.trainer.log_every_n_steps
@@ -603,12 +608,12 @@ class LitResFormer(L.LightningModule):
     # ------------------------------------------------------------------ evaluation
     def on_train_start(self) -> None:
         self._divergence = _DivergenceWatch(self)
-        self._record_corpus()
+        self.record_corpus()
         if self.global_step == 0 and self.trainer.val_dataloaders is not None:
             self._log_initial_validation()
 
     @rank_zero_only
-    def _record_corpus(self) -> None:
+    def record_corpus(self) -> None:
         """The corpus's content hash into the run directory, so that no claim pairs runs of different corpora. The
         data module has scanned its corpus by now (the hash is that scan's), so this costs no pass over it."""
         data = getattr(self.trainer, "datamodule", None)
@@ -622,28 +627,35 @@ class LitResFormer(L.LightningModule):
         loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
         was_training = self.training
         self.eval()
-        metrics, bpb, tokens, n_bytes = {}, {}, {}, {}
+        losses: dict[str, list[torch.Tensor]] = {}
+        counts: dict[str, list[torch.Tensor]] = {}
         for domain, loader in zip(self.domains, loaders, strict=True):
-            losses, counts = [], []
             for batch in loader:
                 batch = self._to_device(batch)
-                losses.append(self._eval_loss(batch))
-                if self.token_bytes is not None:
-                    counts.append(torch.stack(self._tokens_and_bytes(batch["labels"])))
-            metrics[f"val/loss/{domain}"] = torch.stack(losses).mean().item()
-            if counts:  # bits per byte: every token's loss summed (the mean loss x tokens of each batch)
-                counts = torch.stack(counts)
-                tokens[domain], n_bytes[domain] = (int(n) for n in counts.sum(0))
-                nats = (torch.stack(losses).double() * counts[:, 0]).sum().item()
+                losses.setdefault(domain, []).append(self._eval_loss(batch))
+                counts.setdefault(domain, []).append(self.tokens_and_bytes(batch["labels"]))
+        for logger in self.loggers:
+            logger.log_metrics(self.initial_validation_metrics(losses, counts), step=0)
+        self.train(was_training)
+
+    def initial_validation_metrics(self, losses: dict[str, list[torch.Tensor]],
+                                   counts: dict[str, list[torch.Tensor | None]]) -> dict[str, float]:
+        """The step-0 validation's metrics from the loss of every batch of every domain and its `tokens_and_bytes`:
+        the mean loss per domain and overall, bits per byte, and the reference losses."""
+        metrics, bpb, tokens, n_bytes = {}, {}, {}, {}
+        for domain in self.domains:
+            metrics[f"val/loss/{domain}"] = torch.stack(losses[domain]).mean().item()
+            if self.token_bytes is not None:  # bits per byte: every token's loss summed (mean loss x tokens a batch)
+                scored = torch.stack(counts[domain])
+                tokens[domain], n_bytes[domain] = (int(n) for n in scored.sum(0))
+                nats = (torch.stack(losses[domain]).double() * scored[:, 0]).sum().item()
                 bpb[f"val/bpb/{domain}"] = bits_per_byte(nats, n_bytes[domain])
         metrics["val/loss"] = sum(metrics.values()) / len(metrics)
         if bpb:
             metrics.update(bpb)
             metrics["val/bpb"] = sum(bpb.values()) / len(bpb)
         metrics.update(self._reference_losses(tokens, n_bytes))
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step=0)
-        self.train(was_training)
+        return metrics
 
     def _reference_losses(self, tokens: dict[str, int] | None = None,
                           n_bytes: dict[str, int] | None = None) -> dict[str, float]:
@@ -667,10 +679,13 @@ class LitResFormer(L.LightningModule):
                 metrics[f"val/{name}_bpb"] = sum(bpb.values()) / len(bpb)
         return metrics
 
-    def _tokens_and_bytes(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """How many tokens of `labels` are scored (not -100) and their UTF-8 bytes (`token_bytes`), on the device."""
+    def tokens_and_bytes(self, labels: torch.Tensor) -> torch.Tensor | None:
+        """[how many tokens of `labels` are scored (not -100), their UTF-8 bytes (`token_bytes`)], on the device;
+        None without a byte table."""
+        if self.token_bytes is None:
+            return None
         scored = labels != -100
-        return scored.sum(), (self.token_bytes[labels.clamp_min(0)] * scored).sum()
+        return torch.stack([scored.sum(), (self.token_bytes[labels.clamp_min(0)] * scored).sum()])
 
     def _to_device(self, batch):
         return {k: v.to(self.device) for k, v in batch.items()}
@@ -679,14 +694,17 @@ class LitResFormer(L.LightningModule):
         return self.model(batch["input_ids"], labels=batch["labels"])
 
     def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
-        loss = self._eval_loss(batch)
-        self.val_loss[dataloader_idx].update(loss, weight=batch["labels"].numel())
-        if self.token_bytes is not None:
-            tokens, n_bytes = self._tokens_and_bytes(batch["labels"])
-            self.val_nats[dataloader_idx].update(loss.float() * tokens)  # the mean loss x tokens: their summed nats
-            self.val_bytes[dataloader_idx].update(n_bytes)
+        self.update_eval_metrics(self._eval_loss(batch), batch, dataloader_idx)
 
     test_step = validation_step
+
+    def update_eval_metrics(self, loss: torch.Tensor, batch, dataloader_idx: int) -> None:
+        """Count one evaluation batch of domain `dataloader_idx` whose mean loss is `loss`."""
+        self.val_loss[dataloader_idx].update(loss, weight=batch["labels"].numel())
+        if self.token_bytes is not None:
+            tokens, n_bytes = self.tokens_and_bytes(batch["labels"])
+            self.val_nats[dataloader_idx].update(loss.float() * tokens)  # the mean loss x tokens: their summed nats
+            self.val_bytes[dataloader_idx].update(n_bytes)
 
     def on_validation_epoch_end(self) -> None:
         self._log_domain_losses("val")
@@ -695,17 +713,24 @@ class LitResFormer(L.LightningModule):
         self._log_domain_losses("test")
 
     def _log_domain_losses(self, prefix: str) -> None:
-        per_domain = {f"{prefix}/loss/{d}": m.compute() for d, m in zip(self.domains, self.val_loss, strict=True)}
-        self.log_dict(per_domain)
-        self.log(f"{prefix}/loss", torch.stack(list(per_domain.values())).mean(), prog_bar=prefix == "val")
+        metrics = self.domain_metrics(prefix)
+        self.log_dict({k: v for k, v in metrics.items() if k != f"{prefix}/loss"})
+        self.log(f"{prefix}/loss", metrics[f"{prefix}/loss"], prog_bar=prefix == "val")
+
+    def domain_metrics(self, prefix: str) -> dict[str, torch.Tensor]:
+        """The evaluation's metrics from the batches counted since the last call (which are then forgotten): the loss
+        per domain and their mean, and bits per byte likewise."""
+        metrics = {f"{prefix}/loss/{d}": m.compute() for d, m in zip(self.domains, self.val_loss, strict=True)}
+        metrics[f"{prefix}/loss"] = torch.stack(list(metrics.values())).mean()
         if self.token_bytes is not None:
             # bits per byte per domain; overall, the mean over domains, as val/loss is
             bpb = {f"{prefix}/bpb/{d}": bits_per_byte(nats.compute(), n_bytes.compute())
                    for d, nats, n_bytes in zip(self.domains, self.val_nats, self.val_bytes, strict=True)}
-            self.log_dict(bpb)
-            self.log(f"{prefix}/bpb", torch.stack(list(bpb.values())).mean())
+            metrics.update(bpb)
+            metrics[f"{prefix}/bpb"] = torch.stack(list(bpb.values())).mean()
         for metric in (*self.val_loss, *self.val_nats, *self.val_bytes):
             metric.reset()
+        return metrics
 
 
 class _DivergenceWatch:

@@ -1,5 +1,5 @@
-"""A complete experiment YAML for a very small model on the tiny two-domain test corpus, and `lit-resformer fit` on it:
-in-process, killed mid-run in a process of its own, or refused."""
+"""A complete experiment YAML for a very small model on the tiny two-domain test corpus, and `lit-resformer fit` (or
+`fit-stacked`) on it: in-process, killed mid-run in a process of its own, or refused."""
 
 from __future__ import annotations
 
@@ -75,3 +75,20 @@ def refused(capsys, config, run, *extra) -> str:
     assert exit_info.value.code == 2
     assert not run.exists(), "a refused run must not leave a run directory behind"
     return capsys.readouterr().err
+
+
+def fit_stacked(runs: list[tuple[Path, Path]], *extra: str) -> None:
+    """`lit-resformer fit-stacked` on (config, run directory) pairs, in-process."""
+    main(["fit-stacked", *[arg for config, run in runs for arg in ("--run", str(config), str(run))], *extra])
+
+
+def fit_stacked_killed_at_step(runs: list[tuple[Path, Path]], step: int) -> None:
+    """`lit-resformer fit-stacked` in a process of its own, SIGKILLed once its runs took `step` optimizer steps
+    (tests/helpers/stacked_crash.py)."""
+    proc = subprocess.run(
+        [sys.executable, str(HELPERS / "stacked_crash.py"), str(step),
+         *[arg for config, run in runs for arg in ("--run", str(config), str(run))]],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS.parent.parent), os.environ.get("PYTHONPATH", "")])},
+        capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == -9, proc.stderr[-2000:]
