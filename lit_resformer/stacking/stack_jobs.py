@@ -29,8 +29,8 @@ from lit_resformer.grids.jobs import (
     train_in_one_process,
 )
 from lit_resformer.grids.spec import GridError
-from lit_resformer.runs.summary import FINISHED
 from lit_resformer.provenance import RUNS_SHARING_ENV
+from lit_resformer.runs.summary import FINISHED
 from lit_resformer.stacking.rules import stack_key, stack_problem
 from lit_resformer.training.checkpoint import read_checkpoint
 from lit_resformer.training.run_dir import RunBusy, RunDir
