@@ -41,9 +41,9 @@ from lit_resformer.runs.directory import (
     run_state,
     write_run_config,
 )
-from lit_resformer.runs.summary import FINISHED, last_step
+from lit_resformer.runs.summary import last_step
 from lit_resformer.training.checkpoint import kept_checkpoint
-from lit_resformer.training.run_dir import RunConflict, RunDir
+from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 
 
 @dataclass

@@ -47,6 +47,8 @@ TB_LOGS = "tb"
 EVAL_RESULTS = "results.json"  # inside the eval folder
 ANALYSIS_RESULTS = "analysis.json"  # inside the analysis folder
 TRAIN_LOSS = "train/loss"
+# the statuses of a summary that a rerun of its grid skips; failed and interrupted runs are retried
+FINISHED = ("done", "diverged")
 
 
 
