@@ -32,6 +32,7 @@ CPU = {
                                                "SVFormer decode tokens/s at the longest context, x vanilla"),
     "decode.svformer.max_batch_ratio": Target(1.7, "higher", "SVFormer's largest batch in a cache budget, x vanilla"),
     "data_loader.ratio": Target(20.0, "higher", "train loader tokens/s, x the model's training tokens/s"),
+    "cli_refusal.fast": Target(2.0, "lower", "seconds from start to refusal of a command given bad input"),
 }
 
 # On a GPU (compiled, bf16, the paper's sizes): what the best small-model trainers reach on an H100.

@@ -313,9 +313,10 @@ def _run_jobs(pool, jobs: list[RunJob], outcome: GridOutcome, progress: bool) ->
         bar.close()
 
 
-def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress: bool = True,
+def run_grid(grid: str | Path | Grid, options: GridOptions = GridOptions(), *, progress: bool = True,
              out: TextIO | None = None) -> GridOutcome:
-    """Train every run of a grid file into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
+    """Train every run of a grid file (or of a grid load_grid read with the options' seeds, forced overrides and
+    allow_any_class) into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
 
     Runs already done are skipped and interrupted ones resume; with `options.pool.time_limit_s` the same call
     resumes the grid in the next time-bounded slice. A grid whose runs wait on others trains in rounds until no run
@@ -325,8 +326,9 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
     what happens to them goes to `out` (stdout).
     """
     out = out or sys.stdout
-    # The grid file is read and its cells resolved once, here; what follows works on the resolved grid.
-    spec = load_grid(grid, seeds=options.seeds, forced=dict(options.forced), allow_any_class=options.allow_any_class)
+    # The grid file is read and its cells resolved once; what follows works on the resolved grid.
+    spec = grid if isinstance(grid, Grid) else load_grid(grid, seeds=options.seeds, forced=dict(options.forced),
+                                                         allow_any_class=options.allow_any_class)
     grid_dir = GridDir.of(options.runs_dir, spec.name).path
     for kind in options.post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here
