@@ -391,6 +391,28 @@ def plan_command(argv: list[str]) -> None:
     print(json.dumps(rows, indent=2) + "\n" if args.json else plan_text(rows, args.effect, args.grid.name), end="")
 
 
+def tensorboard_command(argv: list[str]) -> None:
+    parser = OptionParser(
+        prog="lit-resformer tensorboard",
+        description="Write TensorBoard event files from finished runs' metrics (a results folder keeps them as CSV): "
+                    "one TensorBoard run per grid/cell/seed<k>, every metric against the step, the loss curves also "
+                    "against training tokens (tags tokens/...), the run's hyperparameters for the HParams dashboard. "
+                    "Idempotent. Then: tensorboard --logdir OUT")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="a grid's run directory or a folder of them, e.g. docs/results")
+    parser.add_argument("--out", type=Path, help="where the event files go (default: PATH/tensorboard)")
+    args = parser.parse_args(argv)
+    from lit_resformer.grids.directory import grid_dirs
+
+    grid_dirs(args.paths)
+    from lit_resformer.reports.tensorboard_runs import write_tensorboard
+
+    out, lines = write_tensorboard(args.paths, args.out)
+    for line in lines:
+        print(line)
+    print(f"TensorBoard runs in {out}; view them with: tensorboard --logdir {out}")
+
+
 def add_references_command(argv: list[str]) -> None:
     parser = OptionParser(
         prog="lit-resformer add-references",
@@ -474,7 +496,8 @@ SUITE_COMMANDS = {"eval": eval_command, "lm-eval": lm_eval_command, "export": ex
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
                   "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
                   "merge-results": merge_results_command, "add-references": add_references_command,
-                  "rederive": rederive_command, "plan": plan_command, "prepare-corpus": prepare_corpus_command}
+                  "rederive": rederive_command, "plan": plan_command, "tensorboard": tensorboard_command,
+                  "prepare-corpus": prepare_corpus_command}
 
 
 # What `lit-resformer --help` says of every command, in its order. fit/validate/test are Lightning's (LightningCLI).
@@ -487,6 +510,7 @@ COMMAND_SUMMARIES = {
     "claims": "scoreboard of the paper's claims (each with its comparisons) across grid run directories",
     "plan": "seeds each comparison of a grid needs for an effect (MDE, power)",
     "scaling": "fit scaling laws L(N) / L(D) over size or token sweeps, with equivalence savings",
+    "tensorboard": "write TensorBoard event files (metrics, hyperparameters) from finished runs, e.g. docs/results",
     "export-results": "pack grids' finished runs (no checkpoints) into archives, e.g. from a lent GPU machine",
     "merge-results": "add an exported archive's finished runs to a results folder (e.g. docs/results)",
     "add-references": "add the bigram reference (the claims' evidence gate) to runs trained before it was logged",

@@ -237,6 +237,7 @@ ABBREVIATED = {
     "merge-results": (["a.tar.gz", "docs/results", "--h"], "--help"),
     "add-references": (["docs/results", "--h"], "--help"),
     "rederive": (["docs/results/fig7-evidence", "--cell", "vanilla"], "--cells"),
+    "tensorboard": (["docs/results/fig7-evidence", "--ou", "out"], "--out"),
     "prepare-corpus": (["out", "--min", "5"], "--min-chars"),
 }
 
