@@ -40,7 +40,14 @@ from lit_resformer.measures.stats import (
     seed_design,
 )
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
-from lit_resformer.reports.budget import budget_section
+from lit_resformer.reports.budget import (
+    budget_section,
+    by_machine,
+    machine,
+    machine_labels,
+    machines_note,
+    same_machine_ratio,
+)
 from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.reports.forest import forest_plot
 from lit_resformer.reports.kv_frontier import kv_frontier_section
@@ -183,7 +190,7 @@ def write_report(grid_dir: str | Path) -> Path:
     ladder_section(results, plotter, doc)
     if sweep is not None:
         doc.raw(scaling_section(sweep, plots_dir=plots_dir, link_base=grid_dir))
-    _cost_section(doc, cells, cells_info, done)
+    _cost_section(doc, results)
     doc.raw(budget_section(results))
     kv_frontier_section(results, plotter, doc)
     _zero_shot_section(doc, cells, done)
@@ -455,30 +462,49 @@ def _claims_section(doc, verdicts, regime: dict, forest: Path | None) -> None:
     doc.text(claim_counts(verdicts))
 
 
-def _cost_section(doc, cells, cells_info, done) -> None:
+def _cost_section(doc, results: GridResults) -> None:
+    cells, cells_info, done = results.cells, results.cell_info, results.done
+    labels = machine_labels(results)
     doc.heading(2, "Cost")
     doc.method(
         "Parameters and KV-cache bytes per token (in the training dtype) come from the run's model "
         "(its checkpoint, else its config); "
-        "tokens/s is the median logged training throughput, mean over seeds (runs that shared a machine "
-        "are only roughly comparable)."
+        "tokens/s is the median logged training throughput, mean over the seeds that trained on one machine (runs "
+        "that shared a machine are only roughly comparable). Throughput is compared with the baseline's on the "
+        "machines both trained on, never across machines."
+        + (f" {machines_note(labels)}" if labels else "")
     )
+
+    def tokens_per_sec(run: RunResult) -> float | None:
+        return run.summary.get("tokens_per_sec")
+
     rows = []
     for cell in cells:
-        summaries = [r.summary for r in done[cell]]
+        summaries = [r.summary for r in done[cell].values()]
         params = next((s["params"] for s in summaries if s.get("params") is not None), None)
         kv = next((s["kv_cache_bytes_per_token"] for s in summaries if s.get("kv_cache_bytes_per_token") is not None), None)
-        base_summaries = [r.summary for r in done[cells_info[cell]["baseline"]]]
-        base_kv = next((s["kv_cache_bytes_per_token"] for s in base_summaries if s.get("kv_cache_bytes_per_token")), None)
-        speeds = [s["tokens_per_sec"] for s in summaries if s.get("tokens_per_sec") is not None]
+        base = cells_info[cell]["baseline"]
+        base_kv = next((s["kv_cache_bytes_per_token"] for r in done[base].values()
+                        if (s := r.summary).get("kv_cache_bytes_per_token")), None)
+        speeds = by_machine(done[cell].values(), tokens_per_sec)
+        runs_on = {name: sum(1 for r in done[cell].values() if machine(r) == name) for name in speeds}
+        if base == cell or not speeds:
+            versus = "–" if not speeds else "1.000"
+        else:
+            ratio = same_machine_ratio(speeds, by_machine(done[base].values(), tokens_per_sec))
+            versus = "– (other machine)" if ratio is None else f"{ratio:.3f}"
         rows.append([
             cell,
             _fmt_int(params),
             _fmt_int(kv),
             "–" if kv is None or not base_kv else f"{kv / base_kv:.3f}",
-            "–" if not speeds else f"{np.mean(speeds):,.0f}",
+            "–" if not speeds else ", ".join(f"{speed:,.0f}" + (f" [{labels[name]}]" if labels else "")
+                                              for name, speed in speeds.items()),
+            "–" if not speeds else ", ".join(f"{labels.get(name, name)} ({runs_on[name]})" for name in speeds),
+            versus,
         ])
-    doc.table(["cell", "parameters", "KV bytes / token", "KV vs baseline", "tokens/s"], rows)
+    doc.table(["cell", "parameters", "KV bytes / token", "KV vs baseline", "tokens/s", "machine (runs)",
+               "tokens/s vs baseline, same machine"], rows)
 
 
 def _zero_shot_section(doc, cells, done) -> None:
