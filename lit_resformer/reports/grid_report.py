@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from lit_resformer.grids.changes import common_changes, show_value
-from lit_resformer.grids.spec import refresh_claims
+from lit_resformer.grids.spec import grid_description, refresh_claims
 from lit_resformer.measures.scaling import sweep_analysis
 from lit_resformer.measures.stats import (
     PLATEAU_MARGIN,
@@ -168,10 +168,13 @@ def write_report(grid_dir: str | Path) -> Path:
     regime = grid_regime(results)
 
     doc.heading(1, f"Ablation grid {name}")
-    compares = (f"{len(cells)} cells against the baseline **{manifest['baseline']}**, seeds {manifest.get('seeds')}; "
-                f"runs: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'none yet'}.")
-    doc.lead(*grid_lead(f"{manifest.get('description') or ''} {compares}".strip(), regime and regime_text(regime),
-                        verdicts, warnings, grid_dir))
+    baseline = manifest["baseline"]
+    compares = (f"{len(cells)} cells: **{baseline}** (the baseline)"
+                + "".join(f", {cell}" for cell in cells if cell != baseline)
+                + f"; seeds {manifest.get('seeds')}; runs: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'none yet'}.")
+    description = grid_description(results.grid_dir, manifest)
+    doc.lead(*grid_lead(f"{description} {compares}".strip(), regime and regime_text(regime), verdicts, warnings,
+                        grid_dir))
 
     _claims_section(doc, verdicts, regime, forest_plot(verdicts, plots_dir / "forest.png",
                                                        f"{name}: each comparison, a − b with its 95% interval"))
