@@ -552,8 +552,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     try:  # the config files exist and compose, checked before Lightning is imported
         expand_config_args(args[1:])
-    except (ValueError, FileNotFoundError) as err:
-        sys.exit(f"lit-resformer {args[0]}: error: {err}")
+    except (ValueError, FileNotFoundError) as err:  # as fit's parser refuses a config: on stderr, exit status 2
+        print(f"lit-resformer {args[0]}: error: {err}", file=sys.stderr)
+        sys.exit(2)
     from lit_resformer.training.lightning_cli import (
         run_cli,  # Lightning and the model: imported only for fit/validate/test
     )

@@ -161,7 +161,8 @@ def test_validate_and_test_refuse_abbreviated_options_too(tmp_path, experiment, 
 def test_a_missing_config_file_is_named_before_lightning_is_imported(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         main(["fit", "--config", str(tmp_path / "missing.yaml")])
-    assert refused.value.code == f"lit-resformer fit: error: --config {tmp_path / 'missing.yaml'}: no such file"
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == f"lit-resformer fit: error: --config {tmp_path / 'missing.yaml'}: no such file\n"
 
 
 # ------------------------------------------------------------------------------------------ files that are no checkpoint
