@@ -402,7 +402,7 @@ def tensorboard_command(argv: list[str]) -> None:
                         help="a grid's run directory or a folder of them, e.g. docs/results")
     parser.add_argument("--out", type=Path, help="where the event files go (default: PATH/tensorboard)")
     args = parser.parse_args(argv)
-    from lit_resformer.grids.directory import grid_dirs
+    from lit_resformer.runs.directory import grid_dirs
 
     grid_dirs(args.paths)
     from lit_resformer.reports.tensorboard_runs import write_tensorboard

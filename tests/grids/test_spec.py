@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
-from lit_resformer.grids.directory import GridDir
 from lit_resformer.grids.spec import grid_description
+from lit_resformer.runs.directory import GridDir
 
 BASE = {
     "seed_everything": 0,

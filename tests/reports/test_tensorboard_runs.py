@@ -129,7 +129,7 @@ def test_the_command_writes_beside_the_results_by_default(grid_dir, capsys):
 def test_a_committed_grid_reads_back_run_by_run(tmp_path):
     """A committed grid (gzipped metrics, shared runs through links) as TensorBoard shows it: every finished run, its
     validation curve equal to the one its summary's final loss was read from."""
-    from lit_resformer.grids.directory import GridDir
+    from lit_resformer.runs.directory import GridDir
 
     grid = GridDir(REPO / "docs/results/fig5-repro")
     out, _ = write_tensorboard([grid.path], tmp_path / "tb")
