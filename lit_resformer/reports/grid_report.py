@@ -61,7 +61,7 @@ from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_grid, grid_regime, regime_text
 from lit_resformer.verdicts.claims import counts as claim_counts
 from lit_resformer.verdicts.claims import table as claims_table
-from lit_resformer.writing import atomic_write
+from lit_resformer.writing import atomic_write, outside_legend
 
 RELATIVE_WINDOWS = (10, 100)
 
@@ -149,7 +149,7 @@ def write_report(grid_dir: str | Path) -> Path:
     plots_dir.mkdir(exist_ok=True)
     for old in plots_dir.glob("*.png"):
         old.unlink()
-    plotter = Plotter(plots_dir, cells)
+    plotter = Plotter(plots_dir, cells, tokens_per_step={cell: _tokens_per_step(done[cell]) for cell in cells})
     doc = Document(grid_dir)
     name = manifest["name"]
 
@@ -560,7 +560,7 @@ def _analysis_section(doc, grid_dir, plotter, done) -> None:
     run_dirs = {cell: [r.run.path for r in records] for cell, records in done.items() if records}
     if not run_dirs:
         return
-    text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir, colors=plotter.colors)
+    text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir, styles=plotter.styles)
     if text:
         doc.raw(text)
 
@@ -616,13 +616,13 @@ def _training_length_section(doc, plotter, results: GridResults, final_train, fi
 def _length_axis_section(doc, plotter, results: GridResults, final_train, final_val, key: str) -> None:
     label, plot_name, heading, compared = LENGTH_AXES[key]
     gaps: dict[str, dict[str, dict[int, SeedTest]]] = {"validation": {}, "training": {}}
-    colors = {}
+    styles = {}  # a family is drawn in the style of its first cell
     for cell in results.cells:
         info, base = results.cell_info[cell], results.cell_info[cell]["baseline"]
         length, family = info["coords"].get(key), info["family"]
         if cell == base or length is None or family is None:
             continue
-        colors.setdefault(family, plotter.colors.get(cell))
+        styles.setdefault(family, plotter.styles.get(cell, {}))
         for metric, finals in (("validation", final_val), ("training", final_train)):
             if isinstance(diff := _versus_baseline(results, finals, cell, base), SeedTest):  # not across corpora
                 gaps[metric].setdefault(family, {})[length] = diff
@@ -635,13 +635,13 @@ def _length_axis_section(doc, plotter, results: GridResults, final_train, final_
         "cell is ahead at that length (paper Fig. 7, left, for ResFormer; Fig. 14 for SVFormer)."
     )
     points = sorted({(f, x) for by_family in gaps.values() for f, by_x in by_family.items() for x in by_x},
-                    key=lambda p: (list(colors).index(p[0]), p[1]))
+                    key=lambda p: (list(styles).index(p[0]), p[1]))
     doc.table(
         ["cell", label, "Δ val vs baseline", "Δ train vs baseline"],
         [[family, f"{length:,}", _fmt_difference(gaps["validation"].get(family, {}).get(length)),
           _fmt_difference(gaps["training"].get(family, {}).get(length))] for family, length in points],
     )
-    fig, axes = plotter.plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plotter.plt.subplots(1, 2, figsize=(12.5, 4.2))
     for ax, (metric, by_family) in zip(axes, gaps.items(), strict=True):
         ax.axhline(0.0, color="black", lw=1, ls="--", label="baseline")
         for family, by_length in by_family.items():
@@ -650,13 +650,13 @@ def _length_axis_section(doc, plotter, results: GridResults, final_train, final_
             means = np.array([d.estimate for d in diffs])
             below = means - np.array([d.estimate if d.low is None else d.low for d in diffs])
             above = np.array([d.estimate if d.high is None else d.high for d in diffs]) - means
-            ax.errorbar(lengths, means, yerr=[below, above], marker="o", capsize=3, label=family, color=colors[family])
+            ax.errorbar(lengths, means, yerr=[below, above], capsize=3, label=family, **styles[family])
         ax.set_xscale("log")
         ax.set_xticks(sorted({x for _, x in points}), [f"{x:,}" for x in sorted({x for _, x in points})])
         ax.minorticks_off()
         ax.set(xlabel=label, ylabel=f"final {metric} loss − baseline", title=f"final {metric} loss gap")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    outside_legend(axes[-1], fontsize=8)  # the panels share their families' styles
     path = plotter.save(fig, plot_name)
     doc.image(path, f"Final loss gap to the baseline against {label} (mean over seeds, 95% CI where n ≥ 2).")
 

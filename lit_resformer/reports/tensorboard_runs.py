@@ -6,7 +6,8 @@ in OUT/<grid>/<cell>/seed<k>, so that `tensorboard --logdir OUT` lists every gri
 
 - every logged metric under its own tag against the training step (the CSV's `step`), as Lightning logged it;
 - the loss curves again against training tokens, under `tokens/<tag>` (step = the tokens seen by that step, read from
-  the run's own `train/tokens_seen`), since runs of different batch sizes or sequence lengths compare by tokens;
+  the run's own `train/tokens_seen`: lit_resformer.training.run_dir.tokens_seen_by), since runs of different batch
+  sizes or sequence lengths compare by tokens;
 - the run's hyperparameters for the HParams dashboard: every `model.*` field of its resolved config (the variant's
   fields, the learning rate and schedule), its seed, sequence length, micro-batch, steps and data source, its grid and
   cell, and the tokens and parameters its summary records; the final `val/loss` and `train/loss` are its metrics.
@@ -17,7 +18,6 @@ rewritten, never appended to, when they change; folders of runs no longer in the
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import shutil
@@ -28,13 +28,12 @@ from typing import Any
 
 import yaml
 
-from lit_resformer.grids.directory import GridDir, grid_dirs
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.directory import GridDir, grid_dirs
+from lit_resformer.training.run_dir import RunDir, tokens_seen_by
 
 DEFAULT_OUT = "tensorboard"  # beside the results: PATH/tensorboard
 SOURCE_STAMP = "source.json"  # in each TensorBoard run's folder: what it was written from
 STAMP_VERSION = 1  # bumped when what is written for the same files changes
-TOKENS_SEEN = "train/tokens_seen"
 TOKEN_AXIS = "tokens/"  # the tag prefix of the curves drawn against training tokens
 ON_TOKEN_AXIS = ("train/loss", "val/loss", "val/bpb")  # the tags (and their per-domain tags) drawn against tokens
 FINAL_METRICS = ("val/loss", "train/loss")  # the HParams dashboard's metric columns
@@ -81,21 +80,6 @@ def source_hash(run: RunDir) -> str:
     return digest.hexdigest()
 
 
-def token_steps(series: dict[str, list[tuple[int, float]]]) -> tuple[list[int], list[int]]:
-    """(steps, tokens seen by each) from the run's own `train/tokens_seen`, in step order."""
-    points = series.get(TOKENS_SEEN, [])
-    return [step for step, _ in points], [int(tokens) for _, tokens in points]
-
-
-def tokens_at(step: int, steps: list[int], tokens: list[int]) -> int | None:
-    """The tokens seen by `step`: the last count logged at or before it; 0 before the first training step (the
-    references and the first validation are logged at step 0); None for a run that logged no tokens."""
-    if not steps:
-        return None
-    index = bisect.bisect_right(steps, step) - 1
-    return tokens[index] if index >= 0 else 0
-
-
 def on_token_axis(tag: str) -> bool:
     return any(tag == name or tag.startswith(name + "/") for name in ON_TOKEN_AXIS)
 
@@ -106,14 +90,14 @@ def write_run(grid: str, cell: str, run: RunDir, folder: Path) -> None:
     from torch.utils.tensorboard.summary import hparams
 
     series = run.read_metrics()
-    steps, tokens = token_steps(series)
+    tokens = tokens_seen_by(series)
     with SummaryWriter(log_dir=str(folder)) as writer:
         for tag, points in series.items():
             for step, value in points:
                 writer.add_scalar(tag, value, step)
-            if on_token_axis(tag) and steps:
+            if on_token_axis(tag) and tokens:
                 for step, value in points:
-                    writer.add_scalar(TOKEN_AXIS + tag, value, tokens_at(step, steps, tokens))
+                    writer.add_scalar(TOKEN_AXIS + tag, value, tokens(step))
         experiment, start, end = hparams(run_hparams(grid, cell, run),
                                           {tag: series[tag][-1][1] for tag in FINAL_METRICS if series.get(tag)})
         for summary in (experiment, start, end):
