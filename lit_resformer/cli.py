@@ -405,7 +405,7 @@ def tensorboard_command(argv: list[str]) -> None:
     from lit_resformer.runs.directory import grid_dirs
 
     grid_dirs(args.paths)
-    from lit_resformer.reports.tensorboard_runs import write_tensorboard
+    from lit_resformer.runs.tensorboard_events import write_tensorboard
 
     out, lines = write_tensorboard(args.paths, args.out)
     for line in lines:

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from lit_resformer.cli import main
-from lit_resformer.reports.tensorboard_runs import write_tensorboard
+from lit_resformer.runs.tensorboard_events import write_tensorboard
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENS_PER_STEP = 512
