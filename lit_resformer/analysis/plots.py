@@ -1,7 +1,9 @@
 """PNG plots of analysis results (matplotlib, Agg backend). Several models are overlaid, as in Fig. 1 (right).
 
 The by-layer plots take plain curves {label: [value per layer]}, so the grid report draws its per-cell means
-with the same functions that draw one report's models.
+with the same functions that draw one report's models, with their styles (`styles`, lit_resformer.writing.series_styles:
+one per label, the grid's cells keep theirs) and their spread over seeds (`bands`: {label: (low, high) per layer}).
+Legends sit beside the axes, off the data.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from lit_resformer.analysis import metrics as M
-from lit_resformer.writing import pyplot, save_figure
+from lit_resformer.writing import outside_legend, pyplot, save_figure, series_styles
 
 plt = pyplot()
 
@@ -23,6 +25,8 @@ PAPER_RESFORMER_BOUNDS = {"importance": (10.0, "ResFormer (paper): < 10x"),
                           "hidden_norm": (3.0, "ResFormer (paper): < 3x")}
 
 Curves = dict[str, list[float]]
+Bands = dict[str, tuple[list[float], list[float]]]  # label -> (lowest, highest) per layer
+Styles = dict[str, dict[str, str]]  # label -> matplotlib keywords
 
 
 def first_token_ratio(result: dict[str, Any], kind: str) -> list[float]:
@@ -52,42 +56,61 @@ def _layer_axis(ax, log_y: bool = False) -> None:
         _log_y(ax)
 
 
-def _draw_by_layer(ax, curves: Curves, title: str, ylabel: str, style: str = "-") -> None:
+def _finite(values: list[float | None]) -> list[float]:
+    return [math.nan if v is None else v for v in values]
+
+
+def _draw_by_layer(ax, curves: Curves, title: str, ylabel: str, linestyle: str | None = None,
+                   styles: Styles | None = None, bands: Bands | None = None) -> None:
+    """One line per label over layers 1..L in its style (`linestyle` overrides the style's: a second quantity of the
+    same labels), and its band where `bands` has one."""
+    styles = styles or series_styles(list(curves))
     for label, values in curves.items():
-        values = [math.nan if v is None else v for v in values]
-        ax.plot(range(1, len(values) + 1), values, style, marker="o", label=label)
+        style = {**styles.get(label, {}), **({"linestyle": linestyle} if linestyle else {})}
+        layers = range(1, len(values) + 1)
+        ax.plot(layers, _finite(values), label=label, markersize=5, **style)
+        if bands and label in bands:
+            low, high = bands[label]
+            ax.fill_between(layers, _finite(low), _finite(high), color=style.get("color"), alpha=0.15, lw=0)
     ax.set(title=title, xlabel="layer", ylabel=ylabel)
     _layer_axis(ax)
 
 
 def plot_by_layer(curves: Curves, path: Path, title: str, ylabel: str, reference: tuple[float, str] | None = None,
-                  log_y: bool = False) -> Path:
-    """One line per label over layers 1..L, with an optional horizontal reference line (value, label)."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    _draw_by_layer(ax, curves, title, ylabel)
+                  log_y: bool = False, styles: Styles | None = None, bands: Bands | None = None) -> Path:
+    """One line per label over layers 1..L, its band where `bands` has one, with an optional horizontal reference
+    line (value, label)."""
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    _draw_by_layer(ax, curves, title, ylabel, styles=styles, bands=bands)
     if reference is not None:
         ax.axhline(reference[0], color="grey", linestyle=":", label=reference[1])
     _layer_axis(ax, log_y)
-    ax.legend(fontsize=9)
+    outside_legend(ax)
     return save_figure(fig, path)
 
 
-def plot_first_token_ratios(ratios: dict[str, Curves], path: Path, seq_len: int) -> Path:
-    """ratios: {label: {kind: ratio per layer}}; one panel per kind, with the paper's ResFormer bound.
-    Causal masking alone favours early tokens, so the importance panel also shows uniform causal attention's
-    ratio over `seq_len` tokens."""
+def plot_first_token_ratios(ratios: dict[str, Curves], path: Path, seq_len: int, styles: Styles | None = None,
+                            bands: dict[str, Bands] | None = None) -> Path:
+    """ratios: {label: {kind: ratio per layer}}; one panel per kind, with the paper's ResFormer bound; bands:
+    {label: {kind: (low, high) per layer}}. Causal masking alone favours early tokens, so the importance panel also
+    shows uniform causal attention's ratio over `seq_len` tokens. One legend for the panels, beside the last."""
     kinds = [k for k in PAPER_RESFORMER_BOUNDS if any(k in r for r in ratios.values())]
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4.3 * len(kinds), 3.6), squeeze=False)
+    styles = styles or series_styles(list(ratios))
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.3 * len(kinds) + 2.2, 3.6), squeeze=False)
     for ax, kind in zip(axes[0], kinds, strict=True):
         _draw_by_layer(ax, {label: r[kind] for label, r in ratios.items() if kind in r},
-                       f"first token / others: {kind.replace('_', ' ')}", "ratio")
-        bound, label = PAPER_RESFORMER_BOUNDS[kind]
-        ax.axhline(bound, color="grey", linestyle=":", label=label)
+                       f"first token / others: {kind.replace('_', ' ')}", "ratio", styles=styles,
+                       bands={label: b[kind] for label, b in (bands or {}).items() if kind in b})
+        bound, _ = PAPER_RESFORMER_BOUNDS[kind]
+        ax.axhline(bound, color="grey", linestyle=":", label="ResFormer's bound (paper)")
         if kind == "importance":
             uniform = M.first_to_others(M.uniform_causal_importance(seq_len)).item()
             ax.axhline(uniform, color="grey", linestyle="--", label="uniform causal attention")
         _layer_axis(ax, log_y=True)
-        ax.legend(fontsize=9)
+    handles = {}
+    for ax in axes[0]:
+        handles.update(zip(*reversed(ax.get_legend_handles_labels()), strict=True))
+    outside_legend(axes[0][-1], handles=list(handles.values()), labels=list(handles))
     return save_figure(fig, path)
 
 
@@ -98,7 +121,7 @@ def _depth_colours(count: int):
 def plot_norms_by_position(models: dict[str, dict], path: Path) -> Path:
     """Value and hidden norms by token position, every layer one line (colour = depth), first token ringed."""
     kinds = [k for k in ("value", "hidden") if any(f"{k}_norm_by_position" in r for r in models.values())]
-    fig, axes = plt.subplots(len(models), len(kinds), figsize=(5 * len(kinds), 3 * len(models)), squeeze=False)
+    fig, axes = plt.subplots(len(models), len(kinds), figsize=(5 * len(kinds) + 1.5, 3 * len(models)), squeeze=False)
     for row, (name, result) in zip(axes, models.items(), strict=True):
         for ax, kind in zip(row, kinds, strict=True):
             layers = result.get(f"{kind}_norm_by_position", [])
@@ -107,7 +130,8 @@ def plot_norms_by_position(models: dict[str, dict], path: Path) -> Path:
                 ax.scatter([0], [norms[0]], color=colour, edgecolor="red", s=30, zorder=3)
             ax.set(title=f"{name}: {kind} norm (first token ringed)", xlabel="position", ylabel="L2 norm")
             _log_y(ax)
-            ax.legend(fontsize=8, ncol=2)
+        # a row's panels share their layers' colours: one legend, beside the row's last panel
+        outside_legend(row[-1], ncol=2 if len(layers) > 12 else 1, fontsize=8)
     return save_figure(fig, path)
 
 
@@ -119,36 +143,43 @@ def _mixes_values(result: dict[str, Any]) -> bool:
 
 
 def plot_value_spectrum(models: dict[str, dict], path: Path) -> Path:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    styles = series_styles(list(models))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 3.6))
     for name, result in models.items():
         if "value_spectrum" in result:
             spectrum = result["value_spectrum"]
-            left.plot(range(1, len(spectrum) + 1), spectrum, label=f"{name} (layer {result['value_spectrum_layer']})")
+            left.plot(range(1, len(spectrum) + 1), spectrum, color=styles[name]["color"],
+                      linestyle=styles[name]["linestyle"], label=f"{name} (layer {result['value_spectrum_layer']})")
     left.set(title="Value spectrum (Eq. 12, uncentred)", xlabel="eigenvalue rank", ylabel="eigenvalue")
     _log_y(left)
-    left.legend(fontsize=9)
+    outside_legend(left)
     _draw_by_layer(right, {n: r["top_eigenvalue"] for n, r in models.items() if "top_eigenvalue" in r},
-                   "Largest value eigenvalue (Fig. 12)", "eigenvalue")
+                   "Largest value eigenvalue (Fig. 12)", "eigenvalue", styles=styles)
     _draw_by_layer(right, {f"{n}: own V_n (before mixing)": r["raw_value_top_eigenvalue"]
                            for n, r in models.items() if _mixes_values(r)},
-                   "Largest value eigenvalue (Fig. 12)", "eigenvalue", style="--")
+                   "Largest value eigenvalue (Fig. 12)", "eigenvalue", linestyle="--",
+                   styles={f"{n}: own V_n (before mixing)": style for n, style in styles.items()})
     _layer_axis(right, log_y=True)
-    right.legend(fontsize=9)
+    outside_legend(right)
     return save_figure(fig, path)
 
 
 def plot_fig4(models: dict[str, dict], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for key, style, label in (("fig4_cos_eq4", "-", "Eq. 4, m = n-1"), ("fig4_cos_eq6", "--", "Eq. 6, m = n-1"),
-                              ("fig4_first_cos_eq4", ":", "Eq. 4, m = 1"), ("fig4_first_cos_eq6", "-.", "Eq. 6, m = 1")):
+    """Each model in its colour and marker, each of the four cosines in a line style of its own."""
+    styles = series_styles(list(models))
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    for key, linestyle, label in (("fig4_cos_eq4", "-", "Eq. 4, m = n-1"), ("fig4_cos_eq6", "--", "Eq. 6, m = n-1"),
+                                  ("fig4_first_cos_eq4", ":", "Eq. 4, m = 1"),
+                                  ("fig4_first_cos_eq6", "-.", "Eq. 6, m = 1")):
         _draw_by_layer(ax, {f"{n}: {label}": r[key] for n, r in models.items() if key in r},
-                       "cos to cross-layer attention (Eq. 2), Fig. 4", "cosine similarity", style)
-    ax.legend(fontsize=9)
+                       "cos to cross-layer attention (Eq. 2), Fig. 4", "cosine similarity", linestyle,
+                       styles={f"{n}: {label}": style for n, style in styles.items()})
+    outside_legend(ax)
     return save_figure(fig, path)
 
 
 def plot_top_i(models: dict[str, dict], path: Path) -> Path:
-    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models) + 1.5, 3.6), squeeze=False)
     for ax, (name, result) in zip(axes[0], models.items(), strict=True):
         layers = result["top_i_importance"]
         for n, (shares, colour) in enumerate(zip(layers, _depth_colours(len(layers)), strict=True), start=1):
@@ -156,7 +187,7 @@ def plot_top_i(models: dict[str, dict], path: Path) -> Path:
         ax.set(title=f"{name}: top-i importance (Fig. 21)", xlabel="i (most important tokens)",
                ylabel="share of importance", ylim=(0, 1.02))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=8, ncol=2)
+    outside_legend(axes[0][-1], ncol=2 if len(layers) > 12 else 1, fontsize=8)
     return save_figure(fig, path)
 
 

@@ -52,7 +52,8 @@ def load_experiment(*paths: str | Path) -> dict:
 
 
 def expand_config_args(args: Sequence[str]) -> list[str]:
-    """Command-line arguments with every `--config FILE` replaced by one `--config` per layer of the file."""
+    """Command-line arguments with every `--config FILE` replaced by one `--config` per layer of the file.
+    FileNotFoundError for a value that is neither a file nor a config written out as YAML."""
     out: list[str] = []
     rest = list(args)
     while rest:
@@ -64,7 +65,12 @@ def expand_config_args(args: Sequence[str]) -> list[str]:
         else:
             out.append(arg)
             continue
-        layers = config_layers(value) if Path(value).is_file() else [value]  # else: YAML text, jsonargparse's own
+        if Path(value).is_file():
+            layers = config_layers(value)
+        elif isinstance(yaml.safe_load(value), dict):  # a config given as YAML text, jsonargparse's own
+            layers = [value]
+        else:
+            raise FileNotFoundError(f"--config {value}: no such file")
         for layer in layers:
             out += ["--config", yaml.safe_dump(layer, sort_keys=False) if isinstance(layer, dict) else str(layer)]
     return out

@@ -16,7 +16,6 @@ This is a *code* corpus, unlike SlimPajama: results on it say how the variants m
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -29,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from lit_resformer.config.options import OptionParser
 from lit_resformer.corpora.data_cache import atomic_directory
 
 CORPUS_FILE = "python.jsonl"
@@ -173,7 +173,7 @@ def prepare_code_corpus(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer prepare-corpus",
         description="Write a local code corpus from this machine's installed Python sources (offline GPU tier).")
     parser.add_argument("out_dir", help="output folder (python.jsonl + manifest.json); reused when intact")

@@ -41,10 +41,10 @@ from lit_resformer.runs.directory import (
     run_state,
     write_run_config,
 )
-from lit_resformer.runs.summary import FINISHED, last_step
+from lit_resformer.runs.summary import last_step
 from lit_resformer.stacking.stack_jobs import StackJob, describe, pack, stacked_runs
 from lit_resformer.training.checkpoint import kept_checkpoint
-from lit_resformer.training.run_dir import RunConflict, RunDir
+from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 
 
 @dataclass
@@ -315,9 +315,10 @@ def _run_jobs(pool, jobs: list[RunJob | StackJob], outcome: GridOutcome, progres
         bar.close()
 
 
-def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress: bool = True,
+def run_grid(grid: str | Path | Grid, options: GridOptions = GridOptions(), *, progress: bool = True,
              out: TextIO | None = None) -> GridOutcome:
-    """Train every run of a grid file into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
+    """Train every run of a grid file (or of a grid load_grid read with the options' seeds, forced overrides and
+    allow_any_class) into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
 
     Runs already done are skipped and interrupted ones resume; with `options.pool.time_limit_s` the same call
     resumes the grid in the next time-bounded slice. A grid whose runs wait on others trains in rounds until no run
@@ -327,8 +328,9 @@ def run_grid(grid: str | Path, options: GridOptions = GridOptions(), *, progress
     what happens to them goes to `out` (stdout).
     """
     out = out or sys.stdout
-    # The grid file is read and its cells resolved once, here; what follows works on the resolved grid.
-    spec = load_grid(grid, seeds=options.seeds, forced=dict(options.forced), allow_any_class=options.allow_any_class)
+    # The grid file is read and its cells resolved once; what follows works on the resolved grid.
+    spec = grid if isinstance(grid, Grid) else load_grid(grid, seeds=options.seeds, forced=dict(options.forced),
+                                                         allow_any_class=options.allow_any_class)
     grid_dir = GridDir.of(options.runs_dir, spec.name).path
     for kind in options.post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here

@@ -478,6 +478,19 @@ def claims_change(grid_dir: GridDir) -> tuple[list[dict], str]:
                       f"{len(texts[1] - texts[0])} added, {len(texts[0] - texts[1])} removed, {changed} changed")
 
 
+def grid_description(grid_dir: GridDir, manifest: Mapping[str, Any]) -> str:
+    """The prose a grid's file says about it, as that file says it now where the checkout around the results has the
+    file, else as the manifest stored it. It is prose, part of no run and of no verdict, so it is read where it is
+    shown and never stored back; what the grid's cells are is said from its cells (the report's lead), not here."""
+    path = locate_grid_file(manifest.get("grid_file"), grid_dir.path)
+    if path is not None:
+        try:
+            return str(_read_grid_file(path, resolve_bases=False).get("description") or "")
+        except GridError:  # a file that no longer reads: `report` and `claims` say so where it matters
+            pass
+    return str(manifest.get("description") or "")
+
+
 def refresh_claims(grid_dir: GridDir) -> str:
     """Store in the grid's manifest the claims its grid file declares now, so that a claim written once in configs/
     applies to runs judged before it changed. The manifest's claims are what `report` and `claims` judge, wherever

@@ -9,12 +9,16 @@ parameters and almost no FLOPs).
 Parameters, FLOPs and KV bytes come from the config of the cell's runs (the model built on the meta device: no
 checkpoint, no memory); the step time from its finished runs' summaries. Runs that trained on a GPU add their model
 FLOP utilisation, against the card's datasheet peak and its measured one (lit_resformer.provenance).
+
+Speed is compared on one machine only: a run's machine is the device its provenance names, and a cell's time or
+throughput is set against its baseline's on the machines both trained on (`same_machine_ratio`), never across two.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +38,7 @@ class CellBudget:
     kv_cache_bytes_per_token: int | None  # in the dtype the cell trains in
     step_time_s: float | None  # seconds per optimizer step: each finished run's median, mean over them
     timed_runs: int  # finished runs the step time is the mean of
+    step_time_by_machine: dict[str, float] = field(default_factory=dict)  # machine -> the mean over its runs
 
 
 def budget_rows(results: GridResults) -> list[CellBudget]:
@@ -42,7 +47,8 @@ def budget_rows(results: GridResults) -> list[CellBudget]:
     rows = []
     for cell in results.cells:
         config = next((r.config for r in results.runs[cell] if r.config), None)
-        step_times = [t for r in results.done[cell].values() if (t := _step_time(r)) is not None]
+        finished = list(results.done[cell].values())
+        step_times = [t for r in finished if (t := _step_time(r)) is not None]
         model = _model_budget(config) if config else {}
         rows.append(CellBudget(
             cell=cell,
@@ -52,14 +58,50 @@ def budget_rows(results: GridResults) -> list[CellBudget]:
             kv_cache_bytes_per_token=model.get("kv_cache_bytes_per_token"),
             step_time_s=float(np.mean(step_times)) if step_times else None,
             timed_runs=len(step_times),
+            step_time_by_machine=by_machine(finished, _step_time),
         ))
     return rows
+
+
+def machine(run: RunResult) -> str:
+    """The device a run trained on, as its provenance names it (e.g. "CPU: AMD EPYC")."""
+    return run.provenance.get("device") or "unrecorded"
+
+
+def by_machine(runs: Iterable[RunResult], value: Callable[[RunResult], float | None]) -> dict[str, float]:
+    """machine -> the mean of `value` over the runs that trained on it (runs without a value left out)."""
+    values: dict[str, list[float]] = {}
+    for run in runs:
+        if (v := value(run)) is not None:
+            values.setdefault(machine(run), []).append(v)
+    return {name: float(np.mean(found)) for name, found in values.items()}
+
+
+def same_machine_ratio(values: dict[str, float], base: dict[str, float]) -> float | None:
+    """A cell's figure over its baseline's on the machines both trained on (the mean of the per-machine ratios);
+    None when they share no machine, where a ratio would compare the machines."""
+    shared = [values[name] / base[name] for name in values if base.get(name)]
+    return float(np.mean(shared)) if shared else None
+
+
+def machine_labels(results: GridResults) -> dict[str, str]:
+    """A letter for every machine the grid's finished runs trained on, in the order of the cells; {} for one."""
+    machines = dict.fromkeys(machine(r) for cell in results.cells for r in results.done[cell].values())
+    return {} if len(machines) < 2 else {name: chr(ord("A") + i) for i, name in enumerate(machines)}
+
+
+def machines_note(labels: dict[str, str]) -> str:
+    """What the machine letters of the Cost and Budget tables stand for."""
+    return "Machines (the device each run's provenance names): " + "; ".join(
+        f"**{letter}** = {name}" for name, letter in labels.items()) + "."
 
 
 def budget_section(results: GridResults) -> str:
     """The report's Budget section: a table of `budget_rows`, each figure also as a ratio to the cell's baseline."""
     rows = budget_rows(results)
     by_cell = {row.cell: row for row in rows}
+
+    labels = machine_labels(results)
 
     def with_ratio(row: CellBudget, field: str, shown: str) -> str:
         base = by_cell.get(results.cell_info[row.cell]["baseline"])
@@ -68,6 +110,20 @@ def budget_section(results: GridResults) -> str:
             return "–"
         ratio = f"{value / base_value:.2f}" if base_value else "1.00"
         return shown if ratio == "1.00" else f"{shown} ({ratio}x)"
+
+    def step_time(row: CellBudget) -> str:
+        """The step time with its machines' letters, and its ratio to the baseline's on the same machine only."""
+        if row.step_time_s is None:
+            return "–"
+        shown = f"{row.step_time_s:.3f}" + (f" [{', '.join(labels[m] for m in row.step_time_by_machine)}]"
+                                             if labels else "")
+        base = by_cell.get(results.cell_info[row.cell]["baseline"])
+        if base is None or base is row or not base.step_time_by_machine:
+            return shown
+        ratio = same_machine_ratio(row.step_time_by_machine, base.step_time_by_machine)
+        if ratio is None:
+            return f"{shown} (other machine than the baseline)"
+        return shown if f"{ratio:.2f}" == "1.00" else f"{shown} ({ratio:.2f}x)"
 
     table = []
     for row in rows:
@@ -78,7 +134,7 @@ def budget_section(results: GridResults) -> str:
             with_ratio(row, "flops_per_token", "–" if row.flops_per_token is None
                        else f"{row.flops_per_token / 1e6:,.2f}"),
             with_ratio(row, "kv_cache_bytes_per_token", _count(row.kv_cache_bytes_per_token)),
-            with_ratio(row, "step_time_s", "–" if row.step_time_s is None else f"{row.step_time_s:.3f}"),
+            step_time(row),
             str(row.timed_runs),
         ])
     note = (
@@ -92,7 +148,9 @@ def budget_section(results: GridResults) -> str:
         "12 x layers x d_model x training length for attention (PaLM's convention; a layer that attends to "
         "several key sources counts once each). **KV-cache bytes per token** in the "
         "training dtype. **Step time**: seconds per optimizer step, tokens per step over the run's median logged "
-        "tokens/s, mean over the cell's finished runs (runs that shared a machine are only roughly comparable)."
+        "tokens/s, mean over the cell's finished runs (runs that shared a machine are only roughly comparable); its "
+        "ratio to the baseline's is taken on the machines both trained on, never across machines."
+        + (f" {machines_note(labels)}" if labels else "")
     )
     header = ["cell", "parameters", "non-embedding parameters", "training MFLOP / token", "KV bytes / token",
               "s / step", "runs timed"]

@@ -1,6 +1,6 @@
 """The pieces a report is written with: a document (report.md, and index.html laid out by lit_resformer.reports.page:
 its lead first, a table of contents, sections with anchors, method prose and reference sections folded) and the
-plots of a grid's cells, one colour per cell on every plot of the grid."""
+plots of a grid's cells, one style per cell on every plot of the grid."""
 
 from __future__ import annotations
 
@@ -14,7 +14,15 @@ import numpy as np
 import pandas as pd
 
 from lit_resformer.reports.page import Section, markdown_body, page
-from lit_resformer.writing import integer_ticks, markdown_table, pyplot, save_figure
+from lit_resformer.writing import (
+    integer_ticks,
+    markdown_table,
+    outside_legend,
+    pyplot,
+    save_figure,
+    series_styles,
+    token_axis,
+)
 
 GIT_HASH = re.compile(r"\b([0-9a-f]{8})[0-9a-f]{32}\b")  # a full commit hash; its first 8 name it as well
 HEADING = re.compile(r"^(#{1,6}) (.+)$", re.M)
@@ -128,40 +136,48 @@ class Document:
         return page(title, "\n".join(lead), sections)
 
 
-def outside_legend(ax, **kwargs) -> None:
-    """The legend to the right of the axes, off the data, in a size that reads at the page's width."""
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False, **kwargs)
-
-
 Band = tuple[pd.Series, pd.Series]  # (low, high) over the same steps as a curve: its spread across seeds
+BAR_HATCHES = ("", "//", "..", "xx", "\\\\", "oo")  # bars of neighbouring cells told apart without their colour
+MARKS_PER_CURVE = 8  # markers drawn along a curve of many points: enough to tell the series apart, few enough to read
 
 
 class Plotter:
-    def __init__(self, directory: Path, cells: Sequence[str]):
+    """The plots of a grid's cells, each cell in its own style (lit_resformer.writing.series_styles) on every plot.
+    `tokens_per_step` ({cell: training tokens a step}) puts curves against training tokens, where every cell drawn
+    has a rate; else they are drawn against the step."""
+
+    def __init__(self, directory: Path, cells: Sequence[str], tokens_per_step: dict[str, float | None] | None = None):
         self.plt = pyplot()
         self.directory = directory
-        palette = self.plt.get_cmap("tab10" if len(cells) <= 10 else "tab20")
-        self.colors = {cell: palette(i % palette.N) for i, cell in enumerate(cells)}
+        self.styles = series_styles(cells)
+        self.tokens_per_step = tokens_per_step or {}
 
     def save(self, fig, name: str) -> Path:
         return save_figure(fig, self.directory / f"{name}.png")
 
     def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None,
                reference: tuple[str, float] | None = None, bands: dict[str, Band] | None = None) -> Path:
-        """One line per cell, with its band (min to max over seeds) where `bands` has one; `zero_line` labels a
-        dashed line at 0, `reference` = (label, y) a dotted one."""
+        """One line per cell against training tokens (else steps), with its band (min to max over seeds) where
+        `bands` has one; `zero_line` labels a dashed line at 0, `reference` = (label, y) a dotted one."""
         fig, ax = self.plt.subplots(figsize=(9, 4.5))
         if zero_line:
             ax.axhline(0.0, color="black", lw=1, ls="--", label=zero_line)
         if reference:
             ax.axhline(reference[1], color="grey", lw=1.2, ls=":", label=reference[0])
+        by_tokens = all(self.tokens_per_step.get(cell) for cell in curves)
         for cell, curve in curves.items():
-            ax.plot(curve.index, curve.values, label=cell, color=self.colors.get(cell), lw=1.4)
+            scale = self.tokens_per_step[cell] if by_tokens else 1
+            ax.plot(curve.index * scale, curve.values, label=cell, lw=1.4, markersize=5,
+                    markevery=max(1, len(curve) // MARKS_PER_CURVE), **self.styles.get(cell, {}))
             if bands and cell in bands:
                 low, high = bands[cell]
-                ax.fill_between(low.index, low.values, high.values, color=self.colors.get(cell), alpha=0.15, lw=0)
-        ax.set_xlabel("step")
-        integer_ticks(ax.xaxis)
+                ax.fill_between(low.index * scale, low.values, high.values, color=self.styles.get(cell, {}).get("color"), alpha=0.15,
+                                lw=0)
+        if by_tokens:
+            token_axis(ax)
+        else:
+            ax.set_xlabel("step")
+            integer_ticks(ax.xaxis)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3)
@@ -177,7 +193,8 @@ class Plotter:
         for i, cell in enumerate(table.index):
             yerr = None if errors is None else errors.loc[cell].reindex(table.columns).values
             ax.bar(x + i * width - 0.4 + width / 2, table.loc[cell].values, width, label=cell,
-                   color=self.colors.get(cell), yerr=yerr, capsize=2, error_kw={"lw": 0.8})
+                   color=self.styles.get(cell, {}).get("color"), hatch=BAR_HATCHES[i % len(BAR_HATCHES)], edgecolor="white", lw=0,
+                   yerr=yerr, capsize=2, error_kw={"lw": 0.8})
         ax.axhline(0.0, color="black", lw=0.8)
         ax.set_xticks(x, list(table.columns), rotation=20)
         ax.set_ylabel(ylabel)
@@ -190,7 +207,7 @@ class Plotter:
         fig, ax = self.plt.subplots(figsize=(8, 4.5))
         for label, points in lines.items():
             xs = sorted(points)
-            ax.plot(xs, [points[x] for x in xs], marker="o", label=label, color=self.colors.get(label))
+            ax.plot(xs, [points[x] for x in xs], label=label, **self.styles.get(label, {"marker": "o"}))
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if logy:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from lit_resformer.grids.changes import common_changes, show_value
-from lit_resformer.grids.spec import refresh_claims
+from lit_resformer.grids.spec import grid_description, refresh_claims
 from lit_resformer.measures.scaling import sweep_analysis
 from lit_resformer.measures.stats import (
     PLATEAU_MARGIN,
@@ -40,7 +40,14 @@ from lit_resformer.measures.stats import (
     seed_design,
 )
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
-from lit_resformer.reports.budget import budget_section
+from lit_resformer.reports.budget import (
+    budget_section,
+    by_machine,
+    machine,
+    machine_labels,
+    machines_note,
+    same_machine_ratio,
+)
 from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.reports.forest import forest_plot
 from lit_resformer.reports.kv_frontier import kv_frontier_section
@@ -55,7 +62,7 @@ from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_
 from lit_resformer.verdicts.regime import grid_regime, regime_text
 from lit_resformer.verdicts.rendering import counts as claim_counts
 from lit_resformer.verdicts.rendering import table as claims_table
-from lit_resformer.writing import atomic_write
+from lit_resformer.writing import atomic_write, outside_legend
 
 RELATIVE_WINDOWS = (10, 100)
 
@@ -143,7 +150,7 @@ def write_report(grid_dir: str | Path) -> Path:
     plots_dir.mkdir(exist_ok=True)
     for old in plots_dir.glob("*.png"):
         old.unlink()
-    plotter = Plotter(plots_dir, cells)
+    plotter = Plotter(plots_dir, cells, tokens_per_step={cell: _tokens_per_step(done[cell]) for cell in cells})
     doc = Document(grid_dir)
     name = manifest["name"]
 
@@ -162,10 +169,13 @@ def write_report(grid_dir: str | Path) -> Path:
     regime = grid_regime(results)
 
     doc.heading(1, f"Ablation grid {name}")
-    compares = (f"{len(cells)} cells against the baseline **{manifest['baseline']}**, seeds {manifest.get('seeds')}; "
-                f"runs: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'none yet'}.")
-    doc.lead(*grid_lead(f"{manifest.get('description') or ''} {compares}".strip(), regime and regime_text(regime),
-                        verdicts, warnings, grid_dir))
+    baseline = manifest["baseline"]
+    compares = (f"{len(cells)} cells: **{baseline}** (the baseline)"
+                + "".join(f", {cell}" for cell in cells if cell != baseline)
+                + f"; seeds {manifest.get('seeds')}; runs: {', '.join(f'{n} {s}' for s, n in statuses.items()) or 'none yet'}.")
+    description = grid_description(results.grid_dir, manifest)
+    doc.lead(*grid_lead(f"{description} {compares}".strip(), regime and regime_text(regime), verdicts, warnings,
+                        grid_dir))
 
     _claims_section(doc, verdicts, regime, forest_plot(verdicts, plots_dir / "forest.png",
                                                        f"{name}: each comparison, a − b with its 95% interval"))
@@ -184,7 +194,7 @@ def write_report(grid_dir: str | Path) -> Path:
     ladder_section(results, plotter, doc)
     if sweep is not None:
         doc.raw(scaling_section(sweep, plots_dir=plots_dir, link_base=grid_dir))
-    _cost_section(doc, cells, cells_info, done)
+    _cost_section(doc, results)
     doc.raw(budget_section(results))
     kv_frontier_section(results, plotter, doc)
     _zero_shot_section(doc, cells, done)
@@ -456,30 +466,49 @@ def _claims_section(doc, verdicts, regime: dict, forest: Path | None) -> None:
     doc.text(claim_counts(verdicts))
 
 
-def _cost_section(doc, cells, cells_info, done) -> None:
+def _cost_section(doc, results: GridResults) -> None:
+    cells, cells_info, done = results.cells, results.cell_info, results.done
+    labels = machine_labels(results)
     doc.heading(2, "Cost")
     doc.method(
         "Parameters and KV-cache bytes per token (in the training dtype) come from the run's model "
         "(its checkpoint, else its config); "
-        "tokens/s is the median logged training throughput, mean over seeds (runs that shared a machine "
-        "are only roughly comparable)."
+        "tokens/s is the median logged training throughput, mean over the seeds that trained on one machine (runs "
+        "that shared a machine are only roughly comparable). Throughput is compared with the baseline's on the "
+        "machines both trained on, never across machines."
+        + (f" {machines_note(labels)}" if labels else "")
     )
+
+    def tokens_per_sec(run: RunResult) -> float | None:
+        return run.summary.get("tokens_per_sec")
+
     rows = []
     for cell in cells:
-        summaries = [r.summary for r in done[cell]]
+        summaries = [r.summary for r in done[cell].values()]
         params = next((s["params"] for s in summaries if s.get("params") is not None), None)
         kv = next((s["kv_cache_bytes_per_token"] for s in summaries if s.get("kv_cache_bytes_per_token") is not None), None)
-        base_summaries = [r.summary for r in done[cells_info[cell]["baseline"]]]
-        base_kv = next((s["kv_cache_bytes_per_token"] for s in base_summaries if s.get("kv_cache_bytes_per_token")), None)
-        speeds = [s["tokens_per_sec"] for s in summaries if s.get("tokens_per_sec") is not None]
+        base = cells_info[cell]["baseline"]
+        base_kv = next((s["kv_cache_bytes_per_token"] for r in done[base].values()
+                        if (s := r.summary).get("kv_cache_bytes_per_token")), None)
+        speeds = by_machine(done[cell].values(), tokens_per_sec)
+        runs_on = {name: sum(1 for r in done[cell].values() if machine(r) == name) for name in speeds}
+        if base == cell or not speeds:
+            versus = "–" if not speeds else "1.000"
+        else:
+            ratio = same_machine_ratio(speeds, by_machine(done[base].values(), tokens_per_sec))
+            versus = "– (other machine)" if ratio is None else f"{ratio:.3f}"
         rows.append([
             cell,
             _fmt_int(params),
             _fmt_int(kv),
             "–" if kv is None or not base_kv else f"{kv / base_kv:.3f}",
-            "–" if not speeds else f"{np.mean(speeds):,.0f}",
+            "–" if not speeds else ", ".join(f"{speed:,.0f}" + (f" [{labels[name]}]" if labels else "")
+                                              for name, speed in speeds.items()),
+            "–" if not speeds else ", ".join(f"{labels.get(name, name)} ({runs_on[name]})" for name in speeds),
+            versus,
         ])
-    doc.table(["cell", "parameters", "KV bytes / token", "KV vs baseline", "tokens/s"], rows)
+    doc.table(["cell", "parameters", "KV bytes / token", "KV vs baseline", "tokens/s", "machine (runs)",
+               "tokens/s vs baseline, same machine"], rows)
 
 
 def _zero_shot_section(doc, cells, done) -> None:
@@ -532,7 +561,7 @@ def _analysis_section(doc, grid_dir, plotter, done) -> None:
     run_dirs = {cell: [r.run.path for r in records] for cell, records in done.items() if records}
     if not run_dirs:
         return
-    text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir, colors=plotter.colors)
+    text, _ = analysis_section(run_dirs, out_dir=grid_dir / "plots", link_base=grid_dir, styles=plotter.styles)
     if text:
         doc.raw(text)
 
@@ -588,13 +617,13 @@ def _training_length_section(doc, plotter, results: GridResults, final_train, fi
 def _length_axis_section(doc, plotter, results: GridResults, final_train, final_val, key: str) -> None:
     label, plot_name, heading, compared = LENGTH_AXES[key]
     gaps: dict[str, dict[str, dict[int, SeedTest]]] = {"validation": {}, "training": {}}
-    colors = {}
+    styles = {}  # a family is drawn in the style of its first cell
     for cell in results.cells:
         info, base = results.cell_info[cell], results.cell_info[cell]["baseline"]
         length, family = info["coords"].get(key), info["family"]
         if cell == base or length is None or family is None:
             continue
-        colors.setdefault(family, plotter.colors.get(cell))
+        styles.setdefault(family, plotter.styles.get(cell, {}))
         for metric, finals in (("validation", final_val), ("training", final_train)):
             if isinstance(diff := _versus_baseline(results, finals, cell, base), SeedTest):  # not across corpora
                 gaps[metric].setdefault(family, {})[length] = diff
@@ -607,13 +636,13 @@ def _length_axis_section(doc, plotter, results: GridResults, final_train, final_
         "cell is ahead at that length (paper Fig. 7, left, for ResFormer; Fig. 14 for SVFormer)."
     )
     points = sorted({(f, x) for by_family in gaps.values() for f, by_x in by_family.items() for x in by_x},
-                    key=lambda p: (list(colors).index(p[0]), p[1]))
+                    key=lambda p: (list(styles).index(p[0]), p[1]))
     doc.table(
         ["cell", label, "Δ val vs baseline", "Δ train vs baseline"],
         [[family, f"{length:,}", _fmt_difference(gaps["validation"].get(family, {}).get(length)),
           _fmt_difference(gaps["training"].get(family, {}).get(length))] for family, length in points],
     )
-    fig, axes = plotter.plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plotter.plt.subplots(1, 2, figsize=(12.5, 4.2))
     for ax, (metric, by_family) in zip(axes, gaps.items(), strict=True):
         ax.axhline(0.0, color="black", lw=1, ls="--", label="baseline")
         for family, by_length in by_family.items():
@@ -622,13 +651,13 @@ def _length_axis_section(doc, plotter, results: GridResults, final_train, final_
             means = np.array([d.estimate for d in diffs])
             below = means - np.array([d.estimate if d.low is None else d.low for d in diffs])
             above = np.array([d.estimate if d.high is None else d.high for d in diffs]) - means
-            ax.errorbar(lengths, means, yerr=[below, above], marker="o", capsize=3, label=family, color=colors[family])
+            ax.errorbar(lengths, means, yerr=[below, above], capsize=3, label=family, **styles[family])
         ax.set_xscale("log")
         ax.set_xticks(sorted({x for _, x in points}), [f"{x:,}" for x in sorted({x for _, x in points})])
         ax.minorticks_off()
         ax.set(xlabel=label, ylabel=f"final {metric} loss − baseline", title=f"final {metric} loss gap")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    outside_legend(axes[-1], fontsize=8)  # the panels share their families' styles
     path = plotter.save(fig, plot_name)
     doc.image(path, f"Final loss gap to the baseline against {label} (mean over seeds, 95% CI where n ≥ 2).")
 

@@ -20,8 +20,12 @@ from scipy import stats
 from lit_resformer.reports.budget import budget_rows
 from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.runs.results import GridResults
+from lit_resformer.writing import outside_legend
 
 LEVEL = 0.95
+# Cells of one cache size are spread sideways around it, in steps of at most MAX_SPREAD powers of two, all of them
+# within WITHIN_GAP of the way to the next size, so that each group stays by its tick.
+MAX_SPREAD, WITHIN_GAP = 0.06, 0.35
 
 
 @dataclass(frozen=True)
@@ -72,23 +76,38 @@ def kv_frontier_section(results: GridResults, plotter: Plotter, doc: Document) -
         "beats with at most their cache. Read a difference between two cells from their claim or the Final losses "
         "table, which pair seeds where the design allows."
     )
+    from matplotlib.ticker import NullLocator
+
     plt = plotter.plt
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for p in points:
-        ax.errorbar([p.kv_bytes_per_token], [p.loss], yerr=None if p.half_width is None else [[p.half_width],
-                    [p.half_width]], fmt="o" if p.on_front else "s", color=plotter.colors.get(p.cell), capsize=3,
-                    markersize=7, markerfacecolor=None if p.on_front else "white", label=p.cell)
-        ax.annotate(p.cell, (p.kv_bytes_per_token, p.loss), textcoords="offset points", xytext=(6, 4), fontsize=8)
-    front = [p for p in points if p.on_front]
-    ax.plot([p.kv_bytes_per_token for p in front], [p.loss for p in front], color="black", lw=1, ls="--",
-            label="Pareto front", zorder=0)
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
+    # cells that hold one cache size are spread sideways around it, best loss leftmost, so that their markers and
+    # intervals do not cover each other; the ticks mark the sizes themselves
+    columns: dict[int, list[FrontierPoint]] = {}
+    for p in sorted(points, key=lambda p: p.loss):
+        columns.setdefault(p.kv_bytes_per_token, []).append(p)
+    sizes = sorted(columns)
+    gap = min(math.log2(b / a) for a, b in zip(sizes, sizes[1:], strict=False))
+    step = min(MAX_SPREAD, 2 * WITHIN_GAP * gap / max(len(column) for column in columns.values()))
+    x = {p.cell: kv * 2 ** (step * (i - (len(column) - 1) / 2))
+         for kv, column in columns.items() for i, p in enumerate(column)}
+    for p in sorted(points, key=lambda p: p.loss):
+        style = plotter.styles.get(p.cell, {"marker": "o"})
+        ax.errorbar([x[p.cell]], [p.loss], yerr=None if p.half_width is None else [[p.half_width], [p.half_width]],
+                    fmt=style["marker"], color=style.get("color"), capsize=3, markersize=7,
+                    markerfacecolor=None if p.on_front else "white", label=p.cell)
+    front = sorted((p for p in points if p.on_front), key=lambda p: p.kv_bytes_per_token)
+    ax.plot([x[p.cell] for p in front], [p.loss for p in front], color="black", lw=1, ls="--", label="Pareto front",
+            zorder=0)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("KV-cache bytes per token (log scale)")
+    ax.set_xticks(sizes, [f"{kv:,}" for kv in sizes])
+    ax.xaxis.set_minor_locator(NullLocator())
+    margin = step * max(len(column) for column in columns.values()) / 2 + 0.1
+    ax.set_xlim(sizes[0] * 2 ** -margin, sizes[-1] * 2 ** margin)
+    ax.set_xlabel("KV-cache bytes per token (log scale; cells of one size spread sideways)")
     ax.set_ylabel("final validation loss (nats / token)")
     ax.set_title(f"{results.manifest['name']}: loss against KV cache")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
+    outside_legend(ax, fontsize=8, title="best loss first; hollow:\noff the front", title_fontsize=8)
     doc.image(plotter.save(fig, "kv_frontier"), "Final validation loss against KV-cache bytes per token.")
     rows = []
     for p in points:

@@ -11,6 +11,7 @@ from lit_resformer.measures.stats import SeedTest, per_seed_t
 from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.runs.claim_spec import DATA_SAVING_SLOPE
 from lit_resformer.runs.results import GridResults
+from lit_resformer.writing import outside_legend, series_styles
 
 
 def ladder_section(results: GridResults, plotter: Plotter, doc: Document) -> None:
@@ -32,16 +33,18 @@ def ladder_section(results: GridResults, plotter: Plotter, doc: Document) -> Non
         )
         lines = {name: trend(values, budgets) for name, values in per_seed.items()}
         points = {name: at_each_budget(values) for name, values in per_seed.items()}
-        fig, axes = plotter.plt.subplots(1, 2, figsize=(11, 4.2))
+        fig, axes = plotter.plt.subplots(1, 2, figsize=(13, 4.2))
+        measured, fitted_style = series_styles(["measured", "fitted"]).values()
         for ax, name in zip(axes, ("gap", "saving"), strict=True):
             ax.axhline(0.0, color="black", lw=1, ls="--")
             xs = [x for x in budgets if x in points[name]]
             ax.errorbar(xs, [points[name][x].estimate for x in xs], yerr=_error_bars([points[name][x] for x in xs]),
-                        marker="o", capsize=3, ls="", color="tab:blue", label="mean over seeds, 95% CI")
+                        marker=measured["marker"], capsize=3, ls="", color=measured["color"],
+                        label="mean over seeds, 95% CI")
             fitted = [lines[name][x] for x in budgets]
-            ax.plot(budgets, [t.estimate for t in fitted], color="tab:orange", label="fitted trend")
+            ax.plot(budgets, [t.estimate for t in fitted], color=fitted_style["color"], label="fitted trend")
             if all(t.low is not None for t in fitted):
-                ax.fill_between(budgets, [t.low for t in fitted], [t.high for t in fitted], color="tab:orange",
+                ax.fill_between(budgets, [t.low for t in fitted], [t.high for t in fitted], color=fitted_style["color"],
                                 alpha=0.2, lw=0)
             ax.set_xscale("log", base=2)
             ax.set_xticks(budgets, [f"{x:g}" for x in budgets])
@@ -50,7 +53,7 @@ def ladder_section(results: GridResults, plotter: Plotter, doc: Document) -> Non
                    ylabel=f"final val loss {a} − {b}" if name == "gap" else f"data saving of {a} (1 − B / B')",
                    title=name)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+        outside_legend(axes[-1], fontsize=8)  # the panels share their series
         doc.image(plotter.save(fig, f"ladder_{a}_vs_{b}"),
                   f"{a} against {b} at the end of each decay: the gap and the data saving against the budget.")
         tokens = {x: _mean_tokens(rung, x) for x in budgets}

@@ -12,6 +12,7 @@ from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.runs.claim_spec import SELECTED_METRICS
 from lit_resformer.runs.results import GridResults
 from lit_resformer.verdicts.tuning import chosen_points, pilot_cells
+from lit_resformer.writing import outside_legend
 
 
 def learning_rate_section(results: GridResults, plotter: Plotter, doc: Document) -> None:
@@ -30,7 +31,7 @@ def learning_rate_section(results: GridResults, plotter: Plotter, doc: Document)
         f"the confirmation seeds {list(selection.seeds)} then train at the points the select block names, and the "
         "claims compare arms on those seeds only."
     )
-    fig, ax = plotter.plt.subplots(figsize=(8, 4.6))
+    fig, ax = plotter.plt.subplots(figsize=(9.5, 4.6))
     rows = []
     for arm in selection.arms:
         cells = pilot_cells(results, selection, arm)
@@ -40,9 +41,10 @@ def learning_rate_section(results: GridResults, plotter: Plotter, doc: Document)
         shown = [(v, losses) for v, losses in shown if losses]
         if not shown:
             continue
-        color = plotter.colors.get(cells[shown[0][0]])
+        style = plotter.styles.get(cells[shown[0][0]], {})  # an arm in the style of its first cell
+        color = style.get("color")
         xs = [v for v, _ in shown]
-        ax.plot(xs, [np.mean(losses) for _, losses in shown], marker="o", label=arm, color=color)
+        ax.plot(xs, [np.mean(losses) for _, losses in shown], label=arm, **style)
         ax.fill_between(xs, [min(losses) for _, losses in shown], [max(losses) for _, losses in shown], color=color,
                         alpha=0.15, lw=0)
         if arm in best:
@@ -57,7 +59,7 @@ def learning_rate_section(results: GridResults, plotter: Plotter, doc: Document)
     ax.minorticks_off()
     ax.set(xlabel=f"{over} (log2 scale)", ylabel="final validation loss", title=f"{results.name}: loss against {over}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    outside_legend(ax, fontsize=8)
     doc.image(plotter.save(fig, "loss_by_learning_rate"),
               f"Final validation loss against {over}, mean over the pilot seeds with their min-max band; ★ the chosen "
               "point.")

@@ -22,7 +22,7 @@ from lit_resformer.measures.stats import PLATEAU_MARGIN, mean_std
 from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.runs.directory import grid_dirs
 from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.writing import atomic_write, atomic_write_json
+from lit_resformer.writing import atomic_write, atomic_write_json, outside_legend
 
 
 def _x_label(result: dict, convention: str) -> str:
@@ -37,14 +37,16 @@ def plot_sweep(result: dict, directory: Path) -> dict[str, Path]:
     plt, grid, symbol = plotter.plt, result["grid"], result["x"]
     paths = {}
     for convention in result["conventions"]:
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+        fig, ax = plt.subplots(figsize=(9.5, 4.8))
         for v, fit in result["fits"][convention].items():
             points = result["points"][v]
             xs = np.array([p["x"][convention] for p in points])
-            color = plotter.colors[v]
+            color, marker = plotter.styles[v]["color"], plotter.styles[v]["marker"]
             for x, p in zip(xs, points, strict=True):
-                ax.scatter([x] * len(p["losses"]), list(p["losses"].values()), color=color, alpha=0.35, s=14)
-            ax.scatter(xs, [np.mean(list(p["losses"].values())) for p in points], color=color, s=36, label=f"{v} (mean)")
+                ax.scatter([x] * len(p["losses"]), list(p["losses"].values()), color=color, marker=marker, alpha=0.35,
+                           s=14)
+            ax.scatter(xs, [np.mean(list(p["losses"].values())) for p in points], color=color, marker=marker, s=36,
+                       label=f"{v} (mean)")
             grid_x = np.geomspace(xs.min(), xs.max(), 200)  # the law is drawn only where it was measured
             ax.plot(grid_x, PowerLaw(fit["E"], fit["A"], fit["alpha"], 1.0)(grid_x), color=color, lw=1.4,
                     label=f"{v}: {fit['E']:.3f} + {fit['A']:.3g}·{symbol}^-{fit['alpha']:.3f}")
@@ -53,11 +55,11 @@ def plot_sweep(result: dict, directory: Path) -> dict[str, Path]:
         ax.set_ylabel(f"final {result['metric']} loss")
         ax.set_title(f"{grid}: L({symbol}) = E + A·{symbol}^-α per variant")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        outside_legend(ax, fontsize=8)
         paths[f"fit_{convention}"] = plotter.save(fig, f"scaling_{grid}_fit_{convention}")
         if not result["savings"][convention]:
             continue
-        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+        fig, ax = plt.subplots(figsize=(9, 4.2))
         ax.axhline(0.0, color="black", lw=0.8)
         ax.axhline(100 * PAPER_SAVING[result["axis"]], color="grey", ls="--", lw=1, label="paper (review version)")
         for v, saving in result["savings"][convention].items():
@@ -68,13 +70,13 @@ def plot_sweep(result: dict, directory: Path) -> dict[str, Path]:
             ys = np.array([100 * r["saving"] for r in rows])
             low = [y - 100 * r["ci_low"] if r["ci_low"] is not None else 0.0 for y, r in zip(ys, rows, strict=True)]
             high = [100 * r["ci_high"] - y if r["ci_high"] is not None else 0.0 for y, r in zip(ys, rows, strict=True)]
-            ax.errorbar(xs, ys, yerr=[low, high], color=plotter.colors[v], marker="o", capsize=3, label=v)
+            ax.errorbar(xs, ys, yerr=[low, high], capsize=3, label=v, **plotter.styles[v])
         ax.set_xscale("log")
         ax.set_xlabel(f"{_x_label(result, convention)} of {result['baseline']}")
         ax.set_ylabel("saving (%)")
         ax.set_title(f"{grid}: {SAVING_WORDS[result['axis']]} against {result['baseline']}")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        outside_legend(ax, fontsize=8)
         paths[f"saving_{convention}"] = plotter.save(fig, f"scaling_{grid}_saving_{convention}")
     return paths
 

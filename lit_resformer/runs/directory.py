@@ -22,8 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from lit_resformer.runs.summary import FINISHED
-from lit_resformer.training.run_dir import RunConflict, RunDir
+from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 from lit_resformer.writing import atomic_write
 
 MANIFEST = "grid.yaml"

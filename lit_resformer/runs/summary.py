@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import lit_resformer.training.curves as M
-from lit_resformer.training.run_dir import RunDir, open_metrics
+from lit_resformer.training.run_dir import FINISHED, RunDir, open_metrics
 
-FINISHED = ("done", "diverged")  # a rerun of the grid skips these; failed and interrupted runs are retried
 TRAIN_LOSS_WINDOW = 10
 
 

@@ -30,10 +30,9 @@ from lit_resformer.grids.jobs import (
 )
 from lit_resformer.grids.spec import GridError
 from lit_resformer.provenance import RUNS_SHARING_ENV
-from lit_resformer.runs.summary import FINISHED
 from lit_resformer.stacking.rules import stack_key, stack_problem
 from lit_resformer.training.checkpoint import read_checkpoint
-from lit_resformer.training.run_dir import RunBusy, RunDir
+from lit_resformer.training.run_dir import FINISHED, RunBusy, RunDir
 
 STACKED_COMMAND = "fit-stacked"
 # `--stack auto` on a GPU: the share of the card's memory the stacked runs may plan to fill (the rest: the CUDA

@@ -11,6 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lit_resformer.training.run_dir import (
+    TOKENS_SEEN as TOKENS_SEEN,  # one of the metric names below, defined with the run
+)
 from lit_resformer.training.run_dir import RunDir
 
 TRAIN_LOSS = "train/loss"
@@ -20,7 +23,6 @@ UNIGRAM_LOSS = "val/unigram_loss"  # the validation tokens' loss under the train
 UNIGRAM_DOMAIN_PREFIX = "val/unigram_loss/"
 BIGRAM_LOSS = "val/bigram_loss"  # ... under the training split's smoothed bigram (the evidence gate)
 BIGRAM_DOMAIN_PREFIX = "val/bigram_loss/"
-TOKENS_SEEN = "train/tokens_seen"
 # tokens/s: Lightning's ThroughputMonitor logs items/s (the training module counts items as tokens): the
 # all-device rate `items_per_sec` under several devices, only the per-device rate on a single device.
 TOKENS_PER_SEC = ("train/tokens_per_sec", "train/items_per_sec", "train/device/items_per_sec")

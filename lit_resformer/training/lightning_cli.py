@@ -48,7 +48,8 @@ CLI_SETTINGS = dict(
     trainer_defaults={"use_distributed_sampler": False, "log_every_n_steps": 1},
     auto_configure_optimizers=False,
 )
-PARSER_SETTINGS = {"parser_mode": "omegaconf"}
+# options are taken only as written: argparse would read `--trainer.max_step` as `--trainer.max_steps`
+PARSER_SETTINGS = {"parser_mode": "omegaconf", "allow_abbrev": False}
 
 
 class ResFormerCLI(LightningCLI):

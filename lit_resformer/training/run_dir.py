@@ -23,6 +23,7 @@ business (lit_resformer.runs.directory); a run knows its grid only from what its
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import csv
 import fcntl
@@ -31,6 +32,7 @@ import json
 import math
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,26 @@ TB_LOGS = "tb"
 EVAL_RESULTS = "results.json"  # inside the eval folder
 ANALYSIS_RESULTS = "analysis.json"  # inside the analysis folder
 TRAIN_LOSS = "train/loss"
+TOKENS_SEEN = "train/tokens_seen"  # the training tokens by a step, every device and accumulated batch counted
+# the statuses of a summary that a rerun of its grid skips; failed and interrupted runs are retried
+FINISHED = ("done", "diverged")
 
+
+
+def tokens_seen_by(series: dict[str, list[tuple[int, float]]]) -> Callable[[int], int] | None:
+    """From a run's metrics (`RunDir.read_metrics`), the training tokens it had seen by a step: the count logged at
+    that step or the last one before it, 0 before the first training step (the references and the first validation
+    are logged at step 0); None for a run that logged no count, whose curves can only be read against steps."""
+    points = series.get(TOKENS_SEEN) or []
+    if not points:
+        return None
+    steps = [step for step, _ in points]
+
+    def tokens(step: int) -> int:
+        index = bisect.bisect_right(steps, step) - 1
+        return int(points[index][1]) if index >= 0 else 0
+
+    return tokens
 
 
 class RunConflict(RuntimeError):

@@ -6,6 +6,8 @@ import pytest
 import yaml
 
 from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
+from lit_resformer.grids.spec import grid_description
+from lit_resformer.runs.directory import GridDir
 
 BASE = {
     "seed_everything": 0,
@@ -274,3 +276,18 @@ def test_a_loaded_grid_keeps_its_cells_resolved_and_resolves_none_again(tmp_path
     assert grid.same_run(elsewhere, runs[0].config, finished=True)
     assert grid.same_run(elsewhere, runs[0].config, finished=True)
     assert calls == [grid.base, elsewhere]  # resolved once, then known
+
+
+def test_a_grids_description_is_what_its_file_says_now_where_the_checkout_has_it(tmp_path):
+    """Prose, part of no run: read from the grid file (through `extends`) where the results sit in the checkout that
+    has it, so that an inherited sentence a tier outgrew is corrected once in the file; a copy outside keeps the
+    manifest's."""
+    manifest = {"grid_file": "configs/tier.yaml", "description": "five cells, as the manifest stored it"}
+    checkout = tmp_path / "checkout"
+    (checkout / "configs").mkdir(parents=True)
+    (checkout / "configs/figure.yaml").write_text(yaml.safe_dump({"description": "the figure's question"}))
+    (checkout / "configs/tier.yaml").write_text(yaml.safe_dump({"name": "tier", "extends": "figure.yaml"}))
+    for folder in (checkout / "docs/results/tier", tmp_path / "copy/tier"):
+        folder.mkdir(parents=True)
+    assert grid_description(GridDir(checkout / "docs/results/tier"), manifest) == "the figure's question"
+    assert grid_description(GridDir(tmp_path / "copy/tier"), manifest) == "five cells, as the manifest stored it"

@@ -145,3 +145,37 @@ def test_the_grid_report_holds_the_budget_section(grid_dir):
     report = (grid_dir / "report.md").read_text()
     assert report.index("## Cost") < report.index("## Budget") < report.index("## Runs")
     assert "| value-embed | 3,827,472 (1.70x) |" in report
+
+
+def on_machines(grid_dir: Path, copy: Path, devices: dict[tuple[str, int], str]) -> Path:
+    """A copy of the grid whose runs (cell, seed) trained on the devices given."""
+    shutil.copytree(grid_dir, copy)
+    for (cell, seed), device in devices.items():
+        path = copy / f"{cell}/seed{seed}/summary.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "provenance": {"device": device}}))
+    return copy
+
+
+# vanilla on X (1000 and 2000 tokens/s), value-embed's seed 0 on X and seed 1 on Y, resformer on Y alone
+MACHINES = {("vanilla", 0): "CPU: X", ("vanilla", 1): "CPU: X", ("value-embed", 0): "CPU: X",
+            ("value-embed", 1): "CPU: Y", ("resformer", 0): "CPU: Y"}
+
+
+def test_step_times_are_compared_on_the_same_machine_only(tmp_path, grid_dir):
+    section = budget_section(load_results(on_machines(grid_dir, tmp_path / "g", MACHINES)))
+    assert "**A** = CPU: X; **B** = CPU: Y" in section
+    assert "| 0.384 [A] | 2 |" in section  # vanilla: both its runs on A
+    # value-embed's seed 0 on A against vanilla's mean there, 0.512 / 0.384; its seed 1 on B has no baseline to face
+    assert "| 0.384 [A, B] (1.33x) | 2 |" in section
+    assert "| 0.512 [B] (other machine than the baseline) | 1 |" in section  # resformer's only run, on B
+
+
+@pytest.mark.integration
+def test_the_cost_table_marks_machines_and_compares_throughput_on_one(tmp_path, grid_dir):
+    write_report(on_machines(grid_dir, tmp_path / "g", MACHINES))
+    cost = (tmp_path / "g/report.md").read_text().split("## Cost")[1].split("## Budget")[0]
+    assert "**A** = CPU: X; **B** = CPU: Y" in cost
+    # (these summaries record no parameters or cache bytes)
+    assert "| vanilla | – | – | – | 1,500 [A] | A (2) | 1.000 |" in cost
+    assert "| 1,000 [A], 2,000 [B] | A (1), B (1) | 0.667 |" in cost  # value-embed on A: 1,000 against 1,500
+    assert "| resformer | – | – | – | 1,000 [B] | B (1) | – (other machine) |" in cost

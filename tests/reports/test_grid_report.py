@@ -53,7 +53,9 @@ def test_report_tables_plots_and_confidence_interval(tmp_path):
     assert "| cell | code | english | avg | overall |" in table5
     assert f"| resformer | {np.mean(list(resformer_val.values())) - 0.1:.4f} |" in table5
     # cost table and run status
-    assert "| resformer | 1,024 | 512 | 1.000 | 1,000 |" in report
+    assert "| resformer | 1,024 | 512 | 1.000 | 1,000 | unrecorded (3) | 1.000 |" in report
+    # the lead names the cells as the grid resolved them
+    assert "3 cells: **vanilla** (the baseline), resformer, bad; seeds [0, 1, 2]" in report.split("\n\n")[1]
     assert "| bad/seed0 | diverged |" in report and "diverged at step 2" in report
     assert "| bad/seed1 | failed |" in report and "RuntimeError: out of memory |" in report
     # optional sections only when their files exist

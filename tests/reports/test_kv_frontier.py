@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from lit_resformer.reports import write_report
-from lit_resformer.reports.kv_frontier import frontier_points
+from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.reports.kv_frontier import WITHIN_GAP, frontier_points, kv_frontier_section
 from lit_resformer.runs.results import load_results
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,3 +40,28 @@ def test_the_report_of_a_kv_grid_draws_the_frontier(tmp_path):
     report = (grid / "report.md").read_text()
     assert "## KV-cache frontier" in report and "plots/kv_frontier.png" in report
     assert (grid / "plots/kv_frontier.png").stat().st_size > 10_000
+
+
+def test_the_frontier_plot_ticks_every_cache_size_and_keeps_each_cell_by_its_own(tmp_path, monkeypatch):
+    """Each cache size a tick labelled in bytes; the cells that share a size spread sideways around it, never as far as
+    WITHIN_GAP of the way to the next size, each in its own style, with no label drawn over the others."""
+    import math
+
+    drawn = []
+    monkeypatch.setattr(Plotter, "save", lambda self, fig, name: drawn.append(fig) or tmp_path / f"{name}.png")
+    results = load_results(FIG13)
+    plotter = Plotter(tmp_path, results.cells)
+    kv_frontier_section(results, plotter, Document(tmp_path))
+    (fig,) = drawn
+    ax = fig.axes[0]
+    points = {p.cell: p for p in frontier_points(results)}
+    sizes = sorted({p.kv_bytes_per_token for p in points.values()})
+    assert list(ax.get_xticks()) == sizes and [t.get_text() for t in ax.get_xticklabels()] == [f"{s:,}" for s in sizes]
+    gap = min(math.log2(b / a) for a, b in zip(sizes, sizes[1:], strict=False))
+    lines = {bars.get_label(): bars.lines[0] for bars in ax.containers}  # each cell's errorbar: its point
+    assert set(lines) == set(points)
+    for cell, line in lines.items():
+        (x,) = line.get_xdata()
+        assert abs(math.log2(x / points[cell].kv_bytes_per_token)) < WITHIN_GAP * gap
+        assert (line.get_color(), line.get_marker()) == (plotter.styles[cell]["color"], plotter.styles[cell]["marker"])
+    assert list(ax.texts) == []  # no point labels to overlap: the legend names the cells, best loss first

@@ -68,6 +68,35 @@ def test_section_overlays_cells_with_means_over_runs(tmp_path):
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in pngs)
 
 
+def test_per_layer_plots_draw_each_cell_in_its_style_with_its_seed_band(tmp_path, monkeypatch):
+    """The entropy plot of two vanilla seeds: the mean line in the grid's style for the cell, and a band from the
+    lower to the higher seed at every layer; the legend beside the axes, off the data."""
+    import lit_resformer.analysis.plots as plots
+
+    drawn = {}
+
+    def keep(fig, path):
+        fig.canvas.draw()
+        drawn[path.name] = fig
+        return path
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    runs = [tmp_path / "vanilla" / f"seed{s}" for s in (0, 1)]
+    results = [write_analysis(run, seed) for seed, run in enumerate(runs)]
+    styles = {"vanilla": {"color": "#0072B2", "marker": "s", "linestyle": "-"}}
+    analysis_section({"vanilla": runs}, out_dir=tmp_path / "report", styles=styles)
+    ax = drawn["analysis_entropy_by_layer.png"].axes[0]
+    (line,) = ax.get_lines()
+    assert (line.get_color(), line.get_marker(), line.get_label()) == ("#0072B2", "s", "vanilla")
+    (band,) = ax.collections
+    low, high = (list(map(min, zip(*[r["entropy"] for r in results], strict=True))),
+                 list(map(max, zip(*[r["entropy"] for r in results], strict=True))))
+    edge = band.get_paths()[0].vertices[:, 1]
+    assert min(edge) == pytest.approx(min(low)) and max(edge) == pytest.approx(max(high))
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # beside the axes, not over the data
+
+
 def test_section_is_empty_without_results(tmp_path):
     run = tmp_path / "cell" / "seed0"
     run.mkdir(parents=True)

@@ -78,6 +78,59 @@ def test_step_axes_tick_whole_steps(tmp_path, monkeypatch):
     assert all(float(x).is_integer() for x in xticks), xticks
 
 
+def test_curves_are_drawn_against_training_tokens_where_every_cell_knows_its_rate(tmp_path, monkeypatch):
+    axes = []
+    save_figure = document_module.save_figure
+
+    def record(fig, path):
+        axes.append(fig.axes[0])
+        return save_figure(fig, path)
+
+    monkeypatch.setattr(document_module, "save_figure", record)
+    curves = {"a": pd.Series([3.0, 2.5, 2.2], index=[0, 10, 20]), "b": pd.Series([3.1, 2.4, 2.1], index=[0, 10, 20])}
+    document_module.Plotter(tmp_path, ["a", "b"], tokens_per_step={"a": 512, "b": 2048}).curves("t", curves, "t", "loss")
+    document_module.Plotter(tmp_path, ["a", "b"], tokens_per_step={"a": 512}).curves("s", curves, "s", "loss")
+    by_tokens, by_steps = axes
+    assert by_tokens.get_xlabel() == "training tokens" and by_steps.get_xlabel() == "step"
+    assert [list(line.get_xdata()) for line in by_tokens.get_lines()] == [[0, 5120, 10240], [0, 20480, 40960]]
+    assert [list(line.get_xdata()) for line in by_steps.get_lines()] == [[0, 10, 20], [0, 10, 20]]
+    # each cell in its own colour and marker, the same on every plot
+    assert [(line.get_color(), line.get_marker()) for line in by_tokens.get_lines()] == \
+        [(line.get_color(), line.get_marker()) for line in by_steps.get_lines()] == [("#0072B2", "o"), ("#E69F00", "s")]
+
+
+def labelled_ticks(axis) -> int:
+    """The ticks of a drawn axis that carry a label inside its view: what a reader can read values against."""
+    low, high = sorted(axis.get_view_interval())
+    return sum(1 for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]
+               if tick.label1.get_visible() and tick.label1.get_text() and low <= tick.get_loc() <= high)
+
+
+@pytest.mark.integration  # writes a whole report
+def test_every_plot_of_a_report_keeps_legends_off_the_data_and_ticks_both_axes(tmp_path, monkeypatch):
+    import lit_resformer.analysis.plots as plots
+    import lit_resformer.reports.attention as attention
+    import lit_resformer.reports.forest as forest
+
+    figures = {}
+    for module in (document_module, plots, attention, forest):
+        def keep(fig, path, save=module.save_figure):
+            fig.canvas.draw()
+            figures[path.name] = fig
+            return save(fig, path)
+
+        monkeypatch.setattr(module, "save_figure", keep)
+    write_report(synthetic_grid(tmp_path))
+    assert {"train_loss.png", "val_loss.png", "relative_train_loss_w10.png", "val_loss_by_domain.png"} <= set(figures)
+    for name, fig in figures.items():
+        panels = [ax.get_window_extent() for ax in fig.axes]
+        for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]:
+            box = legend.get_window_extent()
+            assert not any(box.overlaps(panel) for panel in panels), f"{name}: the legend covers a panel"
+        for ax in fig.axes:
+            assert labelled_ticks(ax.xaxis) >= 2 and labelled_ticks(ax.yaxis) >= 2, f"{name}: an axis with < 2 ticks"
+
+
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)])
 def test_report_files_are_readable_by_others_unless_the_umask_says_otherwise(tmp_path, umask, mode):
     old = os.umask(umask)

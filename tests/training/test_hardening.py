@@ -130,6 +130,9 @@ BAD_ARGUMENTS = {
                                   "model.config.residual.target expects one of \\['none', 'v', 'q', 'k'\\], got w"),
     "text for a number": (["--trainer.max_steps", "many"], "trainer.max_steps"),
     "unknown source": (["--data.source", "ftp"], "data.source"),
+    # argparse would take these as trainer.max_steps and data.seq_len
+    "abbreviated option": (["--trainer.max_step", "3"], "unknown key 'trainer.max_step'.*did you mean \\['max_steps'"),
+    "abbreviated option with =": (["--data.seq=8"], "unknown key 'data.seq'.*did you mean \\['seq_len'"),
 }
 
 
@@ -144,6 +147,22 @@ def test_argument_mistakes_are_one_line_first(tmp_path, experiment, capsys, case
     assert re.match(f"lit-resformer: error: .*{message}", lines[0]), lines[0]
     assert len(lines) <= 2 and "usage" not in "\n".join(lines)  # the error and a pointer to --help, no usage dump
     assert not run.exists()
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test"])
+def test_validate_and_test_refuse_abbreviated_options_too(tmp_path, experiment, capsys, subcommand):
+    with pytest.raises(SystemExit) as refused:
+        main([subcommand, "--config", str(experiment()), "--trainer.limit_val_batche", "1",
+              "--trainer.default_root_dir", str(tmp_path / "run")])
+    assert refused.value.code == 2
+    assert "did you mean ['limit_val_batches'" in capsys.readouterr().err.splitlines()[0]
+
+
+def test_a_missing_config_file_is_named_before_lightning_is_imported(tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
+        main(["fit", "--config", str(tmp_path / "missing.yaml")])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == f"lit-resformer fit: error: --config {tmp_path / 'missing.yaml'}: no such file\n"
 
 
 # ------------------------------------------------------------------------------------------ files that are no checkpoint
