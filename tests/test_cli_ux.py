@@ -239,6 +239,7 @@ ABBREVIATED = {
     "rederive": (["docs/results/fig7-evidence", "--cell", "vanilla"], "--cells"),
     "tensorboard": (["docs/results/fig7-evidence", "--ou", "out"], "--out"),
     "prepare-corpus": (["out", "--min", "5"], "--min-chars"),
+    "fit-stacked": (["--ru", "a.yaml", "runs/a"], "--run"),
 }
 
 

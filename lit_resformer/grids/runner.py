@@ -420,7 +420,8 @@ def _round(spec: Grid, runs: list[Run], grid_dir: Path, options: GridOptions, po
             GridDir(grid_dir).drop_broken_link(p.run.cell, p.run.seed)  # its run was deleted: it trains here now
         write_run_config(p.run_dir, p.run.config, p.run.name, spec.same_run)
     for job in jobs:
-        _start_branch(spec, job, grid_dir)
+        for member in job.members if isinstance(job, StackJob) else [job]:
+            _start_branch(spec, member, grid_dir)
     attempted.update(job.name for job in jobs)
     _run_jobs(pool, jobs, outcome, progress)
     for p in planned:

@@ -30,6 +30,7 @@ from lightning.pytorch.trainer.states import RunningStage, TrainerFn, TrainerSta
 from lightning.pytorch.utilities.combined_loader import CombinedLoader
 
 from lit_resformer.config.files import load_experiment
+from lit_resformer.config.options import OptionParser
 from lit_resformer.data import LMDataModule
 from lit_resformer.stacking.engine import GraphedStep, RunStack
 from lit_resformer.stacking.rules import StackError, check_stack, compute_dtype
@@ -449,7 +450,7 @@ class StackTrainer:
 
 # ---------------------------------------------------------------------------------------------- command line
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OptionParser(
         prog="lit-resformer fit-stacked",
         description="Train several runs that share a recipe and a model shape in one process, stacked into one model "
                     "(torch.func); each run is exactly the run `lit-resformer fit --config CONFIG "
