@@ -75,7 +75,8 @@ def findings_markdown(rows: Sequence[Verdict], reports: str = "docs/results") ->
         p = "" if v.p_holm is None else f", Holm p {v.p_holm:.3g}"
         table.append([finding.question, finding.regime, f"{fmt(v.delta)} {interval}", verdict_text(v) + p,
                       f"[{finding.grid}]({reports}/{finding.grid}/report.md)"])
-    return markdown_table(["what", "regime", "Δ (a − b) [95% CI, unadjusted]", "verdict, Holm-adjusted p", "report"], table) + "\n"
+    header = ["what", "regime", "Δ (a − b) [95% CI, unadjusted]", "verdict, Holm-adjusted p", "report"]
+    return markdown_table(header, table) + "\n"
 
 
 def with_findings(document: str, table: str) -> str:

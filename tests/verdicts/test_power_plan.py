@@ -14,7 +14,7 @@ import pytest
 from lit_resformer.cli import main
 from lit_resformer.measures.power import Spread, family_level, mde, seeds_needed
 from lit_resformer.runs.claim_spec import Claim
-from lit_resformer.runs.directory import MANIFEST, GridDir
+from lit_resformer.runs.directory import GridDir
 from lit_resformer.training.run_dir import RunDir
 from lit_resformer.verdicts.claims import Verdict
 from lit_resformer.verdicts.power_plan import plan, plan_row
