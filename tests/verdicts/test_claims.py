@@ -687,8 +687,9 @@ def test_malformed_new_claim_fields_arerefused(tmp_path, claim, message):
             {"claim": "c", "a": "better", "b": "vanilla", "direction": "lower", **claim}]})
 
 
-def test_fig10_judges_the_identity_mapping_against_eq4_and_eq2(repository_grid):
-    """The paper's "identity hurts" compares Eq. 6 with the Eq. 4 and Eq. 2 mappings, not with vanilla."""
+def test_fig10_judges_the_identity_mapping_against_vanilla(repository_grid):
+    """Fig. 10's "identity hurts" is judged against vanilla, as declared before any run: its "help" and "hurts" share
+    one baseline; the reading against Eq. 4 and Eq. 2, made after the first results, is withdrawn."""
     grid = repository_grid("fig10.yaml")
     identity = [(c["a"], c["b"], c["direction"]) for c in grid.claims if c["a"] == "identity"]
-    assert identity == [("identity", "attention", "higher"), ("identity", "cross_attention", "higher")]
+    assert identity == [("identity", "vanilla", "higher")]
