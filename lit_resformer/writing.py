@@ -15,7 +15,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -64,6 +64,14 @@ def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
         return "| " + " | ".join(str(v).replace("|", "\\|") for v in values) + " |"
 
     return "\n".join([line(header), "|" + "|".join("---" for _ in header) + "|", *(line(row) for row in rows)])
+
+
+def aligned_lines(rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> list[str]:
+    """Rows of cells as plain-text lines whose columns line up: each cell padded to its column's widest, two spaces
+    apart, the columns numbered in `right` aligned right."""
+    widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
+    return ["  ".join(cell.rjust(width) if i in right else cell.ljust(width)
+                      for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip() for row in rows]
 
 
 HTML_STYLE = (

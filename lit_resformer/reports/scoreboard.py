@@ -1,10 +1,9 @@
 """The scoreboard as a reader meets it: in a terminal (`lit-resformer claims`) and as one HTML page (`claims --html`).
 
-The terminal gets the tally first, then each tested claim, decisive verdicts first, in two lines: its verdict, id, Δ
-with its interval, Holm p and grid, then its words in full, sized to the terminal by Rich; the claims not tested are
-counted by reason. A claim with several comparisons shows the one that decides it best (its verdict, the smallest
-Holm p) and how many there are; `--markdown` keeps every comparison. The page adds a forest plot per grid and links
-to each grid's report.
+The terminal gets the tally first, then each tested claim, decisive verdicts first: its verdict, id, Δ with its
+interval, Holm p and grid, and beneath its words in full; the claims not tested are counted by reason. A claim with
+several comparisons shows the one that decides it best (its verdict, the smallest Holm p) and how many there are;
+`--markdown` keeps every comparison. The page adds a forest plot per grid and links to each grid's report.
 """
 
 from __future__ import annotations
@@ -17,11 +16,11 @@ import tempfile
 import textwrap
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich import box
-from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -44,6 +43,7 @@ from lit_resformer.verdicts.paper_claims import (
     counts_line,
     headline_regime,
 )
+from lit_resformer.writing import aligned_lines
 
 DECISIVE_FIRST = {name: rank for rank, name in enumerate(("reproduced", "contradicted", "mixed", "inconclusive"))}
 RUN_NAME = re.compile(r"\S*seed\d")  # where a reason starts listing the runs it applies to
@@ -86,56 +86,27 @@ def _of(claim: PaperClaim) -> str:
     return f"1/{counted}" if counted > 1 else ""
 
 
-ID_WIDTH = 30  # registry ids are short slugs; an unassigned comparison's id repeats its words, shown in full beneath
-JUSTIFY = {"claim": "left", "Δ [95% interval]": "left", "p Holm": "right", "of": "right", "grid": "left"}
-GAP = 2  # columns apart
-
-
-def _aligned(cells: Sequence[Text], widths: Sequence[int]) -> Table:
-    """One claim's first line, each cell padded to its column's width over every claim, so that the lines of all
-    claims align; where even so the terminal is too narrow, the id, the interval and the grid wrap, p and "of" never."""
-    line = Table.grid(padding=(0, GAP, 0, 0), pad_edge=False)
-    padded = [cell.copy() for cell in cells]
-    for cell, width, justify in zip(padded, widths, JUSTIFY.values(), strict=False):
-        line.add_column(no_wrap=justify == "right")
-        cell.align(justify, width)
-    line.add_row(*padded)
-    return line
-
-
-@dataclass
-class ClaimsTable:
+def _claims_table(title: str, claims: Sequence[PaperClaim], width: int) -> Group:
     """Each tested claim in two lines: its verdict, id, deciding comparison's Δ with its interval, Holm p, "of" and
-    grid; then its words in full (wrapped, never cut: claims whose words begin alike still read apart). On a terminal
-    too narrow for the first line the grid, then "of", give way (--markdown has both)."""
-
-    title: str
-    claims: Sequence[PaperClaim]
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        shown = [deciding(c) for c in self.claims]
-        verdicts, lines = [], []
-        for claim, v in zip(self.claims, shown, strict=True):
-            cells = comparison_cells([v])[0] if v else {}
-            interval = "" if cells.get("95% CI", "–") == "–" else f" {cells['95% CI']}"
-            verdicts.append(Text(chip_text(claim.verdict) + ("*" if v is not None and v.fragile else ""),
-                                 style=VERDICT_STYLE[claim.verdict][1]))
-            lines.append([Text(claim.id, style="bold", no_wrap=True, overflow="ellipsis"),
-                          Text(f"{cells.get('Δ (a − b)', '–')}{interval}"), Text(cells.get("p Holm", "–")),
-                          Text(_of(claim)), Text(_grid(v) if v else "–")])
-        header = [Text(name) for name in JUSTIFY]
-        widths = [max(line[i].cell_len for line in [header, *lines]) for i in range(len(header))]
-        widths[0] = min(widths[0], ID_WIDTH)
-        room = options.max_width - max(t.cell_len for t in [Text("verdict"), *verdicts]) - GAP
-        shown_columns = max((n for n in (3, 4, 5) if sum(widths[:n]) + GAP * (n - 1) <= room), default=3)
-        table = Table(title=self.title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                      show_edge=False, expand=True)
-        table.add_column("verdict", no_wrap=True)
-        table.add_column(_aligned(header[:shown_columns], widths), ratio=1)
-        for claim, verdict, line in zip(self.claims, verdicts, lines, strict=True):
-            table.add_row(verdict, Group(_aligned(line[:shown_columns], widths),
-                                         Text(short_claim(claim.statement, len(claim.statement)))))
-        yield table
+    grid, in aligned columns (the grid, then "of", give way to a narrow terminal); then its words in full, wrapped,
+    never cut, so that claims whose words begin alike still read apart."""
+    rows = [("verdict", "claim", "Δ [95% interval]", "p Holm", "of", "grid")]
+    for claim in claims:
+        cells = comparison_cells([v])[0] if (v := deciding(claim)) else {}
+        interval = "" if cells.get("95% CI", "–") == "–" else f" {cells['95% CI']}"
+        rows.append((chip_text(claim.verdict) + ("*" if v is not None and v.fragile else ""), claim.id,
+                     f"{cells.get('Δ (a − b)', '–')}{interval}", cells.get("p Holm", "–"), _of(claim),
+                     _grid(v) if v else "–"))
+    for shown in (6, 5, 4):
+        header, *lines = aligned_lines([row[:shown] for row in rows], right={3, 4})
+        if max(map(len, [header, *lines])) <= width:
+            break
+    chip = max(len(row[0]) for row in rows)
+    parts = [Text(title, style="bold"), Text(header, style="bold"), Text("─" * min(len(header), width))]
+    for claim, line in zip(claims, lines, strict=True):
+        parts += [Text.assemble((line[:chip], VERDICT_STYLE[claim.verdict][1]), line[chip:]),
+                  Padding(Text(short_claim(claim.statement, len(claim.statement))), (0, 0, 0, chip + 2))]
+    return Group(*parts)
 
 
 def _not_tested_table(claims: Sequence[PaperClaim]) -> Table | None:
@@ -154,8 +125,8 @@ def _not_tested_table(claims: Sequence[PaperClaim]) -> Table | None:
     return table
 
 
-def terminal(claims: Sequence[PaperClaim]) -> Group:
-    """The scoreboard for a terminal of any width: tally, tested claims, not tested claims by reason."""
+def terminal(claims: Sequence[PaperClaim], width: int) -> Group:
+    """The scoreboard for a terminal `width` columns wide: tally, tested claims, not tested claims by reason."""
     counts = claim_counts(claims)
     parts: list = [Text(counts_line(counts, "paper"), style="bold"), Text(counts_line(counts, "beyond"), style="bold")]
     if regime := headline_regime(claims):
@@ -164,7 +135,7 @@ def terminal(claims: Sequence[PaperClaim]) -> Group:
                          ("Claims beyond the paper", [c for c in claims if c.beyond_paper])):
         tested, _ = ordered(group)
         if tested:
-            parts += [Text(), ClaimsTable(title, tested)]
+            parts += [Text(), _claims_table(title, tested, width)]
     notes = ["of: the comparison shown, of the claim's counted comparisons (every one: --markdown)"]
     if any(c.fragile for claim in claims if (c := deciding(claim)) is not None):
         notes.append("*: fragile, Holm p in [0.025, 0.05)")
@@ -179,7 +150,7 @@ def terminal(claims: Sequence[PaperClaim]) -> Group:
 def terminal_text(claims: Sequence[PaperClaim], width: int) -> str:
     """terminal() as plain text `width` columns wide (for --out)."""
     console = Console(width=width, color_system=None, file=io.StringIO())
-    console.print(terminal(claims))
+    console.print(terminal(claims, width))
     return console.file.getvalue()
 
 
