@@ -19,7 +19,7 @@ GRID_NAME = $(basename $(notdir $(GRID)))
 CLI      := $(VENV)/bin/lit-resformer
 
 .PHONY: install latest-env test-latest lock install-offline test test-all test-slow test-slurm test-gpu lint demo ablation-grid report eval eval-data bench \
-	bench-gpu clean
+	bench-gpu screenshots clean
 
 install: $(VENV)/.installed
 
@@ -134,6 +134,11 @@ bench: install
 # docs/BENCHMARKS.md.
 bench-gpu:
 	$(RUN_PY) -m benchmarks --device cuda mfu variant_overhead hf_throughput loop_overhead loss_path decode $(BENCH_ARGS)
+
+# The README's screenshots from the committed results: fig7-evidence's report and the board page at 1,400 and 420 px
+# in headless Chromium, and the tally they show (docs/figures/screenshots.json, which a test compares with the board's).
+screenshots: install
+	$(PY) scripts/screenshots.py
 
 lint: install
 	$(VENV)/bin/ruff check lit_resformer benchmarks tests

@@ -295,8 +295,8 @@ def claims_command(argv: list[str]) -> None:
                     "claim's verdict (reproduced / contradicted / mixed / inconclusive / not tested), derived from its "
                     "comparisons (the grid files' `claims:`), each shown with its grid, tier, difference, 95% CI, n, "
                     "two-sided and Holm-adjusted p (its grid's verdict) and regime. Without an option: the tally, then "
-                    "one line per tested claim (decisive verdicts first) sized to the terminal, and the claims not "
-                    "tested counted by reason.")
+                    "each tested claim (decisive verdicts first) with its id, Δ, interval, Holm p and grid, and beneath "
+                    "its words, sized to the terminal; and the claims not tested counted by reason.")
     parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
                         help="a grid's run directory (RUNS/<grid>) or a folder of them")
     parser.add_argument("--json", action="store_true", help="print the claims (with their comparisons) as JSON")
@@ -371,7 +371,8 @@ def claims_command(argv: list[str]) -> None:
     else:  # Rich sizes it to the terminal (COLUMNS where the output is not one)
         from rich.console import Console
 
-        Console().print(board.terminal(claims))
+        console = Console()
+        console.print(board.terminal(claims, console.width))
         return
     if args.out:
         args.out.write_text(text)

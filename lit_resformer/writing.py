@@ -1,4 +1,4 @@
-"""Writing results: atomic files, markdown tables, self-contained HTML and PNG plots.
+"""Writing results: atomic files, markdown tables, self-contained HTML, PNG plots and pictures of pages.
 
 Everything that writes a report (the grid report, analysis, eval and benchmarks) goes through these, so a reader
 never sees half a file and every table has the same form. Only the standard library is imported up front;
@@ -15,7 +15,9 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+import shutil
+import subprocess
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -64,6 +66,14 @@ def markdown_table(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
         return "| " + " | ".join(str(v).replace("|", "\\|") for v in values) + " |"
 
     return "\n".join([line(header), "|" + "|".join("---" for _ in header) + "|", *(line(row) for row in rows)])
+
+
+def aligned_lines(rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> list[str]:
+    """Rows of cells as plain-text lines whose columns line up: each cell padded to its column's widest, two spaces
+    apart, the columns numbered in `right` aligned right."""
+    widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
+    return ["  ".join(cell.rjust(width) if i in right else cell.ljust(width)
+                      for i, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip() for row in rows]
 
 
 HTML_STYLE = (
@@ -170,3 +180,21 @@ def save_figure(fig, path: str | Path) -> Path:
     fig.savefig(buffer, format="png", dpi=110)
     pyplot().close(fig)
     return atomic_write(path, buffer.getvalue())
+
+
+# Headless Chromium, as every use of it here runs it (the browser tests, scripts/screenshots.py).
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files", "--hide-scrollbars")
+BROWSER_MISSING = "needs Chromium (Debian: apt-get install chromium; CI installs it with scripts/install-chromium.sh)"
+
+
+def find_browser() -> str | None:
+    """The first of BROWSERS on the PATH; None when there is none."""
+    return next((b for b in BROWSERS if shutil.which(b)), None)
+
+
+def screenshot(browser: str, page: Path, out: Path, width: int, height: int, budget_ms: int = 5000) -> None:
+    """A PNG at `out` of `page` as a window `width` x `height` CSS pixels shows it, once the page has had `budget_ms`
+    of virtual time to load (its images included), however busy the machine is."""
+    subprocess.run([browser, *BROWSER_FLAGS, f"--screenshot={out}", f"--window-size={width},{height}",
+                    f"--virtual-time-budget={budget_ms}", page.as_uri()], capture_output=True, timeout=180, check=True)

@@ -1,6 +1,6 @@
-"""The one palette every plot draws its series with."""
+"""The one palette every plot draws its series with; plain-text lines whose columns line up."""
 
-from lit_resformer.writing import MARKERS, OKABE_ITO, series_styles
+from lit_resformer.writing import MARKERS, OKABE_ITO, aligned_lines, series_styles
 
 
 def test_twelve_series_stay_apart_in_colour_blind_safe_colours_each_with_its_own_marker():
@@ -15,3 +15,8 @@ def test_twelve_series_stay_apart_in_colour_blind_safe_colours_each_with_its_own
     assert [s["linestyle"] for s in styles.values()] == ["-"] * 8 + ["--"] * 4
     assert series_styles(labels[:3]) == {label: styles[label] for label in labels[:3]}  # a label's style is its place's
     assert len(MARKERS) >= 12
+
+
+def test_aligned_lines_pad_each_column_to_its_widest_cell_and_numbers_to_the_right():
+    assert aligned_lines([("claim", "p", "grid"), ("a", "0.01", "g"), ("longer-id", "1.2e-05", "")], right={1}) == [
+        "claim            p  grid", "a             0.01  g", "longer-id  1.2e-05"]

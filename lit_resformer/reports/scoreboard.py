@@ -1,10 +1,9 @@
 """The scoreboard as a reader meets it: in a terminal (`lit-resformer claims`) and as one HTML page (`claims --html`).
 
-The terminal gets the tally first, then one row per tested claim, decisive verdicts first (verdict, the claim in
-short, Δ with its interval, Holm p, grid), sized to the terminal by Rich; the claims not tested are counted by
-reason. A claim with several comparisons shows the one that decides it best (its verdict, the smallest Holm p) and
-how many there are; `--markdown` keeps every comparison. The page adds a forest plot per grid and links to each
-grid's report.
+The terminal gets the tally first, then each tested claim, decisive verdicts first: its verdict, id, Δ with its
+interval, Holm p and grid, and beneath its words in full; the claims not tested are counted by reason. A claim with
+several comparisons shows the one that decides it best (its verdict, the smallest Holm p) and how many there are;
+`--markdown` keeps every comparison. The page adds a forest plot per grid and links to each grid's report.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from rich import box
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -43,6 +43,7 @@ from lit_resformer.verdicts.paper_claims import (
     counts_line,
     headline_regime,
 )
+from lit_resformer.writing import aligned_lines
 
 DECISIVE_FIRST = {name: rank for rank, name in enumerate(("reproduced", "contradicted", "mixed", "inconclusive"))}
 RUN_NAME = re.compile(r"\S*seed\d")  # where a reason starts listing the runs it applies to
@@ -85,23 +86,27 @@ def _of(claim: PaperClaim) -> str:
     return f"1/{counted}" if counted > 1 else ""
 
 
-def _claims_table(title: str, claims: Sequence[PaperClaim]) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
-                  show_edge=False, expand=True)
-    table.add_column("verdict", no_wrap=True)
-    table.add_column("claim", ratio=1, no_wrap=True, overflow="ellipsis", min_width=16)
-    table.add_column("Δ [95% interval]", no_wrap=False)
-    table.add_column("p Holm", no_wrap=True, justify="right")
-    table.add_column("of", no_wrap=True, justify="right")
-    table.add_column("grid", no_wrap=True, overflow="ellipsis", min_width=14, max_width=22)
-    for claim, shown in zip(claims, map(deciding, claims), strict=True):
-        cells = comparison_cells([shown])[0] if shown else {}
+def _claims_table(title: str, claims: Sequence[PaperClaim], width: int) -> Group:
+    """Each tested claim in two lines: its verdict, id, deciding comparison's Δ with its interval, Holm p, "of" and
+    grid, in aligned columns (the grid, then "of", give way to a narrow terminal); then its words in full, wrapped,
+    never cut, so that claims whose words begin alike still read apart."""
+    rows = [("verdict", "claim", "Δ [95% interval]", "p Holm", "of", "grid")]
+    for claim in claims:
+        cells = comparison_cells([v])[0] if (v := deciding(claim)) else {}
         interval = "" if cells.get("95% CI", "–") == "–" else f" {cells['95% CI']}"
-        fragile = shown is not None and shown.fragile
-        table.add_row(Text(chip_text(claim.verdict) + ("*" if fragile else ""), style=VERDICT_STYLE[claim.verdict][1]),
-                      short_claim(claim.statement, 200), f"{cells.get('Δ (a − b)', '–')}{interval}",
-                      cells.get("p Holm", "–"), _of(claim), _grid(shown) if shown else "–")
-    return table
+        rows.append((chip_text(claim.verdict) + ("*" if v is not None and v.fragile else ""), claim.id,
+                     f"{cells.get('Δ (a − b)', '–')}{interval}", cells.get("p Holm", "–"), _of(claim),
+                     _grid(v) if v else "–"))
+    for shown in (6, 5, 4):
+        header, *lines = aligned_lines([row[:shown] for row in rows], right={3, 4})
+        if max(map(len, [header, *lines])) <= width:
+            break
+    chip = max(len(row[0]) for row in rows)
+    parts = [Text(title, style="bold"), Text(header, style="bold"), Text("─" * min(len(header), width))]
+    for claim, line in zip(claims, lines, strict=True):
+        parts += [Text.assemble((line[:chip], VERDICT_STYLE[claim.verdict][1]), line[chip:]),
+                  Padding(Text(short_claim(claim.statement, len(claim.statement))), (0, 0, 0, chip + 2))]
+    return Group(*parts)
 
 
 def _not_tested_table(claims: Sequence[PaperClaim]) -> Table | None:
@@ -120,8 +125,8 @@ def _not_tested_table(claims: Sequence[PaperClaim]) -> Table | None:
     return table
 
 
-def terminal(claims: Sequence[PaperClaim]) -> Group:
-    """The scoreboard for a terminal of any width: tally, tested claims, not tested claims by reason."""
+def terminal(claims: Sequence[PaperClaim], width: int) -> Group:
+    """The scoreboard for a terminal `width` columns wide: tally, tested claims, not tested claims by reason."""
     counts = claim_counts(claims)
     parts: list = [Text(counts_line(counts, "paper"), style="bold"), Text(counts_line(counts, "beyond"), style="bold")]
     if regime := headline_regime(claims):
@@ -130,7 +135,7 @@ def terminal(claims: Sequence[PaperClaim]) -> Group:
                          ("Claims beyond the paper", [c for c in claims if c.beyond_paper])):
         tested, _ = ordered(group)
         if tested:
-            parts += [Text(), _claims_table(title, tested)]
+            parts += [Text(), _claims_table(title, tested, width)]
     notes = ["of: the comparison shown, of the claim's counted comparisons (every one: --markdown)"]
     if any(c.fragile for claim in claims if (c := deciding(claim)) is not None):
         notes.append("*: fragile, Holm p in [0.025, 0.05)")
@@ -145,7 +150,7 @@ def terminal(claims: Sequence[PaperClaim]) -> Group:
 def terminal_text(claims: Sequence[PaperClaim], width: int) -> str:
     """terminal() as plain text `width` columns wide (for --out)."""
     console = Console(width=width, color_system=None, file=io.StringIO())
-    console.print(terminal(claims))
+    console.print(terminal(claims, width))
     return console.file.getvalue()
 
 

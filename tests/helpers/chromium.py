@@ -5,20 +5,19 @@ from __future__ import annotations
 import html
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files", "--hide-scrollbars"]
+from lit_resformer.writing import BROWSER_FLAGS, BROWSER_MISSING, find_browser
 
 
 def browser() -> str:
     """The Chromium binary, or skip the test."""
-    found = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    found = find_browser()
     if found is None:
-        pytest.skip("needs Chromium (Debian: apt-get install chromium; CI installs it with scripts/install-chromium.sh)")
+        pytest.skip(BROWSER_MISSING)
     return found
 
 
@@ -37,7 +36,7 @@ def framed_dom(page: Path, onload: str, work_dir: Path, budget_ms: int = 5000,
         "};</script></body></html>"
     )
     window = f"--window-size={size[0] + 40},{size[1] + 40}" if size else "--window-size=1200,900"
-    return subprocess.run([browser(), *FLAGS, window, f"--virtual-time-budget={budget_ms}", "--dump-dom",
+    return subprocess.run([browser(), *BROWSER_FLAGS, window, f"--virtual-time-budget={budget_ms}", "--dump-dom",
                            probe.as_uri()], capture_output=True, text=True, timeout=180).stdout
 
 
@@ -65,8 +64,3 @@ def layout(page: Path, work_dir: Path, width: int, height: int, selectors: list[
     found = re.search(r'data-layout="([^"]*)"', dom)
     assert found, dom[-500:]
     return json.loads(html.unescape(found.group(1)))
-
-
-def screenshot(page: Path, out: Path, width: int = 1200, height: int = 3000) -> None:
-    subprocess.run([browser(), *FLAGS, f"--screenshot={out}", f"--window-size={width},{height}", page.as_uri()],
-                   capture_output=True, timeout=180)

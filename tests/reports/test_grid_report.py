@@ -14,6 +14,7 @@ from helpers import chromium
 
 from lit_resformer.measures.stats import critical_point
 from lit_resformer.reports.grid_report import write_report
+from lit_resformer.writing import screenshot
 from tests.helpers.grid_dirs import RESFORMER_VAL, VANILLA_VAL, make_grid_dir, synthetic_grid, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -211,7 +212,7 @@ def test_index_html_shows_every_image_in_headless_chromium(tmp_path):
                               tmp_path, budget_ms=10000)
     assert f'data-images="{expected}/{expected}"' in dom, dom[-500:]
     shot = tmp_path / "report.png"
-    chromium.screenshot(index, shot)
+    screenshot(chromium.browser(), index, shot, 1200, 3000)
     assert shot.read_bytes().startswith(PNG_MAGIC)
 
 
