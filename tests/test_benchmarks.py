@@ -98,6 +98,8 @@ def test_targets_are_where_the_issue_puts_them(quick_run):
         "decode.svformer.max_batch_ratio": 1.7,
         "data_loader.ratio": 20.0,
         "stacked.vs_processes": 1.0,  # stacking costs a CPU nothing
+        "cli_refusal.fast.fit_missing_config": 2.0,  # seconds: bad input answered before the heavy imports
+        "cli_refusal.fast.grid_missing_file": 2.0,
     }
 
 

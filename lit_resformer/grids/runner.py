@@ -420,8 +420,8 @@ def _round(spec: Grid, runs: list[Run], grid_dir: Path, options: GridOptions, po
             GridDir(grid_dir).drop_broken_link(p.run.cell, p.run.seed)  # its run was deleted: it trains here now
         write_run_config(p.run_dir, p.run.config, p.run.name, spec.same_run)
     for job in jobs:
-        for member in job.members if isinstance(job, StackJob) else [job]:
-            _start_branch(spec, member, grid_dir)
+        for run in stacked_runs(job):
+            _start_branch(spec, run, grid_dir)
     attempted.update(job.name for job in jobs)
     _run_jobs(pool, jobs, outcome, progress)
     for p in planned:
@@ -429,7 +429,7 @@ def _round(spec: Grid, runs: list[Run], grid_dir: Path, options: GridOptions, po
             outcome.summaries[p.run.name] = {"status": BUSY, "error": p.action}
         elif p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
             outcome.summaries[p.run.name] = p.run_dir.read_summary()
-    return any(job.train for job in jobs)
+    return any(run.train for job in jobs for run in stacked_runs(job))
 
 
 def _trunk_run(spec: Grid, cell: str, seed: int, grid_dir: Path) -> tuple[RunDir, str] | None:
