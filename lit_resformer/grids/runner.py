@@ -43,7 +43,7 @@ from lit_resformer.runs.directory import (
 )
 from lit_resformer.runs.summary import last_step
 from lit_resformer.stacking.stack_jobs import StackJob, describe, pack, stacked_runs
-from lit_resformer.training.checkpoint import kept_checkpoint
+from lit_resformer.training.checkpoint_reading import kept_checkpoint
 from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 
 

@@ -58,7 +58,7 @@ from lit_resformer.runs.claim_spec import EACH_AT_BEST, SELECTED_METRICS, parse_
 from lit_resformer.runs.directory import GridDir
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
-    from lit_resformer.training.checker import ConfigChecker
+    from lit_resformer.training.config_checker import ConfigChecker
 
 
 GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
@@ -339,7 +339,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
 
-    from lit_resformer.training.checker import ConfigChecker
+    from lit_resformer.training.config_checker import ConfigChecker
 
     checker = ConfigChecker(allow_any_class=allow_any_class)
     forced = _flatten_overrides(forced or {}, "--set")

@@ -31,7 +31,7 @@ from lit_resformer.grids.jobs import (
 from lit_resformer.grids.spec import GridError
 from lit_resformer.provenance import RUNS_SHARING_ENV
 from lit_resformer.stacking.rules import stack_key, stack_problem
-from lit_resformer.training.checkpoint import read_checkpoint
+from lit_resformer.training.checkpoint_reading import read_checkpoint
 from lit_resformer.training.run_dir import FINISHED, RunBusy, RunDir
 
 STACKED_COMMAND = "fit-stacked"

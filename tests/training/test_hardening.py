@@ -13,7 +13,7 @@ from helpers import chromium
 
 from lit_resformer.cli import main
 from lit_resformer.grids import GridError, load_grid
-from lit_resformer.training.checker import ConfigChecker
+from lit_resformer.training.config_checker import ConfigChecker
 from tests.helpers.eval_data import ARC_ROWS, arc_data_dir
 from tests.helpers.experiments import tiny_experiment
 from tests.helpers.fake_trainer import FAKE_TRAINER, THREE_CELLS, write_grid
@@ -426,7 +426,7 @@ def fit(experiment: Path, run: Path, *arguments: str) -> None:
 
 
 def checkpoint_steps(run: Path) -> dict[str, int]:
-    from lit_resformer.training.checkpoint import read_checkpoint
+    from lit_resformer.training.checkpoint_reading import read_checkpoint
 
     return {p.name: read_checkpoint(p, mmap=True)["global_step"] for p in sorted((run / "checkpoints").iterdir())}
 
