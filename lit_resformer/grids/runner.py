@@ -21,9 +21,8 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG
-from lit_resformer.grids.changes import common_changes, show_value
-from lit_resformer.grids.executors import LocalExecutor, SlurmExecutor, TimeLimitReached
-from lit_resformer.grids.jobs import (
+from lit_resformer.execution.executors import LocalExecutor, SlurmExecutor, TimeLimitReached
+from lit_resformer.execution.jobs import (
     BUSY,
     POST_TRAINING,
     RunJob,
@@ -31,6 +30,7 @@ from lit_resformer.grids.jobs import (
     post_training_result,
     post_training_step,
 )
+from lit_resformer.grids.changes import common_changes, show_value
 from lit_resformer.grids.ladder import seed_branch
 from lit_resformer.grids.spec import Grid, GridError, Run, load_grid
 from lit_resformer.provenance import collect as collect_provenance

@@ -7,7 +7,7 @@ jobs of their own, trained by `fit` as before. The size is the grid's `--stack` 
 run a process on a CPU (one run per core slot, as without stacking), and on a GPU as many as its memory holds
 (`auto_size`, from `run_memory_bytes`).
 
-A `StackJob` trains its runs with one `lit-resformer fit-stacked` process (grids.jobs.train_in_one_process, as a
+A `StackJob` trains its runs with one `lit-resformer fit-stacked` process (execution.jobs.train_in_one_process, as a
 solo run is trained), each run locked, summarised and given its post-training steps as a solo run is; each run's
 summary notes that it trained stacked and with which runs.
 """
@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lit_resformer.grids.jobs import (
+from lit_resformer.execution.jobs import (
     BUSY,
     RunJob,
     execute,

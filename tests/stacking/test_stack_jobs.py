@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from lit_resformer import load_checkpoint
-from lit_resformer.grids.jobs import RunJob
+from lit_resformer.execution.jobs import RunJob
 from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
 from lit_resformer.grids.spec import GridError
 from lit_resformer.runs.results import load_results

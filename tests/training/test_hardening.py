@@ -499,7 +499,7 @@ def test_a_grid_run_with_a_damaged_last_ckpt_resumes_from_a_step_checkpoint_and_
 
     import torch
 
-    from lit_resformer.grids.jobs import RunJob, execute
+    from lit_resformer.execution.jobs import RunJob, execute
 
     run = tmp_path / "g/cell/seed0"
     (run / "checkpoints").mkdir(parents=True)
@@ -555,7 +555,7 @@ def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(t
 
 
 def test_a_run_taken_between_planning_and_starting_is_reported_busy_not_failed(tmp_path):
-    from lit_resformer.grids.jobs import RunJob, execute
+    from lit_resformer.execution.jobs import RunJob, execute
     from lit_resformer.training.run_dir import RunDir
 
     run = RunDir(tmp_path / "g/cell/seed0")
