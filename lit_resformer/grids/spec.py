@@ -6,8 +6,8 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
     name: fig7                                   # optional, defaults to the file's stem
     extends: ../figures/fig7.yaml                # optional: a figure's (or another grid's) fields, overlaid by
                                                  # this file's (see _read_grid_file)
-    base: configs/experiments/cpu-base.yaml      # relative to the grid file, the cwd or the repo; a list of
-                                                 # configs is merged in order, as several `fit --config`
+    base: ../experiments/cpu-base.yaml           # relative to the grid file (or else the cwd or the repo); a list
+                                                 # of configs is merged in order, as several `fit --config`
     baseline: vanilla
     seeds: [0, 1, 2]
     overrides: {trainer.max_steps: 200}          # applied to every cell (cells may override them)
