@@ -30,6 +30,7 @@ from lit_resformer.execution.jobs import (
     post_training_result,
     post_training_step,
 )
+from lit_resformer.execution.stack_jobs import StackJob, describe, pack, stacked_runs
 from lit_resformer.grids.changes import common_changes, show_value
 from lit_resformer.grids.ladder import seed_branch
 from lit_resformer.grids.spec import Grid, GridError, Run, load_grid
@@ -42,7 +43,6 @@ from lit_resformer.runs.directory import (
     write_run_config,
 )
 from lit_resformer.runs.summary import last_step
-from lit_resformer.stacking.stack_jobs import StackJob, describe, pack, stacked_runs
 from lit_resformer.training.checkpoint_reading import kept_checkpoint
 from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 

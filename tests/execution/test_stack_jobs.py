@@ -15,10 +15,10 @@ import yaml
 
 from lit_resformer import load_checkpoint
 from lit_resformer.execution.jobs import RunJob
+from lit_resformer.execution.stack_jobs import MAX_AUTO_STACK, StackJob, auto_size, pack, run_memory_bytes
 from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
 from lit_resformer.grids.spec import GridError
 from lit_resformer.runs.results import load_results
-from lit_resformer.stacking.stack_jobs import MAX_AUTO_STACK, StackJob, auto_size, pack, run_memory_bytes
 from lit_resformer.training.config_checker import ConfigChecker
 from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import experiment
