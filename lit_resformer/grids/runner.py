@@ -30,7 +30,7 @@ from lit_resformer.execution.jobs import (
     post_training_result,
     post_training_step,
 )
-from lit_resformer.execution.stack_jobs import StackJob, describe, pack, stacked_runs
+from lit_resformer.execution.stack_jobs import StackJob, StackSettingError, describe, pack, stacked_runs
 from lit_resformer.grids.changes import common_changes, show_value
 from lit_resformer.grids.ladder import seed_branch
 from lit_resformer.grids.spec import Grid, GridError, Run, load_grid
@@ -383,7 +383,11 @@ def _round(spec: Grid, runs: list[Run], grid_dir: Path, options: GridOptions, po
         if (p.train or p.post_training) and p.run.name not in attempted and not ready.get(p.run.name)
     ]
     configs = {p.run_dir.path: p.run.config for p in planned}
-    jobs = pack(jobs, lambda job: spec.resolve(configs[job.run_dir]), options.pool.stack, options.pool.executor, pool)
+    try:
+        jobs = pack(jobs, lambda job: spec.resolve(configs[job.run_dir]), options.pool.stack, options.pool.executor,
+                    pool)
+    except StackSettingError as err:
+        raise GridError(str(err)) from None
     if first:
         print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(spec.runs())} runs"
               + (f", {len(runs) - len(spec.runs())} more from its select block so far" if spec.selection else "")

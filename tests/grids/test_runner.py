@@ -241,6 +241,8 @@ def test_grid_options_refuse_unknown_steps_and_executors(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     with pytest.raises(GridError, match=r"unknown executor 'pbs'; choose one of \['local', 'slurm'\]"):
         run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(executor="pbs")))
+    with pytest.raises(GridError, match=r"--stack 0 is not allowed"):  # the packing's refusal, as the grid's error
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(stack=0)))
 
 
 def _exit_code(command: list[str]) -> int:
