@@ -486,8 +486,8 @@ def rederive_command(argv: list[str]) -> None:
     parser.add_argument("--allow-dirty", action="store_true",
                         help="re-derive from a checkout with uncommitted changes (the runs record it)")
     args = parser.parse_args(argv)
+    from lit_resformer.grids.rederivation import committed_runs, rederive
     from lit_resformer.grids.runner import PoolOptions
-    from lit_resformer.measures.rederivation import committed_runs, rederive
 
     runs = committed_runs(args.paths, cells=args.cells, seeds=args.seeds)
     print(f"re-deriving {len(runs)} run(s) into {args.runs_dir}: {', '.join(r.name for r in runs)}", flush=True)

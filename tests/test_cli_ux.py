@@ -164,7 +164,7 @@ def test_runner_stops_its_trainer_as_ctrl_c_would(tmp_path):
     shutdown); the runner records the attempt as interrupted, not failed."""
     import threading
 
-    from lit_resformer.grids.jobs import RunJob, execute
+    from lit_resformer.execution.jobs import RunJob, execute
 
     script = tmp_path / "trainer.py"
     script.write_text("import sys, time\nprint('started', flush=True)\ntime.sleep(60)\n")

@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("lit_resformer", "benchmarks")
 # Suites over the core library: each may import the core, the core none of them.
-PERIPHERY = ("lit_resformer.grids", "lit_resformer.stacking", "lit_resformer.measures", "lit_resformer.verdicts", "lit_resformer.reports",
+PERIPHERY = ("lit_resformer.grids", "lit_resformer.execution", "lit_resformer.stacking", "lit_resformer.measures", "lit_resformer.verdicts", "lit_resformer.reports",
              "lit_resformer.eval", "lit_resformer.export", "benchmarks")
 # The rooms, bottom up: a module imports only from its own layer or the layers below it.
 LAYERS = (
@@ -27,7 +27,9 @@ LAYERS = (
     ("lit_resformer.training",),
     ("lit_resformer.runs",),
     ("lit_resformer.analysis", "lit_resformer.eval", "lit_resformer.export"),
-    ("lit_resformer.grids", "lit_resformer.stacking"),
+    ("lit_resformer.stacking",),
+    ("lit_resformer.execution",),
+    ("lit_resformer.grids",),
     ("lit_resformer.measures",),
     ("lit_resformer.verdicts",),
     ("lit_resformer.reports",),
@@ -101,7 +103,7 @@ def test_the_graph_is_read(graph):
         "lit_resformer.export.hf_remote.modeling_resformer"]  # relative
     assert "lit_resformer.eval.run" in graph[COMMAND_LINE]  # inside the eval subcommand
     assert is_core("lit_resformer.model.transformer") and is_core("lit_resformer.training.run_dir")
-    assert not any(map(is_core, ("lit_resformer.eval.run", "lit_resformer.export", COMMAND_LINE, "lit_resformer.grids.jobs")))
+    assert not any(map(is_core, ("lit_resformer.eval.run", "lit_resformer.export", COMMAND_LINE, "lit_resformer.execution.jobs")))
     with pytest.raises(graphlib.CycleError):
         tuple(graphlib.TopologicalSorter({**graph, "lit_resformer.writing": {"lit_resformer.reports.grid_report"}}).static_order())
 

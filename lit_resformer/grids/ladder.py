@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lit_resformer.training.checkpoint import kept_checkpoint
+from lit_resformer.training.checkpoint_reading import kept_checkpoint
 from lit_resformer.training.run_dir import METRICS, RunDir, open_metrics
 from lit_resformer.writing import atomic_write_json
 

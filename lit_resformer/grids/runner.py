@@ -21,9 +21,8 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG
-from lit_resformer.grids.changes import common_changes, show_value
-from lit_resformer.grids.executors import LocalExecutor, SlurmExecutor, TimeLimitReached
-from lit_resformer.grids.jobs import (
+from lit_resformer.execution.executors import LocalExecutor, SlurmExecutor, TimeLimitReached
+from lit_resformer.execution.jobs import (
     BUSY,
     POST_TRAINING,
     RunJob,
@@ -31,6 +30,8 @@ from lit_resformer.grids.jobs import (
     post_training_result,
     post_training_step,
 )
+from lit_resformer.execution.stack_jobs import StackJob, StackSettingError, describe, pack, stacked_runs
+from lit_resformer.grids.changes import common_changes, show_value
 from lit_resformer.grids.ladder import seed_branch
 from lit_resformer.grids.spec import Grid, GridError, Run, load_grid
 from lit_resformer.provenance import collect as collect_provenance
@@ -42,8 +43,7 @@ from lit_resformer.runs.directory import (
     write_run_config,
 )
 from lit_resformer.runs.summary import last_step
-from lit_resformer.stacking.stack_jobs import StackJob, describe, pack, stacked_runs
-from lit_resformer.training.checkpoint import kept_checkpoint
+from lit_resformer.training.checkpoint_reading import kept_checkpoint
 from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 
 
@@ -383,7 +383,11 @@ def _round(spec: Grid, runs: list[Run], grid_dir: Path, options: GridOptions, po
         if (p.train or p.post_training) and p.run.name not in attempted and not ready.get(p.run.name)
     ]
     configs = {p.run_dir.path: p.run.config for p in planned}
-    jobs = pack(jobs, lambda job: spec.resolve(configs[job.run_dir]), options.pool.stack, options.pool.executor, pool)
+    try:
+        jobs = pack(jobs, lambda job: spec.resolve(configs[job.run_dir]), options.pool.stack, options.pool.executor,
+                    pool)
+    except StackSettingError as err:
+        raise GridError(str(err)) from None
     if first:
         print(f"grid {spec.name}: {len(spec.cells)} cells x {len(spec.seeds)} seeds = {len(spec.runs())} runs"
               + (f", {len(runs) - len(spec.runs())} more from its select block so far" if spec.selection else "")

@@ -6,8 +6,8 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
     name: fig7                                   # optional, defaults to the file's stem
     extends: ../figures/fig7.yaml                # optional: a figure's (or another grid's) fields, overlaid by
                                                  # this file's (see _read_grid_file)
-    base: configs/experiments/cpu-base.yaml      # relative to the grid file, the cwd or the repo; a list of
-                                                 # configs is merged in order, as several `fit --config`
+    base: ../experiments/cpu-base.yaml           # relative to the grid file (or else the cwd or the repo); a list
+                                                 # of configs is merged in order, as several `fit --config`
     baseline: vanilla
     seeds: [0, 1, 2]
     overrides: {trainer.max_steps: 200}          # applied to every cell (cells may override them)
@@ -58,7 +58,7 @@ from lit_resformer.runs.claim_spec import EACH_AT_BEST, SELECTED_METRICS, parse_
 from lit_resformer.runs.directory import GridDir
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
-    from lit_resformer.training.checker import ConfigChecker
+    from lit_resformer.training.config_checker import ConfigChecker
 
 
 GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "cells", "matrix", "overrides", "report",
@@ -339,7 +339,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
 
-    from lit_resformer.training.checker import ConfigChecker
+    from lit_resformer.training.config_checker import ConfigChecker
 
     checker = ConfigChecker(allow_any_class=allow_any_class)
     forced = _flatten_overrides(forced or {}, "--set")

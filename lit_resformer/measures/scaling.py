@@ -638,12 +638,21 @@ def scaling_claims(grid_dir: str | Path, metric: str = "val") -> list[dict]:
     return analyse_grid(grid_dir, metric=metric)["claims"]
 
 
-def sweep_analysis(results: GridResults) -> dict | ScalingError | None:
+@dataclass(frozen=True)
+class SweepAnalysis:
+    """A sweep grid's scaling analysis: `fit`, what `analyse` found, when the sweep can be fitted; else `problem`,
+    the ScalingError that says why it cannot be yet. Exactly one of the two is set."""
+
+    fit: dict | None = None
+    problem: ScalingError | None = None
+
+
+def sweep_analysis(results: GridResults) -> SweepAnalysis | None:
     """The analysis of a grid marked as a sweep (`report: {scaling: ...}`), made once for both its report section
-    and its claim; its ScalingError when it cannot be fitted yet; None for a grid that is no sweep."""
+    and its claim; None for a grid that is no sweep."""
     if not results.report_settings.get("scaling"):
         return None
     try:
-        return analyse_grid(results)
+        return SweepAnalysis(fit=analyse_grid(results))
     except ScalingError as err:
-        return err
+        return SweepAnalysis(problem=err)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -180,11 +181,12 @@ def write_report(grid_dir: str | Path) -> Path:
     _claims_section(doc, verdicts, regime, forest_plot(verdicts, plots_dir / "forest.png",
                                                        f"{name}: each comparison, a − b with its 95% interval"))
     _final_table(doc, results, final_train, final_val)
-    if isinstance(sweep, dict):  # the sweep's claim shows its grid verdict (Holm), the one the Claims section gives
+    if sweep is not None and sweep.fit is not None:  # the sweep's claim shows its grid verdict (Holm), the Claims section's
         decided = {v.claim.claim: v for v in verdicts}
-        sweep = {**sweep, "claims": [c | ({"verdict": decided[c["claim"]].verdict, "p_holm": decided[c["claim"]].p_holm,
-                                           "fragile": decided[c["claim"]].fragile} if c["claim"] in decided else {})
-                                     for c in sweep["claims"]]}
+        sweep = replace(sweep, fit={**sweep.fit, "claims": [
+            c | ({"verdict": decided[c["claim"]].verdict, "p_holm": decided[c["claim"]].p_holm,
+                  "fragile": decided[c["claim"]].fragile} if c["claim"] in decided else {})
+            for c in sweep.fit["claims"]]})
     unigram = _unigram_reference(results)
     _relative_section(doc, plotter, cells, cells_info, done, unigram)
     _validation_section(doc, plotter, cells, cells_info, done, unigram)

@@ -15,6 +15,7 @@ from lit_resformer.measures.scaling import (
     SAVING_WORDS,
     PowerLaw,
     ScalingError,
+    SweepAnalysis,
     analyse_grid,
     count_text,
 )
@@ -213,16 +214,16 @@ def render(result: dict, doc: Any, images: dict[str, Path], level: int = 2) -> N
                  "when a run ends above its bigram reference, or the saving can have no interval.")
 
 
-def scaling_section(analysis: dict | ScalingError, plots_dir: Path, link_base: Path) -> str:
-    """The report's scaling section for a grid marked `report: {scaling: ...}` from its analysis (`analyse_grid`),
-    markdown with plots into plots_dir, linked relative to link_base; a sweep that cannot be fitted yet (its
-    ScalingError) says why instead."""
+def scaling_section(analysis: SweepAnalysis, plots_dir: Path, link_base: Path) -> str:
+    """The report's scaling section for a grid marked `report: {scaling: ...}` from its analysis (`sweep_analysis`),
+    markdown with plots into plots_dir, linked relative to link_base; a sweep that cannot be fitted yet says why
+    instead."""
     doc = Document(link_base)
-    if isinstance(analysis, ScalingError):
+    if analysis.problem is not None:
         doc.heading(2, "Scaling")
-        doc.text(f"No fit: {analysis}")
+        doc.text(f"No fit: {analysis.problem}")
     else:
-        render(analysis, doc, plot_sweep(analysis, plots_dir))
+        render(analysis.fit, doc, plot_sweep(analysis.fit, plots_dir))
     return doc.markdown()
 
 

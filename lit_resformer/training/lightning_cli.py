@@ -17,9 +17,9 @@ from lit_resformer.config.messages import ConfigParser, config_file_keys
 from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG, check_objects
 from lit_resformer.data import LMDataModule
 from lit_resformer.data.tokenizer import TokenizerMismatch
-from lit_resformer.training.checkpoint import checkpoint_problem
+from lit_resformer.training.checkpoint_reading import checkpoint_problem
 from lit_resformer.training.checkpoint_saving import RunCheckpoint
-from lit_resformer.training.checks import check_checkpoint_matches, check_experiment
+from lit_resformer.training.config_rules import check_checkpoint_matches, check_experiment
 from lit_resformer.training.module import LitResFormer
 from lit_resformer.training.run_dir import CSV_LOGS, TB_LOGS, RunDir
 from lit_resformer.writing import atomic_write

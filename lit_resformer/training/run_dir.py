@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from lit_resformer.training.checkpoint import LAST_CHECKPOINT, checkpoint_problem, step_checkpoints_in
+from lit_resformer.training.checkpoint_reading import LAST_CHECKPOINT, checkpoint_problem, step_checkpoints_in
 from lit_resformer.writing import atomic_write, atomic_write_json
 
 CHECKPOINTS = "checkpoints"

@@ -68,7 +68,7 @@ import pandas as pd
 import yaml
 
 from lit_resformer.measures.power import effect_of_interest, family_level, power_of
-from lit_resformer.measures.scaling import PAPER_CLAIMS, ScalingError, analyse_grid
+from lit_resformer.measures.scaling import PAPER_CLAIMS, SweepAnalysis, sweep_analysis
 from lit_resformer.measures.stats import (
     RunLosses,
     adjusted_verdict,
@@ -114,9 +114,6 @@ from lit_resformer.verdicts.regime import grid_regime, regime_text
 from lit_resformer.verdicts.verdict_cache import VerdictCache, grid_key
 
 DOMAIN_PREFIX = "val_loss/"  # per-domain claims: sub-rows of their claim on the scoreboard
-# A sweep grid's scaling analysis (lit_resformer.measures.scaling.analyse_grid; the error when it cannot be fitted);
-# None for a grid that is no size or token sweep
-Sweep = dict | ScalingError | None
 
 
 @dataclass(frozen=True)
@@ -260,7 +257,7 @@ def provenance_note(runs: Iterable[RunResult]) -> list[str]:
     return notes
 
 
-def evaluate_grid(grid: str | Path | GridResults, sweep: Sweep = None, index: Mapping[str, GridDir] | None = None,
+def evaluate_grid(grid: str | Path | GridResults, sweep: SweepAnalysis | None = None, index: Mapping[str, GridDir] | None = None,
                   judged: Judgements | None = None) -> list[Verdict]:
     """Verdicts on every claim of a grid's runs (the claims its manifest stores: lit_resformer.grids.spec.
     refresh_claims keeps them equal to its grid file's), each judged as its metric's kind says (JUDGING), decided on
@@ -291,7 +288,7 @@ class Graded:
         return cls([_verdict_from_json(v) for v in entry["verdicts"]], entry["regime"], entry["trained_on"])
 
     @classmethod
-    def of(cls, results: GridResults, sweep: Sweep = None) -> Graded:
+    def of(cls, results: GridResults, sweep: SweepAnalysis | None = None) -> Graded:
         return cls(_unadjusted_verdicts(results, sweep), grid_regime(results), results.trained_on)
 
 
@@ -311,7 +308,7 @@ class Judgements:
         self._graded: dict[str, Graded] = {}
         self._families: dict[str, list[Verdict]] = {}
 
-    def graded(self, name: str, results: GridResults | None = None, sweep: Sweep = None) -> Graded:
+    def graded(self, name: str, results: GridResults | None = None, sweep: SweepAnalysis | None = None) -> Graded:
         """Grid `name` judged on its own runs: `results` when the caller has them, else from the cache or the
         index's folder."""
         if name not in self._graded:
@@ -361,7 +358,7 @@ class Judgements:
             self._families[name] = _with_power(_adjust(marked, holm, "p_holm"))
         return self._families[name]
 
-    def verdicts(self, results: GridResults, sweep: Sweep = None) -> list[Verdict]:
+    def verdicts(self, results: GridResults, sweep: SweepAnalysis | None = None) -> list[Verdict]:
         """A grid's verdicts as its report and the board show them (the caller's runs of it judged first)."""
         self.graded(results.name, results, sweep)
         return self.shown(results.name)
@@ -410,18 +407,15 @@ def _with_power(family: list[Verdict]) -> list[Verdict]:
             if not v.judged_in else v for v in family]
 
 
-def _unadjusted_verdicts(results: GridResults, sweep: Sweep) -> list[Verdict]:
-    """Every claim of the grid judged on its own runs, before any adjustment."""
-    is_sweep = bool(results.report_settings.get("scaling"))
-    if not is_sweep:
+def _unadjusted_verdicts(results: GridResults, given: SweepAnalysis | None) -> list[Verdict]:
+    """Every claim of the grid judged on its own runs, before any adjustment. `given` is the grid's sweep analysis
+    when the caller has it; the judges get it, made here if need be, or None for a grid that is no sweep."""
+    if not results.report_settings.get("scaling"):
         sweep = None
-    elif sweep is None:
-        try:
-            sweep = analyse_grid(results)
-        except ScalingError as err:
-            sweep = err
+    else:
+        sweep = given if given is not None else sweep_analysis(results)
     verdicts = [judging(claim).judge(claim, results, sweep) for claim in results.claims]
-    if is_sweep:
+    if sweep is not None:
         verdicts.extend(_scaling_verdicts(results, sweep))
     return verdicts
 
@@ -688,18 +682,19 @@ def _fig4_values(runs: dict[int, RunResult]) -> SideValues:
     return SideValues(*values, ["per run: mean over layers 2..L of cos(Eq. 2, Eq. 4) vs cos(Eq. 2, Eq. 6), m = n-1"])
 
 
-def _declared_saving(claim: Claim, results: GridResults, sweep: Sweep) -> Verdict:
+def _declared_saving(claim: Claim, results: GridResults, sweep: SweepAnalysis | None) -> Verdict:
     """A grid's own equivalence-saving claim (e.g. SVFormer's parameter increase): judged on the sweep's per-seed
     fitted saving of that variant (the same fit, interval and rule as the paper's headline claim); not tested when
     the grid is no sweep or the fit has no saving for the variant."""
     mean = None
-    if isinstance(sweep, dict):
-        convention = sweep["conventions"][0]
-        mean = ((sweep.get("savings") or {}).get(convention) or {}).get(claim.a, {}).get("mean")
+    fit = sweep.fit if sweep is not None else None
+    if fit is not None:
+        convention = fit["conventions"][0]
+        mean = ((fit.get("savings") or {}).get(convention) or {}).get(claim.a, {}).get("mean")
     if not mean or mean.get("saving") is None:
         reason = ("this grid is not a size or token sweep (report.scaling)" if not results.report_settings.get("scaling")
                   else f"the sweep's fit has no saving for {claim.a}"
-                  + (f" ({sweep})" if isinstance(sweep, ScalingError) else ""))
+                  + (f" ({sweep.problem})" if sweep is not None and sweep.problem is not None else ""))
         return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {reason}",
                        unadjusted="not tested")
     families = {claim.a, claim.b}
@@ -786,21 +781,21 @@ def _missing_crossing(results: GridResults, claim: Claim, seeds: Sequence[int]) 
     return f"{results.manifest['baseline']} never overtakes " + ", ".join(not_crossed) if not_crossed else ""
 
 
-def _scaling_verdicts(results: GridResults, sweep: dict | ScalingError) -> list[Verdict]:
+def _scaling_verdicts(results: GridResults, sweep: SweepAnalysis) -> list[Verdict]:
     """A size or token sweep's claims (fewer parameters / less data for the same loss), judged on the CI of the
     fitted equivalence saving by the same rule; a sweep that cannot be fitted yet says why."""
     variant, text = PAPER_CLAIMS[results.report_settings["scaling"]]
     baseline = results.manifest["baseline"]
-    if isinstance(sweep, ScalingError):
+    if sweep.problem is not None:
         claim = Claim(text, variant, baseline, EQUIVALENCE_SAVING, "higher")
-        return [Verdict(results.name, claim, "inconclusive", None, None, None, 0, f"no fit: {sweep}",
+        return [Verdict(results.name, claim, "inconclusive", None, None, None, 0, f"no fit: {sweep.problem}",
                         unadjusted="inconclusive")]
     # the fit's claims carry the per-seed t test's p-values, so they enter the grid's and the scoreboard's
     # adjustment for multiple comparisons like every other claim
     return [Verdict(r["grid"], Claim(r["claim"], variant, baseline, EQUIVALENCE_SAVING, "higher"),
                     r["verdict"], r["delta"], r["ci_low"], r["ci_high"], r["n"], r["note"], unadjusted=r["verdict"],
                     design=r.get("design", ""), p_raw=r.get("p_raw"), p_two_sided=r.get("p_two_sided"))
-            for r in sweep["claims"]]
+            for r in sweep.fit["claims"]]
 
 
 def _judge_over(claim: Claim, results: GridResults,
@@ -905,7 +900,7 @@ class Judging:
     """How a claim of one metric kind (lit_resformer.runs.claim_spec.METRIC_KINDS, under the same key) is judged
     and shown."""
 
-    judge: Callable[[Claim, GridResults, Sweep], Verdict]  # its unadjusted verdict on a grid's runs
+    judge: Callable[[Claim, GridResults, SweepAnalysis | None], Verdict]  # its unadjusted verdict on a grid's runs
     label: Callable[[Claim], str]  # what the tables' metric column says it measures
     format_value: Callable[[float | None], str] = _fmt  # its Δ and interval: signed (nats, a slope), or a percentage
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lit_resformer.grids import GridOptions, LocalExecutor, PoolOptions, run_grid
+from lit_resformer.execution.executors import LocalExecutor
+from lit_resformer.grids import GridOptions, PoolOptions, run_grid
 from lit_resformer.provenance import RUNS_SHARING_ENV
 from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment

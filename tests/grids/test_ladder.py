@@ -10,7 +10,7 @@ import yaml
 
 from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
 from lit_resformer.grids.ladder import BRANCH_FILE, LadderError, parse_ladder, seed_branch
-from lit_resformer.training.checkpoint import kept_checkpoint
+from lit_resformer.training.checkpoint_reading import kept_checkpoint
 from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import fit, fit_killed_at, read_metrics, tiny_experiment
 from tests.helpers.fake_trainer import calls, summary

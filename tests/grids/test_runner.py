@@ -20,7 +20,7 @@ import pytest
 import torch
 import yaml
 
-from lit_resformer.grids import GridError, GridOptions, LocalExecutor, PoolOptions, run_grid
+from lit_resformer.grids import GridError, GridOptions, PoolOptions, run_grid
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
 from lit_resformer.reports import write_report
 from lit_resformer.runs.directory import MANIFEST_VERSION
@@ -172,14 +172,6 @@ def test_local_pool_gives_concurrent_runs_distinct_devices(tmp_path, fake, monke
     assert not list(device_dir.glob("busy-*"))
 
 
-def test_local_pool_slots():
-    assert [s["CUDA_VISIBLE_DEVICES"] for s in LocalExecutor(devices=["4", "5", "6", "7", "8"], gpus_per_run=2).slots] == ["4,5", "6,7"]
-    cpu = LocalExecutor(devices=[], cpu_slots=2).slots
-    assert len(cpu) == 2 and all(s["CUDA_VISIBLE_DEVICES"] == "" for s in cpu)
-    with pytest.raises(ValueError, match="gpus_per_run=4"):
-        LocalExecutor(devices=["0", "1"], gpus_per_run=4)
-
-
 @pytest.mark.integration
 def test_slurm_executor_job_is_requeued_on_preemption_and_resumes(tmp_path, fake, monkeypatch):
     """Through submitit's local executor: SIGUSR2 (what SLURM sends before preemption or the time
@@ -249,43 +241,8 @@ def test_grid_options_refuse_unknown_steps_and_executors(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     with pytest.raises(GridError, match=r"unknown executor 'pbs'; choose one of \['local', 'slurm'\]"):
         run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(executor="pbs")))
-
-
-def test_a_running_attempt_writes_its_wall_time_down_as_it_goes(tmp_path, monkeypatch):
-    """An attempt killed with its runner (SIGKILL, the machine going away) cannot record its time when it ends: the
-    summary carries the time so far while it trains, so the run's compute is known to within a heartbeat."""
-    from lit_resformer.grids import jobs as job_module
-    from lit_resformer.grids.jobs import RunJob, execute
-
-    monkeypatch.setattr(job_module, "HEARTBEAT_S", 0.2)
-    run = RunDir(tmp_path / "g/vanilla/seed0")
-    run.path.mkdir(parents=True)
-    run.write_summary({"status": "interrupted", "attempts": 1, "wall_time_sec": 100.0})  # the first attempt's time
-    # the stand-in trainer: `sh -c SCRIPT --config FILE --trainer.default_root_dir RUN` ($3 is the run directory)
-    trainer = ["sh", "-c", 'sleep 1.5; cp "$3/summary.json" "$3/while_training.json"']
-    execute(RunJob("g", "vanilla", 0, run.path, trainer), env={"OMP_NUM_THREADS": "1"})
-    seen = json.loads((run.path / "while_training.json").read_text())
-    assert seen["status"] == "running" and seen["attempts"] == 2
-    final = RunDir(run.path).read_summary()["wall_time_sec"]
-    assert 100.4 < seen["wall_time_sec"] < final  # the earlier attempt's time plus this one's so far (beats each 0.5 s)
-    assert final >= 101.5
-
-
-@pytest.mark.slow  # the step's process imports torch and Lightning afresh: ~10 s idle, 40 s on a busy machine
-def test_a_post_training_step_runs_in_its_own_process_and_its_failure_is_recorded(tmp_path):
-    from lit_resformer.grids.jobs import RunJob, execute
-
-    run = RunDir(tmp_path / "g/vanilla/seed0")
-    run.path.mkdir(parents=True)
-    run.write_summary({"status": "done"})
-    summary = execute(RunJob("g", "vanilla", 0, run.path, ["false"], train=False, post_training=("analyze",)),
-                      env={"OMP_NUM_THREADS": "1"})
-    assert summary["status"] == "done"  # the run stands; its step failed
-    assert summary["analyze"]["status"] == "failed"
-    assert summary["analyze"]["error"] == f"ValueError: {run.path} has no checkpoints/last.ckpt to analyse"
-    log = (run.logs_dir / "analyze.log").read_text()
-    assert "Traceback" in log and "analyze_run_dir" in log  # the step's own output and traceback, in its log
-    assert RunDir(run.path).read_summary()["analyze"] == summary["analyze"]
+    with pytest.raises(GridError, match=r"--stack 0 is not allowed"):  # the packing's refusal, as the grid's error
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(stack=0)))
 
 
 def _exit_code(command: list[str]) -> int:
@@ -317,7 +274,7 @@ def test_a_grid_from_a_dirty_checkout_is_refused_unless_allowed_and_then_each_ru
     written; told to go on (--allow-dirty), every run keeps the patch beside its results and its hash in its
     provenance, so a dirty-tree run can be read back as the code it ran."""
     from lit_resformer import provenance
-    from lit_resformer.grids import jobs
+    from lit_resformer.execution import jobs
 
     patch = "diff --git a/lit_resformer/model/transformer.py b/lit_resformer/model/transformer.py\n+# changed\n"
     monkeypatch.setattr(provenance, "git_state", lambda: ("0123abcd", True))

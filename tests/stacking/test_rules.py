@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from lit_resformer.stacking.rules import StackError, check_stack, stack_key, stack_problem
-from lit_resformer.training.checker import ConfigChecker
+from lit_resformer.training.config_checker import ConfigChecker
 from tests.helpers.experiments import experiment
 
 

@@ -13,7 +13,7 @@ from helpers import chromium
 
 from lit_resformer.cli import main
 from lit_resformer.grids import GridError, load_grid
-from lit_resformer.training.checker import ConfigChecker
+from lit_resformer.training.config_checker import ConfigChecker
 from tests.helpers.eval_data import ARC_ROWS, arc_data_dir
 from tests.helpers.experiments import tiny_experiment
 from tests.helpers.fake_trainer import FAKE_TRAINER, THREE_CELLS, write_grid
@@ -426,7 +426,7 @@ def fit(experiment: Path, run: Path, *arguments: str) -> None:
 
 
 def checkpoint_steps(run: Path) -> dict[str, int]:
-    from lit_resformer.training.checkpoint import read_checkpoint
+    from lit_resformer.training.checkpoint_reading import read_checkpoint
 
     return {p.name: read_checkpoint(p, mmap=True)["global_step"] for p in sorted((run / "checkpoints").iterdir())}
 
@@ -499,7 +499,7 @@ def test_a_grid_run_with_a_damaged_last_ckpt_resumes_from_a_step_checkpoint_and_
 
     import torch
 
-    from lit_resformer.grids.jobs import RunJob, execute
+    from lit_resformer.execution.jobs import RunJob, execute
 
     run = tmp_path / "g/cell/seed0"
     (run / "checkpoints").mkdir(parents=True)
@@ -555,7 +555,7 @@ def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(t
 
 
 def test_a_run_taken_between_planning_and_starting_is_reported_busy_not_failed(tmp_path):
-    from lit_resformer.grids.jobs import RunJob, execute
+    from lit_resformer.execution.jobs import RunJob, execute
     from lit_resformer.training.run_dir import RunDir
 
     run = RunDir(tmp_path / "g/cell/seed0")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_resformer.training.checkpoint import checkpoint_problem
+from lit_resformer.training.checkpoint_reading import checkpoint_problem
 from lit_resformer.training.run_dir import RunDir
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_resformer.measures.rederivation import unrecorded_dirty_runs
+from lit_resformer.grids.rederivation import unrecorded_dirty_runs
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli, fragile
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import grid_dirs, grid_index

@@ -1,4 +1,4 @@
-"""One run of a grid: train (or resume) through the training command, record its outcome, then run
+"""One run of a grid or a re-derivation: train (or resume) through the training command, record its outcome, then run
 the optional eval/analysis steps. Executors call `execute` locally or inside a SLURM job.
 
 Both happen in processes of their own, for the same reasons: a process sees the GPUs its slot gives it

@@ -14,12 +14,18 @@ import torch
 import yaml
 
 from lit_resformer import load_checkpoint
-from lit_resformer.grids.jobs import RunJob
+from lit_resformer.execution.jobs import RunJob
+from lit_resformer.execution.stack_jobs import (
+    MAX_AUTO_STACK,
+    StackJob,
+    StackSettingError,
+    auto_size,
+    pack,
+    run_memory_bytes,
+)
 from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
-from lit_resformer.grids.spec import GridError
 from lit_resformer.runs.results import load_results
-from lit_resformer.stacking.stack_jobs import MAX_AUTO_STACK, StackJob, auto_size, pack, run_memory_bytes
-from lit_resformer.training.checker import ConfigChecker
+from lit_resformer.training.config_checker import ConfigChecker
 from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import experiment
 
@@ -79,14 +85,14 @@ def test_resuming_runs_stack_only_with_runs_at_the_same_step(tmp_path, resolved)
 def test_bad_stack_settings_are_refused(tmp_path, resolved):
     jobs, configs = jobs_of(tmp_path, {"a": resolved})
     for setting in (0, -1, "all", True):
-        with pytest.raises(GridError, match="--stack"):
+        with pytest.raises(StackSettingError, match="--stack"):
             packed(jobs, configs, setting)
-    with pytest.raises(GridError, match="local executor"):
+    with pytest.raises(StackSettingError, match="local executor"):
         pack(jobs, lambda job: configs[job.run_dir], 2, "slurm", CPU_POOL)
     twins, configs = jobs_of(tmp_path, {"a": resolved, "b": {**resolved, "seed_everything": 5}})
     for job in twins:
         job.command = ["python", "fake_trainer.py", "train"]
-    with pytest.raises(GridError, match="ends in `fit`"):
+    with pytest.raises(StackSettingError, match="ends in `fit`"):
         packed(twins, configs, 2)
 
 

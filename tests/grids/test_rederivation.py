@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
+from lit_resformer.grids import rederivation
+from lit_resformer.grids.rederivation import RederivationError, committed_runs, markdown, rederive
 from lit_resformer.grids.runner import GridOptions, run_grid
-from lit_resformer.measures import rederivation
-from lit_resformer.measures.rederivation import RederivationError, committed_runs, markdown, rederive
 from tests.helpers.fake_trainer import calls, write_grid
 
 GRID = {"baseline": "vanilla", "seeds": [0, 1],

@@ -7,7 +7,7 @@ jobs of their own, trained by `fit` as before. The size is the grid's `--stack` 
 run a process on a CPU (one run per core slot, as without stacking), and on a GPU as many as its memory holds
 (`auto_size`, from `run_memory_bytes`).
 
-A `StackJob` trains its runs with one `lit-resformer fit-stacked` process (grids.jobs.train_in_one_process, as a
+A `StackJob` trains its runs with one `lit-resformer fit-stacked` process (execution.jobs.train_in_one_process, as a
 solo run is trained), each run locked, summarised and given its post-training steps as a solo run is; each run's
 summary notes that it trained stacked and with which runs.
 """
@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lit_resformer.grids.jobs import (
+from lit_resformer.execution.jobs import (
     BUSY,
     RunJob,
     execute,
@@ -28,10 +28,9 @@ from lit_resformer.grids.jobs import (
     post_train,
     train_in_one_process,
 )
-from lit_resformer.grids.spec import GridError
 from lit_resformer.provenance import RUNS_SHARING_ENV
 from lit_resformer.stacking.rules import stack_key, stack_problem
-from lit_resformer.training.checkpoint import read_checkpoint
+from lit_resformer.training.checkpoint_reading import read_checkpoint
 from lit_resformer.training.run_dir import FINISHED, RunBusy, RunDir
 
 STACKED_COMMAND = "fit-stacked"
@@ -40,6 +39,10 @@ STACKED_COMMAND = "fit-stacked"
 # untested guess, to be measured on the first lent GPU: beyond it the runs' kernels are large already).
 MEMORY_SHARE = 0.7
 MAX_AUTO_STACK = 64
+
+
+class StackSettingError(ValueError):
+    """A `--stack` setting the runs cannot train with; the grid runner reports it as the grid's error."""
 
 
 @dataclass
@@ -57,8 +60,8 @@ class StackJob:
 def stacked_command(train_command: Sequence[str]) -> list[str]:
     """The stacked training command of a grid's training command (`... fit` -> `... fit-stacked`)."""
     if not train_command or train_command[-1] != "fit":
-        raise GridError(f"--stack needs a training command that ends in `fit` (lit-resformer fit), not "
-                        f"{' '.join(train_command)!r}")
+        raise StackSettingError(f"--stack needs a training command that ends in `fit` (lit-resformer fit), not "
+                                f"{' '.join(train_command)!r}")
     return [*train_command[:-1], STACKED_COMMAND]
 
 
@@ -93,7 +96,7 @@ def auto_size(resolved: dict, gpu_memory: float | None) -> int:
 
 def check_stack_setting(stack: int | str) -> None:
     if stack != "auto" and (isinstance(stack, bool) or not isinstance(stack, int) or stack < 1):
-        raise GridError(f"--stack {stack!r} is not allowed: an integer >= 1 (runs a process) or 'auto'")
+        raise StackSettingError(f"--stack {stack!r} is not allowed: an integer >= 1 (runs a process) or 'auto'")
 
 
 def gpu_memory_per_process(pool) -> float | None:
@@ -115,7 +118,7 @@ def pack(jobs: list[RunJob], resolve: Callable[[RunJob], dict | None], stack: in
     if stack == 1:
         return jobs
     if executor != "local":
-        raise GridError(f"--stack {stack} needs the local executor (a Slurm job trains one run)")
+        raise StackSettingError(f"--stack {stack} needs the local executor (a Slurm job trains one run)")
     gpu_memory = gpu_memory_per_process(pool)
     if stack == "auto" and gpu_memory is None:
         return jobs

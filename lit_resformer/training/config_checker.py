@@ -13,7 +13,7 @@ from jsonargparse import Namespace
 from lit_resformer.config.messages import config_fields, config_file_keys, expected_type, unknown_field
 from lit_resformer.config.trust import check_objects
 from lit_resformer.data import LMDataModule
-from lit_resformer.training.checks import check_classes, check_experiment
+from lit_resformer.training.config_rules import check_classes, check_experiment
 from lit_resformer.training.lightning_cli import CLI_SETTINGS, PARSER_SETTINGS, ResFormerCLI
 from lit_resformer.training.module import LitResFormer
 

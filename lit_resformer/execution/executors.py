@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from lit_resformer.grids.jobs import RunJob, execute
+from lit_resformer.execution.jobs import RunJob, execute
+from lit_resformer.execution.stack_jobs import StackJob, execute_job, stacked_runs
 from lit_resformer.provenance import RUNS_SHARING_ENV
-from lit_resformer.stacking.stack_jobs import StackJob, execute_job, stacked_runs
 
 # on_done(job, summary, error): summary is None when the job could not run at all (error says why).
 OnDone = Callable[[RunJob, dict | None, str | None], None]
