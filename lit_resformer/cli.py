@@ -352,7 +352,7 @@ def claims_command(argv: list[str]) -> None:
     elif args.transfer:
         text = transfer.markdown(claims) or "no claim is measured in a transfer regime or decided anywhere\n"
     elif args.findings:
-        from lit_resformer.reports.findings import findings_markdown, with_findings
+        from lit_resformer.verdicts.findings import findings_markdown, with_findings
 
         text = findings_markdown(rows)
         if args.out is not None and args.out.is_file():  # a document holding the markers: only the table changes

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_resformer.reports.findings import (
+from lit_resformer.verdicts.findings import (
     FINDINGS,
     FINDINGS_END,
     FINDINGS_START,
