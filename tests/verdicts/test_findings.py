@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lit_resformer.verdicts.claims import scoreboard
 from lit_resformer.verdicts.findings import (
     FINDINGS,
     FINDINGS_END,
@@ -15,7 +16,6 @@ from lit_resformer.verdicts.findings import (
     findings_markdown,
     with_findings,
 )
-from lit_resformer.verdicts.claims import scoreboard
 from tests.helpers.claims_grids import row
 
 REPO = Path(__file__).resolve().parents[2]
