@@ -7,6 +7,8 @@ each, so that no one scale squeezes the others; within a panel the rows share th
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import textwrap
 from collections.abc import Sequence
@@ -22,7 +24,8 @@ from lit_resformer.runs.claim_spec import (
     Claim,
 )
 from lit_resformer.verdicts.claims import Verdict, is_sub_row
-from lit_resformer.writing import pyplot, save_figure
+from lit_resformer.verdicts.verdict_cache import VerdictCache, code_fingerprint
+from lit_resformer.writing import atomic_write, pyplot, save_figure
 
 MARKERS = {"reproduced": "o", "contradicted": "X", "mixed": "P", "inconclusive": "D", "not tested": "s"}
 SIGNED = re.compile(r"^\s*([+\-−]\d+(?:\.\d+)?)(%?)")  # "-0.0272 at 82M ..." -> -0.0272
@@ -102,3 +105,21 @@ def forest_plot(verdicts: Sequence[Verdict], path: Path, title: str) -> Path | N
     axes[0, 0].legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.02), ncol=4, fontsize=8.5, frameon=False)
     fig.suptitle(title, fontsize=11, x=0.01, ha="left")
     return save_figure(fig, path)
+
+
+def cached_forest_plot(verdicts: Sequence[Verdict], path: Path, title: str) -> Path | None:
+    """`forest_plot`, read back from the verdict cache's forest/ when the same code drew the same rows before: the board
+    page draws one per grid, and drawing them was most of its time. The key is everything the plot shows."""
+    shown = [v for v in verdicts if v.delta is not None]
+    if not shown:
+        return None
+    drawn = [[v.claim.claim, v.verdict, v.delta, v.low, v.high, paper_effect(v.claim), is_sub_row(v),
+              effect_unit(v.claim)] for v in shown]
+    key = hashlib.sha256(json.dumps([code_fingerprint(), title, drawn]).encode()).hexdigest()
+    kept = VerdictCache().folder / "forest" / f"{key}.png"
+    if kept.is_file():
+        path.write_bytes(kept.read_bytes())
+        return path
+    plot = forest_plot(shown, path, title)
+    atomic_write(kept, plot.read_bytes())
+    return plot

@@ -24,7 +24,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from lit_resformer.reports.forest import forest_plot, short_claim
+from lit_resformer.reports.forest import cached_forest_plot, short_claim
 from lit_resformer.reports.lead import comparison_cells, effect_text
 from lit_resformer.reports.page import (
     VERDICT_STYLE,
@@ -209,7 +209,7 @@ def html_page(claims: Sequence[PaperClaim], rows: Sequence[Verdict], grid_dirs: 
         for grid in sorted(by_grid):
             link = (f'<a href="{html.escape(_grid_link(grid_dirs[grid], out))}">{html.escape(grid)}</a>'
                     if grid in grid_dirs else html.escape(grid))
-            plot = forest_plot(by_grid[grid], Path(tmp) / f"{len(parts)}.png", grid)
+            plot = cached_forest_plot(by_grid[grid], Path(tmp) / f"{len(parts)}.png", grid)
             body = (markdown_body(f"![forest plot of {grid}]({plot.name})", Path(tmp)) if plot
                     else "<p>No comparison with an effect yet.</p>")
             parts.append(f'<h3 id="grid-{html.escape(grid)}">{link}</h3>{body}')

@@ -238,3 +238,24 @@ def test_claims_command_html_page_and_help(tmp_path, capsys):
         main(["claims", "--help"])
     help_text = capsys.readouterr().out
     assert "95% CI" in help_text and "%%" not in help_text
+
+
+def test_the_board_draws_a_forest_plot_once_and_reads_it_back_until_its_rows_change(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from lit_resformer.reports import forest
+    from tests.helpers.claims_grids import row
+
+    monkeypatch.setenv("LIT_RESFORMER_VERDICT_CACHE", str(tmp_path / "cache"))
+    drawn = []
+    draw = forest.forest_plot
+    monkeypatch.setattr(forest, "forest_plot", lambda *args: (drawn.append(args[2]), draw(*args))[1])
+    rows = [row("g", "reproduced", "a beats b"), row("g", "inconclusive", "c beats d")]
+    first = forest.cached_forest_plot(rows, tmp_path / "first.png", "g").read_bytes()
+    again = forest.cached_forest_plot(rows, tmp_path / "again.png", "g").read_bytes()
+    assert drawn == ["g"] and again == first and first.startswith(b"\x89PNG")
+    moved = [replace(rows[0], delta=-0.12), rows[1]]  # one number of what the plot shows
+    forest.cached_forest_plot(moved, tmp_path / "moved.png", "g")
+    forest.cached_forest_plot(rows, tmp_path / "retitled.png", "h")
+    assert drawn == ["g", "g", "h"]
+    assert forest.cached_forest_plot([replace(rows[0], delta=None)], tmp_path / "none.png", "g") is None
