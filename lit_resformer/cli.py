@@ -221,8 +221,8 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
     pool = PoolOptions(executor=args.executor, devices=args.devices.split(",") if args.devices else None,
                        gpus_per_run=args.gpus_per_run, cpu_slots=args.cpu_slots, threads_per_run=args.threads_per_run,
                        runs_per_gpu=args.runs_per_gpu, stack=args.stack, time_limit_s=args.time_limit, slurm=slurm)
-    options = GridOptions(runs_dir=args.runs_dir, seeds=args.seeds, forced=dict(args.set),
-                          allow_any_class=args.allow_any_class, report=None if args.no_report else write_grid_report, dry_run=args.dry_run,
+    options = GridOptions(runs_dir=args.runs_dir, allow_any_class=args.allow_any_class,
+                          report=None if args.no_report else write_grid_report, dry_run=args.dry_run,
                           post_training=tuple(kind for kind, wanted in (("eval", args.eval), ("analyze", args.analyze))
                                               if wanted),
                           pool=pool)

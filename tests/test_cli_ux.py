@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lit_resformer.cli import SUITE_COMMANDS, main
-from lit_resformer.grids import GridOptions, run_grid
+from lit_resformer.grids import GridOptions, load_grid, run_grid
 from lit_resformer.training.lightning_cli import ResFormerCLI
 from tests.helpers.fake_trainer import THREE_CELLS, alive, calls, summary, write_grid
 
@@ -101,7 +101,7 @@ def test_dry_run_shows_what_each_cell_changes_relative_to_the_base(tmp_path, fak
     })
     out = tmp_path / "dry.txt"
     with open(out, "w") as f:
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True), out=f)
+        run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True), out=f)
     listing = out.read_text().split("what each cell changes relative to the base experiment")[1].splitlines()[1:-1]
     assert listing == [
         "  every cell:",
@@ -115,7 +115,7 @@ def test_dry_run_shows_what_each_cell_changes_relative_to_the_base(tmp_path, fak
 
 
 def test_diverged_run_is_reported_without_a_doubled_prefix(tmp_path, fake, capsys):
-    outcome = run_grid(write_grid(tmp_path, THREE_CELLS),
+    outcome = run_grid(load_grid(write_grid(tmp_path, THREE_CELLS)),
                        GridOptions(runs_dir=tmp_path / "runs", train_command=fake), progress=False)
     assert summary(tmp_path / "runs/g/boom/seed0")["error"] == "non-finite loss at step 3"
     printed = capsys.readouterr().out

@@ -1,8 +1,9 @@
 """Ablation grids: a grid YAML -> runs (one directory per grid/cell/seed), trained unattended and resumably.
 
-    from lit_resformer.grids import GridOptions, run_grid
+    from lit_resformer.grids import GridOptions, load_grid, run_grid
     from lit_resformer.reports import write_report
-    outcome = run_grid("configs/grids/fig7.yaml", GridOptions(runs_dir="runs"))   # train, resume, skip, report
+    grid = load_grid("configs/grids/fig7.yaml")                # read and check every cell before anything runs
+    outcome = run_grid(grid, GridOptions(runs_dir="runs"))      # train, resume, skip, report
     write_report("runs/fig7")                                                    # -> runs/fig7/index.html
 
 Command line: `lit-resformer grid GRID.yaml [...]`, `lit-resformer export-results` and `lit-resformer merge-results`.

@@ -33,7 +33,7 @@ from lit_resformer.execution.jobs import (
 from lit_resformer.execution.stack_jobs import StackJob, StackSettingError, describe, pack, stacked_runs
 from lit_resformer.grids.changes import common_changes, show_value
 from lit_resformer.grids.ladder import seed_branch
-from lit_resformer.grids.spec import Grid, GridError, Run, load_grid
+from lit_resformer.grids.spec import Grid, GridError, Run
 from lit_resformer.provenance import collect as collect_provenance
 from lit_resformer.runs.directory import (
     GridDir,
@@ -88,11 +88,9 @@ class PoolOptions:
 
 @dataclass(frozen=True)
 class GridOptions:
-    """How `run_grid` runs a grid file."""
+    """How `run_grid` runs a grid."""
 
     runs_dir: str | Path = "runs"  # runs go to RUNS_DIR/<grid>/<cell>/seed<k>
-    seeds: Sequence[int] | None = None  # replace the grid's seeds
-    forced: Mapping[str, Any] = field(default_factory=dict)  # dotted overrides for every cell (`--set`)
     allow_any_class: bool = False  # let the grid's configs construct any class (validation and training alike)
     post_training: Sequence[str] = ()  # steps on every finished run: "eval", "analyze"
     # writes the grid's report at the end (grid folder -> report path); None: no report
@@ -315,10 +313,10 @@ def _run_jobs(pool, jobs: list[RunJob | StackJob], outcome: GridOutcome, progres
         bar.close()
 
 
-def run_grid(grid: str | Path | Grid, options: GridOptions = GridOptions(), *, progress: bool = True,
+def run_grid(spec: Grid, options: GridOptions = GridOptions(), *, progress: bool = True,
              out: TextIO | None = None) -> GridOutcome:
-    """Train every run of a grid file (or of a grid load_grid read with the options' seeds, forced overrides and
-    allow_any_class) into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
+    """Train every run of a grid (as load_grid read it: the file's cells resolved once, with the CLI's seeds and
+    forced overrides) into RUNS_DIR/<grid>/<cell>/seed<k>/ and write the report.
 
     Runs already done are skipped and interrupted ones resume; with `options.pool.time_limit_s` the same call
     resumes the grid in the next time-bounded slice. A grid whose runs wait on others trains in rounds until no run
@@ -328,9 +326,6 @@ def run_grid(grid: str | Path | Grid, options: GridOptions = GridOptions(), *, p
     what happens to them goes to `out` (stdout).
     """
     out = out or sys.stdout
-    # The grid file is read and its cells resolved once; what follows works on the resolved grid.
-    spec = grid if isinstance(grid, Grid) else load_grid(grid, seeds=options.seeds, forced=dict(options.forced),
-                                                         allow_any_class=options.allow_any_class)
     grid_dir = GridDir.of(options.runs_dir, spec.name).path
     for kind in options.post_training:
         post_training_step(kind)  # fail now, not after training, if a step cannot run here

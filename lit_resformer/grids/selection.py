@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lit_resformer.runs.claim_spec import EACH_AT_BEST, SELECTED_METRICS
+
 SELECT_FIELDS = {"over", "arms", "seeds", "confirm", "at_best"}
 AT_BEST_FIELDS = {"of", "cells", "matrix", "seeds"}
 BEST = "best"
@@ -101,18 +103,29 @@ class Selection:
         return point if needed is None else best[needed]
 
 
-def parse_selection(raw: Any, families: Sequence[str], swept: Mapping[str, list], pilot_seeds: Sequence[int],
-                    where: str) -> Selection | None:
-    """Check a grid's `select:` block against its `cells` entries (`families`), its matrix (`swept`: key -> values)
-    and its seeds (the pilot's); SelectionError names the problem."""
+def parse_selection(raw: Any, families: Sequence[str], coordinates: Sequence[Mapping[str, Any]],
+                    pilot_seeds: Sequence[int], claims: Sequence[Mapping[str, Any]], where: str) -> Selection | None:
+    """Check a grid's `select:` block against its `cells` entries (`families`), its matrix (`coordinates`: each
+    cell's), its seeds (the pilot's) and its checked `claims:` (a claim at chosen points compares arms at points
+    the block trains the confirmation seeds at); SelectionError names the problem."""
     if raw is None:
+        for index, claim in enumerate(claims):
+            if claim["metric"] in SELECTED_METRICS:
+                raise SelectionError(f"{where}: claims[{index}]: {claim['metric']} compares the points a `select:` "
+                                     "block chooses; this grid has none")
         return None
-    where = f"{where}: select"
+    grid_where, where = where, f"{where}: select"
     if not isinstance(raw, dict) or set(raw) - SELECT_FIELDS or not {"over", "arms", "seeds"} <= set(raw):
         raise SelectionError(f"{where} must be a mapping with fields over, arms, seeds and optionally confirm, "
                              f"at_best; got {raw!r}")
+    swept: dict[str, set] = {}
+    for coords in coordinates:
+        for key, value in coords.items():
+            swept.setdefault(key, set()).add(value)
+    if len(swept) > 1:
+        raise SelectionError(f"{where}: a grid with a select block sweeps one matrix key, got {sorted(swept)}")
     over = raw["over"]
-    values = swept.get(over)
+    values = sorted(swept[over]) if over in swept else None
     if values is None:
         raise SelectionError(f"{where}.over must name a matrix key of this grid ({sorted(swept) or 'it has none'}), "
                              f"got {over!r}")
@@ -139,8 +152,15 @@ def parse_selection(raw: Any, families: Sequence[str], swept: Mapping[str, list]
     at_best = None
     if raw.get("at_best") is not None:
         at_best = _parse_at_best(raw["at_best"], families, arms, over, f"{where}.at_best")
-    return Selection(over, tuple(arms), tuple(seeds), confirm, tuple(pilot_seeds), at_best,
-                     tuple(sorted(values)))
+    selection = Selection(over, tuple(arms), tuple(seeds), confirm, tuple(pilot_seeds), at_best, tuple(values))
+    for index, claim in enumerate(claims):
+        if claim["metric"] in SELECTED_METRICS:
+            a_point = BEST if claim["metric"] == EACH_AT_BEST else f"{BEST}:{claim['b']}"
+            for side, point in ((claim["a"], a_point), (claim["b"], BEST)):
+                if point not in confirm.get(side, ()):
+                    raise SelectionError(f"{grid_where}: claims[{index}]: {claim['metric']} needs {side} "
+                                         f"at {point!r} on the confirmation seeds; add it to select.confirm.{side}")
+    return selection
 
 
 def _parse_at_best(raw: Any, families: Sequence[str], arms: Sequence[str], over: str, where: str) -> AtBest:

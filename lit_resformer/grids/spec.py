@@ -54,7 +54,7 @@ from lit_resformer.grids.ladder import BranchPoint, Ladder, LadderError, parse_l
 from lit_resformer.grids.selection import Selection, SelectionError, best_point, parse_selection
 from lit_resformer.provenance import REPO_ROOT
 from lit_resformer.runs import identity
-from lit_resformer.runs.claim_spec import EACH_AT_BEST, SELECTED_METRICS, parse_claims
+from lit_resformer.runs.claim_spec import parse_claims
 from lit_resformer.runs.directory import GridDir
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
@@ -253,7 +253,13 @@ class Grid:
         new = [dataclasses.replace(c, baseline=by_point.get((self.baseline, tuple(c.coords.items())), c.name))
                for c in cells if c.name not in self.configs]
         overrides = {k: v for k, v in self.overrides.items() if k not in self.forced}
-        configs, resolved = _cell_configs(self.checker, self.base, overrides, new, where, self.forced)
+        from lit_resformer.training.config_checker import CellConfigError  # loaded with the grid's checker
+
+        try:
+            configs, resolved = self.checker.cell_configs(self.base, overrides, {c.name: c.overrides for c in new},
+                                                          self.forced, where)
+        except CellConfigError as e:
+            raise GridError(str(e)) from None
         self.cells += new
         self.configs.update(configs)
         self.resolved.update(resolved)
@@ -290,7 +296,10 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
               allow_any_class: bool = False) -> Grid:
     """Read, validate and expand a grid file. `seeds` replaces the file's seeds (CLI `--seeds`); `forced` holds
     dotted overrides that win over the grid's and every cell's own (CLI `--set`, e.g. a machine's accelerator);
-    `allow_any_class` lets its configs construct any class (CLI `--allow-any-class`, for a file the user trusts)."""
+    `allow_any_class` lets its configs construct any class (CLI `--allow-any-class`, for a file the user trusts).
+
+    In three steps, each owned by one module: this file's fields as written, then the blocks other modules read
+    (`ladder:`, then the cells' configs through `fit`'s checks, `claims:` and `select:`), then the grid."""
     path = Path(path)
     if not path.is_file():
         raise GridError(f"grid file not found: {path}")
@@ -302,57 +311,49 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         raise GridError(f"{where}: missing field 'base' (the experiment YAML every cell starts from)")
     base_paths = [_resolve_base(b, path) for b in (spec["base"] if isinstance(spec["base"], list) else [spec["base"]])]
     base = _load_base(base_paths)
-
-    seeds = list(seeds) if seeds is not None else spec.get("seeds", [0])
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
-    ):
-        raise GridError(f"{where}: seeds must be a non-empty list of integers, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise GridError(f"{where}: duplicate seeds in {seeds}")
-
-    report = spec.get("report") or {}
-    if not isinstance(report, dict) or set(report) - REPORT_FIELDS:
-        raise GridError(f"{where}: report accepts only {sorted(REPORT_FIELDS)}, got {report!r}")
-    window = report.get("critical_point_window", 10)
-    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-        raise GridError(f"{where}: report.critical_point_window must be a positive integer, got {window!r}")
-    scaling = report.get("scaling")
-    if scaling is not None and scaling not in SCALING_AXES:
-        raise GridError(f"{where}: report.scaling={scaling!r} is not allowed; choose one of {list(SCALING_AXES)}")
-
+    seeds = _seeds(spec, seeds, where)
+    report = _report(spec, where)
     overrides = _flatten_overrides(spec.get("overrides") or {}, f"{where}: overrides")
+    forced = _flatten_overrides(forced or {}, "--set")
+    families = _families(spec, where)
+
     try:
         ladder = parse_ladder(spec.get("ladder"), where)
     except LadderError as e:
         raise GridError(str(e)) from None
+    matrix = spec.get("matrix")
     if ladder is not None:
-        if spec.get("matrix") is not None or not spec.get("cells"):
+        if matrix is not None or not families:
             raise GridError(f"{where}: a grid with a ladder has `cells` and no `matrix` (the ladder's budgets are "
                             f"its matrix, {LADDER_OVER})")
-        spec = {**spec, "matrix": ladder.matrix()}
-    cells = _expand_cells(spec, where)
+        matrix = ladder.matrix()
+        trunks = {family: Cell(name=trunk_cell(family), family=family, baseline="",
+                               overrides={**own, **ladder.trunk_overrides()})
+                  for family, own in families.items()}
+    cells = _expand_cells(families, matrix, where)
     if ladder is not None:
-        cells = _ladder_cells(spec, cells, ladder, where)
+        cells = [*trunks.values(), *(dataclasses.replace(c, trunk=trunks[c.family].name) for c in cells)]
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
+    to_be_chosen = _at_best_placeholders(spec.get("select"), where)
 
-    from lit_resformer.training.config_checker import ConfigChecker
+    from lit_resformer.training.config_checker import CellConfigError, ConfigChecker
 
     checker = ConfigChecker(allow_any_class=allow_any_class)
-    forced = _flatten_overrides(forced or {}, "--set")
-    configs, resolved = _cell_configs(checker, base, overrides, cells, where, forced)
-    families = {name: _flatten_overrides(o or {}, f"{where}: cell '{name}'")
-                for name, o in (spec.get("cells") or {}).items()}
-    selection = _selection(spec, cells, families, seeds, where)
+    try:
+        configs, resolved = checker.cell_configs(base, overrides, {c.name: c.overrides for c in cells}, forced, where)
+    except CellConfigError as e:
+        raise GridError(str(e)) from None
     try:  # the grid's `claims:`, checked against its cells (and those a `select:` block will add)
-        claims = [claim.to_dict() for claim in parse_claims(spec.get("claims"), [dataclasses.asdict(c) for c in cells]
-                                                            + _at_best_placeholders(spec.get("select"), where))]
+        claims = [claim.to_dict() for claim in parse_claims(spec.get("claims"),
+                                                            [dataclasses.asdict(c) for c in cells] + to_be_chosen)]
     except ValueError as e:
         raise GridError(f"{where}: {e}") from e
-    _check_selected_claims(claims, selection, where)
+    try:
+        selection = parse_selection(spec.get("select"), list(families), [c.coords for c in cells], seeds, claims,
+                                    where)
+    except SelectionError as e:
+        raise GridError(str(e)) from None
     return Grid(
         name=name,
         path=path.resolve(),
@@ -362,7 +363,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         cells=cells,
         overrides={**overrides, **forced},
         description=str(spec.get("description", "")),
-        report={"critical_point_window": window, **({"scaling": scaling} if scaling else {})},
+        report=report,
         configs=configs,
         resolved=resolved,
         claims=claims,
@@ -375,46 +376,32 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     )
 
 
-def _ladder_cells(spec: dict, cells: list[Cell], ladder: Ladder, where: str) -> list[Cell]:
-    """A ladder's trunk cells (one per `cells` entry, first) and its rungs, each naming its trunk."""
-    trunks = [Cell(name=trunk_cell(family), family=family, baseline="",
-                   overrides={**_flatten_overrides(overrides or {}, f"{where}: cell '{family}'"),
-                              **ladder.trunk_overrides()})
-              for family, overrides in spec["cells"].items()]
-    return [*trunks, *(dataclasses.replace(c, trunk=trunk_cell(c.family)) for c in cells)]
+def _seeds(spec: dict, seeds: Sequence[int] | None, where: str) -> list[int]:
+    """The pilot seeds: the CLI's `--seeds` if given, else the file's (default [0])."""
+    seeds = list(seeds) if seeds is not None else spec.get("seeds", [0])
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
+        raise GridError(f"{where}: seeds must be a non-empty list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise GridError(f"{where}: duplicate seeds in {seeds}")
+    return seeds
 
 
-def _selection(spec: dict, cells: list[Cell], families: dict[str, dict], seeds: list[int],
-               where: str) -> Selection | None:
-    """The grid's checked `select:` block (None without one); its key must be the grid's only matrix key."""
-    if spec.get("select") is None:
-        return None
-    swept = {}
-    for cell in cells:
-        for key, value in cell.coords.items():
-            swept.setdefault(key, []).append(value)
-    if len(swept) > 1:
-        raise GridError(f"{where}: select: a grid with a select block sweeps one matrix key, got {sorted(swept)}")
-    try:
-        return parse_selection(spec["select"], list(families), {k: sorted(set(v)) for k, v in swept.items()}, seeds,
-                               where)
-    except SelectionError as e:
-        raise GridError(str(e)) from None
-
-
-def _check_selected_claims(claims: list[dict], selection: Selection | None, where: str) -> None:
-    """A claim at chosen points compares arms of the `select:` block at points it trains the confirmation seeds at."""
-    for index, claim in enumerate(claims):
-        if claim["metric"] not in SELECTED_METRICS:
-            continue
-        if selection is None:
-            raise GridError(f"{where}: claims[{index}]: {claim['metric']} compares the points a `select:` block "
-                            "chooses; this grid has none")
-        a_point = "best" if claim["metric"] == EACH_AT_BEST else f"best:{claim['b']}"
-        for side, point in ((claim["a"], a_point), (claim["b"], "best")):
-            if point not in selection.confirm.get(side, ()):
-                raise GridError(f"{where}: claims[{index}]: {claim['metric']} needs {side} at {point!r} on the "
-                                f"confirmation seeds; add it to select.confirm.{side}")
+def _report(spec: dict, where: str) -> dict[str, Any]:
+    """The checked `report:` settings, defaults filled in."""
+    report = spec.get("report") or {}
+    if not isinstance(report, dict) or set(report) - REPORT_FIELDS:
+        raise GridError(f"{where}: report accepts only {sorted(REPORT_FIELDS)}, got {report!r}")
+    window = report.get("critical_point_window", 10)
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise GridError(f"{where}: report.critical_point_window must be a positive integer, got {window!r}")
+    scaling = report.get("scaling")
+    if scaling is not None and scaling not in SCALING_AXES:
+        raise GridError(f"{where}: report.scaling={scaling!r} is not allowed; choose one of {list(SCALING_AXES)}")
+    return {"critical_point_window": window, **({"scaling": scaling} if scaling else {})}
 
 
 def _at_best_placeholders(select: Any, where: str) -> list[dict]:
@@ -507,27 +494,30 @@ def refresh_claims(grid_dir: GridDir) -> str:
 # cells
 
 
-def _expand_cells(spec: dict, where: str) -> list[Cell]:
+def _families(spec: dict, where: str) -> dict[str, dict[str, Any]]:
+    """The `cells` entries, each name -> its own overrides flattened (empty without `cells`)."""
     cells_spec = spec.get("cells")
-    matrix_spec = spec.get("matrix")
-    if cells_spec is None and matrix_spec is None:
+    if cells_spec is None:
+        return {}
+    if not isinstance(cells_spec, dict) or not cells_spec:
+        raise GridError(f"{where}: cells must be a non-empty mapping of cell name -> overrides")
+    families = {}
+    for cell_name, overrides in cells_spec.items():
+        _check_name(cell_name, f"{where}: cell name")
+        families[cell_name] = _flatten_overrides(overrides or {}, f"{where}: cell '{cell_name}'")
+    return families
+
+
+def _expand_cells(families: dict[str, dict[str, Any]], matrix: Any, where: str) -> list[Cell]:
+    """The cells: each `cells` entry (`families`) at each point of `matrix`, or either alone."""
+    if not families and matrix is None:
         raise GridError(f"{where}: a grid needs 'cells' and/or 'matrix'")
-
-    families: list[tuple[str | None, dict]] = [(None, {})]
-    if cells_spec is not None:
-        if not isinstance(cells_spec, dict) or not cells_spec:
-            raise GridError(f"{where}: cells must be a non-empty mapping of cell name -> overrides")
-        families = []
-        for cell_name, overrides in cells_spec.items():
-            _check_name(cell_name, f"{where}: cell name")
-            families.append((cell_name, _flatten_overrides(overrides or {}, f"{where}: cell '{cell_name}'")))
-
     points: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, {})]
-    if matrix_spec is not None:
-        points = _matrix_points(matrix_spec, where)
+    if matrix is not None:
+        points = _matrix_points(matrix, where)
 
     cells, seen = [], set()
-    for (family, overrides), (coords, extras) in itertools.product(families, points):
+    for (family, overrides), (coords, extras) in itertools.product(list(families.items()) or [(None, {})], points):
         parts = ([family] if family else []) + ([_point_name(coords)] if coords else [])
         name = ",".join(parts)
         _check_name(name, f"{where}: cell name")
@@ -714,51 +704,3 @@ def _load_base(paths: list[Path]) -> dict:
     if not isinstance(base, dict):
         raise GridError(f"base experiment {where} must be a mapping of config sections (trainer, model, data, ...)")
     return base
-
-
-def _resolve_config(base: dict, overrides: dict[str, Any], where: str) -> dict:
-    cfg = OmegaConf.create(base)
-    for key, value in overrides.items():
-        try:
-            OmegaConf.update(cfg, key, value, merge=True)
-        except OmegaConfBaseException as e:
-            raise GridError(f"{where}: cannot apply override {key}={value!r}: {e}") from e
-    return OmegaConf.to_container(cfg, resolve=True)
-
-
-def _cell_configs(checker: ConfigChecker, base: dict, overrides: dict[str, Any], cells: list[Cell],
-                  where: str, forced: dict[str, Any]) -> tuple[dict[str, dict], dict[str, dict]]:
-    """cell name -> the base with the grid's, the cell's and the forced overrides, and cell name -> that config
-    resolved, each config checked as `fit` checks it."""
-    configs, resolved = {}, {}
-    for cell in cells:
-        cell_where = f"{where}: cell '{cell.name}'"
-        cell_overrides = {**overrides, **cell.overrides, **forced}
-        configs[cell.name] = _resolve_config(base, cell_overrides, cell_where)
-        written = {f"{where}: overrides": overrides, "--set": forced, cell_where: cell.overrides}
-        resolved[cell.name] = _check_cell(checker, configs[cell.name], cell_overrides, cell_where, written)
-    return configs, resolved
-
-
-def _check_cell(checker: ConfigChecker, config: dict, overrides: dict[str, Any], where: str,
-                written: dict[str, dict[str, Any]]) -> dict:
-    """The cell's config through `fit`'s parser and checks (nothing is trained or written), resolved: every field
-    with its value. The keys of its overrides, as `written` holds them (where -> overrides), are checked first, so
-    that a misspelt one is named as such."""
-    for place, keys in written.items():
-        for key in keys:
-            problem = checker.unknown_field(key)
-            if problem:
-                raise GridError(f"{place}: unknown override key '{key}': {problem}")
-    try:
-        return checker.resolved(config)
-    except argparse.ArgumentError as e:  # a value of the wrong type, or outside its choices
-        message = str(e)
-        # the parser names the field it refused; say what that field takes
-        key = next((k for k in overrides if f'"{k}"' in message), None)
-        expected = checker.expected(key) if key else None
-        if expected is None:
-            raise GridError(f"{where}: {message}") from None
-        raise GridError(f"{where}: '{key}' expects {expected}, got {overrides[key]!r}") from None
-    except ValueError as e:  # a check across fields, or a class's own argument check
-        raise GridError(f"{where}: {e}") from None

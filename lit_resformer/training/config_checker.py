@@ -4,11 +4,14 @@ it."""
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 from jsonargparse import Namespace
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from lit_resformer.config.messages import config_fields, config_file_keys, expected_type, unknown_field
 from lit_resformer.config.trust import check_objects
@@ -16,6 +19,10 @@ from lit_resformer.data import LMDataModule
 from lit_resformer.training.config_rules import check_classes, check_experiment
 from lit_resformer.training.lightning_cli import CLI_SETTINGS, PARSER_SETTINGS, ResFormerCLI
 from lit_resformer.training.module import LitResFormer
+
+
+class CellConfigError(ValueError):
+    """A grid cell's config that `fit` would refuse; the message names where it was written and the field."""
 
 
 class _ParserOnly(ResFormerCLI):
@@ -69,3 +76,52 @@ class ConfigChecker:
     def expected(self, key: str) -> str | None:
         """What the field `key` takes, in words; None for a key that is no field."""
         return expected_type(self.parser, key)
+
+    def cell_configs(self, base: dict, overrides: dict[str, Any], cells: Mapping[str, dict[str, Any]],
+                     forced: dict[str, Any], where: str) -> tuple[dict[str, dict], dict[str, dict]]:
+        """A grid's cells (name -> its own dotted overrides) as `fit` would run them: cell name -> the base with the
+        grid's `overrides`, the cell's and the `forced` ones (--set) applied in that order, and cell name -> that
+        config resolved (every field with its value), each checked as `fit` checks it. CellConfigError names the
+        first problem and where (`where`: the grid file) it was written."""
+        configs, resolved = {}, {}
+        for name, own in cells.items():
+            cell_where = f"{where}: cell '{name}'"
+            cell_overrides = {**overrides, **own, **forced}
+            configs[name] = merged_config(base, cell_overrides, cell_where)
+            written = {f"{where}: overrides": overrides, "--set": forced, cell_where: own}
+            resolved[name] = self.check_cell(configs[name], cell_overrides, cell_where, written)
+        return configs, resolved
+
+    def check_cell(self, config: dict, overrides: dict[str, Any], where: str,
+                   written: dict[str, dict[str, Any]]) -> dict:
+        """A cell's config through `fit`'s parser and checks (nothing is trained or written), resolved. The keys of
+        its overrides, as `written` holds them (where -> overrides), are checked first, so that a misspelt one is
+        named as such."""
+        for place, keys in written.items():
+            for key in keys:
+                problem = self.unknown_field(key)
+                if problem:
+                    raise CellConfigError(f"{place}: unknown override key '{key}': {problem}")
+        try:
+            return self.resolved(config)
+        except argparse.ArgumentError as e:  # a value of the wrong type, or outside its choices
+            message = str(e)
+            # the parser names the field it refused; say what that field takes
+            key = next((k for k in overrides if f'"{k}"' in message), None)
+            expected = self.expected(key) if key else None
+            if expected is None:
+                raise CellConfigError(f"{where}: {message}") from None
+            raise CellConfigError(f"{where}: '{key}' expects {expected}, got {overrides[key]!r}") from None
+        except ValueError as e:  # a check across fields, or a class's own argument check
+            raise CellConfigError(f"{where}: {e}") from None
+
+
+def merged_config(base: dict, overrides: dict[str, Any], where: str) -> dict:
+    """`base` with dotted `overrides` merged in, interpolations resolved; CellConfigError for one that cannot apply."""
+    cfg = OmegaConf.create(base)
+    for key, value in overrides.items():
+        try:
+            OmegaConf.update(cfg, key, value, merge=True)
+        except OmegaConfBaseException as e:
+            raise CellConfigError(f"{where}: cannot apply override {key}={value!r}: {e}") from e
+    return OmegaConf.to_container(cfg, resolve=True)

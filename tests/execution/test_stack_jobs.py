@@ -23,7 +23,7 @@ from lit_resformer.execution.stack_jobs import (
     pack,
     run_memory_bytes,
 )
-from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
+from lit_resformer.grids import GridOptions, PoolOptions, load_grid, run_grid
 from lit_resformer.runs.results import load_results
 from lit_resformer.training.config_checker import ConfigChecker
 from lit_resformer.training.run_dir import RunDir
@@ -123,7 +123,7 @@ def test_a_grid_trained_stacked_reads_back_as_the_solo_grid(tmp_path, tiny_corpu
     outcomes = {}
     for stack in (1, 2):
         runs = tmp_path / f"runs-stack{stack}"
-        outcomes[stack] = run_grid(grid, GridOptions(runs_dir=runs, train_command=train,
+        outcomes[stack] = run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=train,
                                                      pool=PoolOptions(stack=stack)), progress=False)
         assert not outcomes[stack].failed
     for name, solo in outcomes[1].summaries.items():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lit_resformer.execution.executors import LocalExecutor
-from lit_resformer.grids import GridOptions, PoolOptions, run_grid
+from lit_resformer.grids import GridOptions, PoolOptions, load_grid, run_grid
 from lit_resformer.provenance import RUNS_SHARING_ENV
 from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment
@@ -47,7 +47,7 @@ def test_results_do_not_depend_on_concurrent_runs(tmp_path, tiny_corpus, data_ca
     results = {}
     for slots in (1, 2):
         runs = tmp_path / f"slots{slots}"
-        outcome = run_grid(grid, GridOptions(runs_dir=runs,
+        outcome = run_grid(load_grid(grid), GridOptions(runs_dir=runs,
                                              pool=PoolOptions(devices=[], cpu_slots=slots, threads_per_run=1)), progress=False)
         assert outcome.failed == [], outcome.summaries
         results[slots] = {cell: RunDir(runs / "pair" / cell / "seed0").read_metrics() for cell in ("vanilla", "resformer")}

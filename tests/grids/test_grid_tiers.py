@@ -191,7 +191,7 @@ def _expansion(path: Path) -> dict:
 
 
 def unchecked(checker, config: dict, *args) -> dict:
-    """Stands in for grids.spec._check_cell: the cell's config as merged, not through `fit`'s parser."""
+    """Stands in for ConfigChecker.check_cell: the cell's config as merged, not through `fit`'s parser."""
     return config
 
 
@@ -199,9 +199,9 @@ def unchecked(checker, config: dict, *args) -> dict:
 def configs_resolved_unchecked(monkeypatch):
     """Expanding is what is compared; whether every config also passes `fit`'s checks is test_claims' business (a GPU
     tier names a corpus that only its machine has)."""
-    import lit_resformer.grids.spec
+    from lit_resformer.training.config_checker import ConfigChecker
 
-    monkeypatch.setattr(lit_resformer.grids.spec, "_check_cell", unchecked)
+    monkeypatch.setattr(ConfigChecker, "check_cell", unchecked)
 
 
 def test_every_grid_expands_to_the_recorded_runs(configs_resolved_unchecked):
@@ -213,9 +213,9 @@ def test_every_grid_expands_to_the_recorded_runs(configs_resolved_unchecked):
 
 
 if __name__ == "__main__":
-    import lit_resformer.grids.spec
+    from lit_resformer.training.config_checker import ConfigChecker
 
-    lit_resformer.grids.spec._check_cell = unchecked
+    ConfigChecker.check_cell = unchecked
     expansions = {str(path.relative_to(REPO)): _expansion(path) for path in _grid_files()}
     EXPANSIONS.write_text(json.dumps(expansions, indent=1, sort_keys=True) + "\n")
     sys.exit(0)

@@ -90,7 +90,7 @@ def test_a_rungs_identity_differs_by_budget_and_equals_a_straight_run_in_another
 
 def test_dry_run_lists_trunks_and_the_rungs_waiting_for_them(tmp_path):
     out = io.StringIO()
-    run_grid(write_grid(tmp_path, LADDER), GridOptions(runs_dir=tmp_path / "runs", dry_run=True), progress=False,
+    run_grid(load_grid(write_grid(tmp_path, LADDER)), GridOptions(runs_dir=tmp_path / "runs", dry_run=True), progress=False,
              out=out)
     text = out.getvalue()
     assert "ladder/vanilla,trunk/seed1" in text and "ladder/resformer,trunk/seed0" in text
@@ -101,7 +101,7 @@ def test_dry_run_lists_trunks_and_the_rungs_waiting_for_them(tmp_path):
 
 @pytest.mark.integration
 def test_the_runner_trains_the_trunks_then_each_rung_from_its_trunks_checkpoint(tmp_path, fake):
-    outcome = run_grid(write_grid(tmp_path, LADDER), GridOptions(runs_dir=tmp_path / "runs", train_command=fake),
+    outcome = run_grid(load_grid(write_grid(tmp_path, LADDER)), GridOptions(runs_dir=tmp_path / "runs", train_command=fake),
                        progress=False, out=io.StringIO())
     assert outcome.failed == []
     g = tmp_path / "runs/ladder"
@@ -115,7 +115,7 @@ def test_the_runner_trains_the_trunks_then_each_rung_from_its_trunks_checkpoint(
     assert summary(rung)["status"] == "done" and summary(rung)["steps"] == 19  # the last logged step
     # its merged log is the trunk's before step 16 and its own after: every step once
     assert [s for s, _ in read_metrics(rung)["train/loss"]] == list(range(20))
-    again = run_grid(write_grid(tmp_path, LADDER), GridOptions(runs_dir=tmp_path / "runs", train_command=fake),
+    again = run_grid(load_grid(write_grid(tmp_path, LADDER)), GridOptions(runs_dir=tmp_path / "runs", train_command=fake),
                      progress=False, out=io.StringIO())
     assert again.failed == [] and len(calls(rung)) == 1  # finished: not trained again
 

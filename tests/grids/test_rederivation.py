@@ -9,9 +9,8 @@ import shutil
 
 import pytest
 
-from lit_resformer.grids import rederivation
+from lit_resformer.grids import GridOptions, load_grid, rederivation, run_grid
 from lit_resformer.grids.rederivation import RederivationError, committed_runs, markdown, rederive
-from lit_resformer.grids.runner import GridOptions, run_grid
 from tests.helpers.fake_trainer import calls, write_grid
 
 GRID = {"baseline": "vanilla", "seeds": [0, 1],
@@ -21,7 +20,7 @@ GRID = {"baseline": "vanilla", "seeds": [0, 1],
 @pytest.fixture
 def committed(tmp_path, fake):
     """A finished grid copied where results are committed (run directories without their checkpoints)."""
-    run_grid(write_grid(tmp_path, GRID), GridOptions(runs_dir=tmp_path / "runs", train_command=fake), progress=False)
+    run_grid(load_grid(write_grid(tmp_path, GRID)), GridOptions(runs_dir=tmp_path / "runs", train_command=fake), progress=False)
     results = tmp_path / "docs" / "g"
     shutil.copytree(tmp_path / "runs" / "g", results, ignore=shutil.ignore_patterns("checkpoints", "*.lock"))
     return results

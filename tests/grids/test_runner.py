@@ -20,7 +20,7 @@ import pytest
 import torch
 import yaml
 
-from lit_resformer.grids import GridError, GridOptions, PoolOptions, run_grid
+from lit_resformer.grids import GridError, GridOptions, PoolOptions, load_grid, run_grid
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
 from lit_resformer.reports import write_report
 from lit_resformer.runs.directory import MANIFEST_VERSION
@@ -37,7 +37,7 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
 
     monkeypatch.setenv("FAKE_KILL_CELL", "resformer")
     monkeypatch.setenv("FAKE_KILL_AFTER", "10")
-    first = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, report=write_report), progress=False)
+    first = run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=fake, report=write_report), progress=False)
     assert summary(g / "vanilla/seed0")["status"] == "done"
     killed = summary(g / "resformer/seed0")
     assert killed["status"] == "failed" and killed["error"].startswith("killed by SIGKILL")
@@ -49,7 +49,7 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
     assert "diverged at step 3" in (g / "report.md").read_text()
 
     monkeypatch.delenv("FAKE_KILL_CELL")
-    second = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
+    second = run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=fake), progress=False)
     assert second.failed == []
     assert len(calls(g / "vanilla/seed0")) == 1  # finished: not retrained
     assert len(calls(g / "boom/seed0")) == 1  # diverged is a result, not retried
@@ -62,7 +62,7 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
     assert final["steps"] == 19
 
     # The interrupted-and-resumed run ends exactly like an uninterrupted one.
-    clean = run_grid(grid, GridOptions(runs_dir=tmp_path / "clean", train_command=fake), progress=False)
+    clean = run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "clean", train_command=fake), progress=False)
     assert clean.failed == []
     clean_dir = tmp_path / "clean/g/resformer/seed0"
     assert read_metrics(g / "resformer/seed0").equals(read_metrics(clean_dir))
@@ -89,7 +89,7 @@ def test_grid_is_idempotent_resumes_killed_runs_and_records_divergence(tmp_path,
     # A third run has nothing to do.
     out = tmp_path / "dry.txt"
     with open(out, "w") as f:
-        run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, dry_run=True), out=f)
+        run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=fake, dry_run=True), out=f)
     listing = out.read_text()
     assert "0 of 3 runs would start" in listing
     assert "skip: diverged at step 3" in listing
@@ -117,7 +117,7 @@ def test_killing_the_runner_stops_its_trainer_and_a_rerun_resumes(tmp_path, fake
     while alive(trainer):
         assert time.time() < deadline, "the trainer outlived its runner"
         time.sleep(0.1)
-    outcome = run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
+    outcome = run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=fake), progress=False)
     assert outcome.failed == []
     assert calls(run_dir)[1]["argv"][-2:] == ["--ckpt_path", "last"]
     assert summary(run_dir)["attempts"] == 2
@@ -126,21 +126,21 @@ def test_killing_the_runner_stops_its_trainer_and_a_rerun_resumes(tmp_path, fake
 def test_changed_config_is_refused_naming_the_run(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     runs = tmp_path / "runs"
-    run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
+    run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=fake), progress=False)
     changed = {**BASE, "trainer": {**BASE["trainer"], "max_steps": 30}}
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=changed)
     with pytest.raises(RunConflict, match=r"g/vanilla/seed0 .*trainer.max_steps: 20 -> 30"):
-        run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
+        run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=fake), progress=False)
     assert len(calls(runs / "g/vanilla/seed0")) == 1
 
 
 def test_config_that_runs_the_same_is_no_conflict(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     runs = tmp_path / "runs"
-    run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False)
+    run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=fake), progress=False)
     spelled_out = {**BASE, "data": {**BASE["data"], "holdout_fraction": 0.02}}  # LMDataModule's default, written out
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=spelled_out)
-    assert run_grid(grid, GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
+    assert run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
     assert len(calls(runs / "g/vanilla/seed0")) == 1  # done already: not retrained
 
 
@@ -148,7 +148,7 @@ def test_dry_run_lists_runs_and_writes_nothing(tmp_path, fake):
     grid = write_grid(tmp_path, {**THREE_CELLS, "seeds": [0, 1]})
     out = tmp_path / "dry.txt"
     with open(out, "w") as f:
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True), out=f)
+        run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True), out=f)
     listing = out.read_text()
     assert "3 cells x 2 seeds = 6 runs" in listing
     assert listing.count(" run\n") == 6
@@ -164,7 +164,7 @@ def test_local_pool_gives_concurrent_runs_distinct_devices(tmp_path, fake, monke
     monkeypatch.setenv("FAKE_WAIT_FOR", "3")  # each run waits until three runs hold devices at once
     monkeypatch.setenv("FAKE_STEP_SLEEP", "0.01")
     grid = write_grid(tmp_path, {"baseline": "lr=0.001", "matrix": {"model.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3]}})
-    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake,
+    outcome = run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake,
                                          pool=PoolOptions(devices=["0", "1", "2"])), progress=False)
     assert outcome.failed == [], {k: s.get("error") for k, s in outcome.summaries.items()}
     used = [calls(p)[0]["cuda"] for p in (tmp_path / "runs/g").glob("*/seed0")]
@@ -183,7 +183,7 @@ def test_slurm_executor_job_is_requeued_on_preemption_and_resumes(tmp_path, fake
     outcome = []
     slurm = PoolOptions(executor="slurm", gpus_per_run=0, slurm={"cluster": "local", "poll_s": 0.2, "time_min": 10})
     options = GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=slurm)
-    runner = threading.Thread(target=lambda: outcome.append(run_grid(grid, options, progress=False)))
+    runner = threading.Thread(target=lambda: outcome.append(run_grid(load_grid(grid), options, progress=False)))
     runner.start()
     ckpt = run_dir / "checkpoints/last.ckpt"
     deadline = time.time() + 120
@@ -204,7 +204,7 @@ def test_slurm_dry_run_prints_sbatch_parameters(tmp_path, fake):
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     out = tmp_path / "dry.txt"
     with open(out, "w") as f:
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+        run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
                                    pool=PoolOptions(executor="slurm", slurm={"partition": "gpu", "time_min": 600, "cpus_per_task": 8, "mem_gb": 64})), out=f)
     text = out.read_text()
     for line in ("#SBATCH --partition=gpu", "#SBATCH --time=600", "#SBATCH --cpus-per-task=8", "#SBATCH --mem=64GB",
@@ -217,12 +217,12 @@ def test_gpu_runs_are_checked_against_the_executor(tmp_path, fake):
     gpu_base = {**BASE, "trainer": {**BASE["trainer"], "accelerator": "gpu", "devices": 8}}
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}}, base=gpu_base)
     with pytest.raises(GridError, match="no GPU is visible"):
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+        run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
                                    pool=PoolOptions(devices=[])))
     with pytest.raises(GridError, match="trainer.devices=8 .* pass --gpus-per-run 8"):
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+        run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
                                    pool=PoolOptions(executor="slurm")))
-    run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
+    run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, dry_run=True,
                                pool=PoolOptions(executor="slurm", gpus_per_run=8)), out=io.StringIO())
     assert not (tmp_path / "runs").exists()
 
@@ -231,7 +231,7 @@ def test_eval_that_cannot_run_is_a_clear_error_before_training(tmp_path, fake, m
     monkeypatch.setitem(sys.modules, "lit_resformer.eval.run", None)  # as if lm-eval, which it imports, were missing
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     with pytest.raises(RuntimeError, match=r"--eval cannot run here: .*eval\.run"):
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, post_training=("eval",)))
+        run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, post_training=("eval",)))
     assert not (tmp_path / "runs").exists()
 
 
@@ -240,9 +240,9 @@ def test_grid_options_refuse_unknown_steps_and_executors(tmp_path, fake):
         GridOptions(post_training=("evaluate",))
     grid = write_grid(tmp_path, {"baseline": "vanilla", "cells": {"vanilla": {}}})
     with pytest.raises(GridError, match=r"unknown executor 'pbs'; choose one of \['local', 'slurm'\]"):
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(executor="pbs")))
+        run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(executor="pbs")))
     with pytest.raises(GridError, match=r"--stack 0 is not allowed"):  # the packing's refusal, as the grid's error
-        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(stack=0)))
+        run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", train_command=fake, pool=PoolOptions(stack=0)))
 
 
 def _exit_code(command: list[str]) -> int:

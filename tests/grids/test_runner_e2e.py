@@ -117,7 +117,8 @@ def test_killed_grid_resumes_to_the_same_result(tmp_path, tiny_corpus, data_cach
 def test_eval_and_analysis_hooks_feed_the_report(tmp_path, tiny_corpus, data_cache, monkeypatch):
     """`--eval --analyze`: every finished run is scored with lm-eval (the project's tiny offline task)
     and analysed; the report gains the zero-shot and attention sections."""
-    from lit_resformer.grids import GridOptions, run_grid
+    from lit_resformer.grids import GridOptions, load_grid, run_grid
+    from lit_resformer.reports import write_report
 
     grid = micro_grid(tmp_path, tiny_corpus, data_cache)
     spec = yaml.safe_load(grid.read_text())
@@ -131,8 +132,8 @@ def test_eval_and_analysis_hooks_feed_the_report(tmp_path, tiny_corpus, data_cac
     monkeypatch.setenv("LIT_RESFORMER_EVAL_TASKS", "lrf_tiny_mc")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", post_training=("eval", "analyze",)),
-                       progress=False)
+    outcome = run_grid(load_grid(grid), GridOptions(runs_dir=tmp_path / "runs", post_training=("eval", "analyze",),
+                                                    report=write_report), progress=False)
     assert outcome.failed == []
     for cell in ("vanilla", "resformer"):
         run = tmp_path / f"runs/micro/{cell}/seed0"

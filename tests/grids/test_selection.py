@@ -50,7 +50,8 @@ GRID = {
 
 def selection(**changes) -> Selection:
     raw = {**SELECT, **changes}
-    return parse_selection(raw, ["vanilla", "resformer", "svformer"], {"model.lr": LRS}, [0, 1], "g.yaml")
+    return parse_selection(raw, ["vanilla", "resformer", "svformer"], [{"model.lr": lr} for lr in LRS], [0, 1], [],
+                           "g.yaml")
 
 
 def write_grid(tmp_path, grid: dict) -> object:
@@ -166,7 +167,7 @@ def test_a_pilot_whose_best_is_at_an_end_fails_the_grid(tmp_path):
 
 def test_dry_run_lists_the_pilot_and_what_waits(tmp_path):
     out = io.StringIO()
-    run_grid(write_grid(tmp_path, GRID), GridOptions(runs_dir=tmp_path / "runs", dry_run=True), progress=False,
+    run_grid(load_grid(write_grid(tmp_path, GRID)), GridOptions(runs_dir=tmp_path / "runs", dry_run=True), progress=False,
              out=out)
     text = out.getvalue()
     assert "15 cells x 2 seeds = 30 runs, 4 more from its select block so far" in text

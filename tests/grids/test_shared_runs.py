@@ -10,7 +10,7 @@ import tarfile
 
 import yaml
 
-from lit_resformer.grids.runner import GridOptions, run_grid
+from lit_resformer.grids import GridOptions, load_grid, run_grid
 from lit_resformer.reports import write_report
 from lit_resformer.runs.archive import export_grid, merge_export
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
@@ -39,7 +39,7 @@ def grid_file(tmp_path, name, spec):
 def listing(grid, runs, fake) -> tuple[dict[str, str], str]:
     """What a dry run plans for each run (run name -> action), and its last line."""
     out = io.StringIO()
-    run_grid(grid, GridOptions(runs_dir=runs, train_command=fake, dry_run=True), out=out)
+    run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=fake, dry_run=True), out=out)
     lines = out.getvalue().splitlines()
     actions = dict(line.split(maxsplit=1) for line in lines if line.startswith("  ") and "/seed" in line.split()[0])
     return actions, lines[-1]
@@ -48,7 +48,7 @@ def listing(grid, runs, fake) -> tuple[dict[str, str], str]:
 def test_a_run_trained_in_another_grid_is_shared_not_trained_again(tmp_path, fake):
     runs = tmp_path / "runs"
     first, second = grid_file(tmp_path, "first", FIRST), grid_file(tmp_path, "second", SECOND)
-    assert run_grid(first, GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
+    assert run_grid(load_grid(first), GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
 
     planned, last = listing(second, runs, fake)
     assert planned["second/vanilla/seed0"] == "shared: trained as first/vanilla/seed0"
@@ -58,7 +58,7 @@ def test_a_run_trained_in_another_grid_is_shared_not_trained_again(tmp_path, fak
     assert last == "dry run: 2 of 8 runs would start"
     assert not (runs / "second").exists()  # a dry run links nothing
 
-    outcome = run_grid(second, GridOptions(runs_dir=runs, train_command=fake, report=write_report), progress=False)
+    outcome = run_grid(load_grid(second), GridOptions(runs_dir=runs, train_command=fake, report=write_report), progress=False)
     assert outcome.failed == []
     grid = GridDir(runs / "second")
     for cell in ("vanilla", "resformer", "vanilla-again"):
@@ -89,8 +89,8 @@ def test_a_run_trained_in_another_grid_is_shared_not_trained_again(tmp_path, fak
 def test_an_export_holds_shared_runs_as_files_and_a_deleted_run_trains_again(tmp_path, fake):
     runs = tmp_path / "runs"
     first, second = grid_file(tmp_path, "first", FIRST), grid_file(tmp_path, "second", SECOND)
-    run_grid(first, GridOptions(runs_dir=runs, train_command=fake), progress=False)
-    run_grid(second, GridOptions(runs_dir=runs, train_command=fake), progress=False)
+    run_grid(load_grid(first), GridOptions(runs_dir=runs, train_command=fake), progress=False)
+    run_grid(load_grid(second), GridOptions(runs_dir=runs, train_command=fake), progress=False)
 
     export_grid(runs / "second", tmp_path / "second.tar.gz")
     with tarfile.open(tmp_path / "second.tar.gz") as tar:
@@ -121,7 +121,7 @@ def test_an_export_holds_shared_runs_as_files_and_a_deleted_run_trains_again(tmp
 
     shutil.rmtree(runs / "first")  # the runs the links point to are gone
     assert listing(second, runs, fake)[0]["second/vanilla/seed0"] == "run"
-    assert run_grid(second, GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
+    assert run_grid(load_grid(second), GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
     assert not (runs / "second/vanilla/seed0").is_symlink()
     assert summary(runs / "second/vanilla/seed0")["grid"] == "second"
     # vanilla-again now shares the run trained here

@@ -149,7 +149,7 @@ def test_malformed_grid_is_refused_before_any_run(tmp_path, case):
     path = write_grid(tmp_path, grid)
     runs_dir = tmp_path / "runs"
     with pytest.raises(GridError) as error:
-        run_grid(path, GridOptions(runs_dir=runs_dir, train_command=["false"]), progress=False)
+        run_grid(load_grid(path), GridOptions(runs_dir=runs_dir, train_command=["false"]), progress=False)
     for fragment in expected:
         assert fragment in str(error.value), (fragment, str(error.value))
     assert not runs_dir.exists()

@@ -545,7 +545,7 @@ def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(t
     first_report.write_text("the first runner's report")
     out = io.StringIO()
     with busy.lock():  # the first runner trains this run
-        outcome = run_grid(grid, GridOptions(runs_dir=runs, train_command=command), progress=False, out=out)
+        outcome = run_grid(load_grid(grid), GridOptions(runs_dir=runs, train_command=command), progress=False, out=out)
     assert outcome.busy == ["g/resformer/seed0"] and outcome.failed == []
     assert outcome.summaries["g/vanilla/seed0"]["status"] == "done"
     assert not busy.summary_file.exists() and not busy.stdout_log.exists()  # not a byte written into it
