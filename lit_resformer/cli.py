@@ -199,7 +199,8 @@ def write_grid_report(grid_dir: Path) -> Path:
 def run_grid_from_args(args: argparse.Namespace) -> int:
     """Run the grid as `lit-resformer grid` was asked to; the exit code: 0 done, 1 runs failed, 2 the grid could not
     run, 75 runs left by the time limit, 130 interrupted."""
-    from lit_resformer.grids.spec import GridError, load_grid
+    from lit_resformer.grids.grid import GridError
+    from lit_resformer.grids.spec import load_grid
     from lit_resformer.provenance import ALLOW_DIRTY_ENV, git_state
 
     allowed = args.allow_dirty or os.environ.get(ALLOW_DIRTY_ENV) == "1"

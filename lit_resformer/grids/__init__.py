@@ -14,7 +14,7 @@ import importlib
 # Each public name and the module that defines it, imported on first use: the grid reader (claim_spec, directory) is
 # needed where a run is not (report, claims), and the runner's modules bring Lightning with them.
 _EXPORTS = {"GridOptions": "runner", "GridOutcome": "runner", "PoolOptions": "runner", "run_grid": "runner",
-            "Grid": "spec", "GridError": "spec", "load_grid": "spec"}
+            "Grid": "grid", "GridError": "grid", "load_grid": "spec"}
 __all__ = sorted(_EXPORTS)
 
 

@@ -32,8 +32,8 @@ from lit_resformer.execution.jobs import (
 )
 from lit_resformer.execution.stack_jobs import StackJob, StackSettingError, describe, pack, stacked_runs
 from lit_resformer.grids.changes import common_changes, show_value
+from lit_resformer.grids.grid import Grid, GridError, Run
 from lit_resformer.grids.ladder import seed_branch
-from lit_resformer.grids.spec import Grid, GridError, Run
 from lit_resformer.provenance import collect as collect_provenance
 from lit_resformer.runs.directory import (
     GridDir,

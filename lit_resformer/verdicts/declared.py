@@ -32,7 +32,8 @@ from pathlib import Path
 
 import yaml
 
-from lit_resformer.grids.spec import GridError, declared_raw_claims, locate_grid_file
+from lit_resformer.grids.grid import GridError
+from lit_resformer.grids.spec import declared_raw_claims, locate_grid_file
 from lit_resformer.provenance import REPO_ROOT
 from lit_resformer.runs.directory import GridDir, grid_dirs
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from lit_resformer.grids.spec import Grid, load_grid
+from lit_resformer.grids.grid import Grid
+from lit_resformer.grids.spec import load_grid
 
 GRIDS = Path(__file__).resolve().parents[2] / "configs" / "grids"
 

@@ -14,7 +14,7 @@ from scipy.optimize import brentq
 
 from lit_resformer.cli import main
 from lit_resformer.grids import load_grid
-from lit_resformer.grids.spec import GridError
+from lit_resformer.grids.grid import GridError
 from lit_resformer.measures.scaling import (
     LadderPoint,
     OutsideRange,
