@@ -315,8 +315,9 @@ def claims_command(argv: list[str]) -> None:
                              "precondition) was fixed before its results were seen (git), each change with its quote or "
                              "'unjustified' (lit_resformer/verdicts/declared.py); with --json, as JSON")
     parser.add_argument("--html", type=Path, metavar="OUT.html",
-                        help="write one self-contained page: the tally, the claims, a forest plot per grid and links to "
-                             "each grid's report")
+                        help="write one self-contained page: the tally, the claims in a table that filters by verdict, "
+                             "grid and regime and sorts by any column, a forest plot across regimes per claim judged in "
+                             "several, a forest plot per grid and links to each grid's report")
     parser.add_argument("--out", type=Path, help="write the output to this file instead of printing it")
     args = parser.parse_args(argv)
     from lit_resformer.runs.directory import grid_dirs

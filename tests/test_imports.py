@@ -35,7 +35,7 @@ LAYERS = (
     ("lit_resformer.reports",),
     ("lit_resformer.cli", "benchmarks"),
 )
-PACKAGE_LINES = 2500
+PACKAGE_LINES = 2550
 COMMAND_LINE = "lit_resformer.cli"
 INSTALLED_TOP_LEVEL = {"lit_resformer"}
 
@@ -170,6 +170,7 @@ def test_only_the_project_s_own_names_are_installed():
     assert {"lit_resformer.eval", "lit_resformer.export"} <= installed
     assert setuptools_config["package-data"] == {"lit_resformer.eval": ["tasks_data/**/*"],
                                                  "lit_resformer.corpora": ["pinned_corpus.json"],
+                                                 "lit_resformer.reports": ["board.css", "board.js"],
                                                  "lit_resformer.export": ["hf_remote/*.py"]}
     assert (REPO / "lit_resformer/eval/tasks_data").is_dir() and (REPO / "lit_resformer/export/hf_remote").is_dir()
 

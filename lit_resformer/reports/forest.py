@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lit_resformer.reports.page import VERDICT_STYLE
@@ -23,7 +23,7 @@ from lit_resformer.runs.claim_spec import (
     TIME_TO_TARGET,
     Claim,
 )
-from lit_resformer.verdicts.claims import Verdict, is_sub_row
+from lit_resformer.verdicts.claims import Verdict, is_sub_row, judging
 from lit_resformer.verdicts.verdict_cache import VerdictCache, code_fingerprint
 from lit_resformer.writing import atomic_write, pyplot, save_figure
 
@@ -71,8 +71,15 @@ def short_claim(text: str, width: int) -> str:
     return textwrap.shorten(bare, width, placeholder="…")
 
 
-def forest_plot(verdicts: Sequence[Verdict], path: Path, title: str) -> Path | None:
-    """The forest plot of these comparisons (per-domain sub-rows included, marked ↳); None when none has an effect."""
+def row_label(v: Verdict) -> str:
+    """A comparison's row in a grid's forest plot: its words (a per-domain sub-row marked ↳), in two lines at most."""
+    return ("↳ " if is_sub_row(v) else "") + textwrap.fill(short_claim(v.claim.claim, 90), 46)
+
+
+def forest_plot(verdicts: Sequence[Verdict], path: Path, title: str, label: Callable[[Verdict], str] = row_label,
+                numbers: bool = False) -> Path | None:
+    """The forest plot of these comparisons (per-domain sub-rows included), each row named by `label` (two lines at
+    most) and, with `numbers`, its verdict's symbol, Δ and interval printed beside it; None when none has an effect."""
     shown = [v for v in verdicts if v.delta is not None]
     if not shown:
         return None
@@ -92,9 +99,13 @@ def forest_plot(verdicts: Sequence[Verdict], path: Path, title: str) -> Path | N
             ax.plot([v.delta], [y], marker=MARKERS[v.verdict], color=colour, ms=7, ls="none")
             if (paper := paper_effect(v.claim)) is not None:
                 ax.plot([paper], [y], marker="|", color="black", ms=14, mew=2, ls="none")
+            if numbers:
+                fmt = judging(v.claim).format_value
+                interval = "" if v.low is None else f" [{fmt(v.low)}, {fmt(v.high)}]"
+                ax.annotate(f"{VERDICT_STYLE[v.verdict][0]} {fmt(v.delta)}{interval}", (1.03, y),
+                            xycoords=("axes fraction", "data"), va="center", fontsize=8.5, color=colour)
         ax.axvline(0.0, color="black", lw=0.8, ls="--")
-        labels = [("↳ " if is_sub_row(v) else "") + textwrap.fill(short_claim(v.claim.claim, 90), 46) for v in rows]
-        ax.set_yticks(ys, labels, fontsize=8.5)
+        ax.set_yticks(ys, list(map(label, rows)), fontsize=8.5)
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.set_xlabel(unit, fontsize=9)
         ax.grid(alpha=0.3, axis="x")
@@ -107,19 +118,20 @@ def forest_plot(verdicts: Sequence[Verdict], path: Path, title: str) -> Path | N
     return save_figure(fig, path)
 
 
-def cached_forest_plot(verdicts: Sequence[Verdict], path: Path, title: str) -> Path | None:
+def cached_forest_plot(verdicts: Sequence[Verdict], path: Path, title: str, label: Callable[[Verdict], str] = row_label,
+                       numbers: bool = False) -> Path | None:
     """`forest_plot`, read back from the verdict cache's forest/ when the same code drew the same rows before: the board
-    page draws one per grid, and drawing them was most of its time. The key is everything the plot shows."""
+    page draws one per grid and one per claim judged in several regimes, and drawing them was most of its time. The key
+    is everything the plot shows."""
     shown = [v for v in verdicts if v.delta is not None]
     if not shown:
         return None
-    drawn = [[v.claim.claim, v.verdict, v.delta, v.low, v.high, paper_effect(v.claim), is_sub_row(v),
-              effect_unit(v.claim)] for v in shown]
-    key = hashlib.sha256(json.dumps([code_fingerprint(), title, drawn]).encode()).hexdigest()
+    drawn = [[label(v), v.verdict, v.delta, v.low, v.high, paper_effect(v.claim), effect_unit(v.claim)] for v in shown]
+    key = hashlib.sha256(json.dumps([code_fingerprint(), title, numbers, drawn]).encode()).hexdigest()
     kept = VerdictCache().folder / "forest" / f"{key}.png"
     if kept.is_file():
         path.write_bytes(kept.read_bytes())
         return path
-    plot = forest_plot(shown, path, title)
+    plot = forest_plot(shown, path, title, label, numbers)
     atomic_write(kept, plot.read_bytes())
     return plot

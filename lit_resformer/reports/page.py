@@ -10,8 +10,10 @@ apply unchanged; only HTML written here (chips, the layout) is added around it.
 
 from __future__ import annotations
 
+import base64
 import html
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,14 +88,27 @@ class Section:
         return f'<section id="{slug(self.title)}">{heading}\n{self.html}\n</section>'
 
 
-def page(title: str, lead: str, sections: list[Section]) -> str:
-    """The whole page: title, lead (HTML), table of contents, sections."""
+def page(title: str, lead: str, sections: list[Section], style: str = "", script: str = "") -> str:
+    """The whole page: title, lead (HTML), table of contents, sections; a page's own CSS and JavaScript inline."""
     toc = "".join(f'<li><a href="#{slug(s.title)}">{html.escape(s.title)}</a></li>' for s in sections)
     nav = f'<nav class="toc"><b>Contents</b><ul>{toc}</ul></nav>' if len(sections) > 1 else ""
     body = "\n".join(s.render() for s in sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}</style></head><body>\n"
-        f"<h1>{html.escape(title)}</h1>\n{lead}\n{nav}\n{body}\n</body></html>\n"
+        f"<title>{html.escape(title)}</title><style>{PAGE_STYLE}{style}</style></head><body>\n"
+        f"<h1>{html.escape(title)}</h1>\n{lead}\n{nav}\n{body}\n"
+        + (f"<script>{script}</script>\n" if script else "") + "</body></html>\n"
     )
+
+
+# the board page's own style and script (scoreboard.html_page), in files beside this one: inlined, it stays one file
+BOARD_STYLE, BOARD_SCRIPT = ((Path(__file__).parent / name).read_text() for name in ("board.css", "board.js"))
+
+
+def image_html(png: Path, alt: str) -> str:
+    """`png` inlined as base64 data, marked to load lazily, its size in pixels (its header's) keeping its place."""
+    data = png.read_bytes()
+    width, height = struct.unpack(">II", data[16:24])  # the IHDR chunk, first in every PNG
+    return (f'<img loading="lazy" alt="{html.escape(alt)}" width="{width}" height="{height}" '
+            f'src="data:image/png;base64,{base64.b64encode(data).decode()}">')

@@ -92,6 +92,15 @@ class TransferRow:
     by_regime: dict[str, list[Verdict]] = field(default_factory=dict)  # regime label -> its comparisons
     counted: list[Verdict] = field(default_factory=list)  # the comparisons that decide the claim's verdict
 
+    @property
+    def comparisons(self) -> list[Verdict]:
+        return [v for rows in self.by_regime.values() for v in rows]
+
+    @property
+    def grids(self) -> list[str]:
+        """Every grid its comparisons were seen in, once each."""
+        return list(dict.fromkeys(grid for v in self.comparisons for grid in v.grids or (v.grid,)))
+
     def change(self, v: Verdict) -> Change | None:
         """How far a transfer comparison moved from the counted one (None for a counted comparison itself)."""
         return None if any(v is c for c in self.counted) else change_from(v, self.counted)
@@ -111,21 +120,25 @@ class TransferRow:
                 "regimes": {label: [entry(v) for v in rows] for label, rows in self.by_regime.items()}}
 
 
+def transfer_row(claim: PaperClaim) -> TransferRow:
+    """The claim's counted and transfer comparisons by regime (superseded and context rows are left out: their
+    question is answered in another row)."""
+    row = TransferRow(claim)
+    for e in claim.evidence:
+        if e.counted or e.status.startswith("transfer"):
+            row.by_regime.setdefault(regime_label(e.row), []).append(e.row)
+            if e.counted:
+                row.counted.append(e.row)
+    return row
+
+
 def transfer_rows(claims: Sequence[PaperClaim]) -> tuple[list[str], list[TransferRow]]:
     """(regime labels in the order first met, one row per claim measured in a transfer regime or decided anywhere)."""
     labels: list[str] = []
     rows = []
     for c in claims:
-        row = TransferRow(c)
-        for e in c.evidence:
-            if not (e.counted or e.status.startswith("transfer")):
-                continue  # superseded or context rows: their question is answered in another row
-            label = regime_label(e.row)
-            row.by_regime.setdefault(label, []).append(e.row)
-            if e.counted:
-                row.counted.append(e.row)
-            if label not in labels:
-                labels.append(label)
+        row = transfer_row(c)
+        labels += [label for label in row.by_regime if label not in labels]
         in_transfer = any(e.status.startswith("transfer") for e in c.evidence)
         decided = any(v.verdict in DECISIVE for vs in row.by_regime.values() for v in vs)
         if row.by_regime and (in_transfer or decided):
@@ -134,6 +147,8 @@ def transfer_rows(claims: Sequence[PaperClaim]) -> tuple[list[str], list[Transfe
 
 
 def _cell(row: TransferRow, verdicts: Sequence[Verdict]) -> str:
+    """The claim's comparisons in one regime, as markdown: each one's verdict, Δ and interval, and (a transfer
+    comparison's) how far its effect moved from the counted one."""
     if not verdicts:
         return "–"
     parts = []
@@ -143,6 +158,12 @@ def _cell(row: TransferRow, verdicts: Sequence[Verdict]) -> str:
         change = row.change(v)
         parts.append(f"{verdict_text(v)}{effect}{interval}" + (f"; {change.text()}" if change else ""))
     return "<br>".join(parts)
+
+
+def claim_markdown(row: TransferRow) -> str:
+    """One claim's row of the transfer table turned on its side: a line per comparison (regime, grids, its cell)."""
+    return "| regime | grid | verdict, Δ (a − b) [95% CI]; against the counted |\n|---|---|---|\n" + "".join(
+        f"| {regime_label(v)} | {', '.join(v.grids or (v.grid,))} | {_cell(row, [v])} |\n" for v in row.comparisons)
 
 
 def markdown(claims: Sequence[PaperClaim]) -> str:

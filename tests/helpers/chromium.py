@@ -50,10 +50,11 @@ for (const selector of SELECTORS) {
   firstScreen[selector] = element !== null && element.getBoundingClientRect().bottom <= view.innerHeight;
 }
 const images = Array.from(frame.images);
-document.body.setAttribute("data-layout", JSON.stringify({
-  width: view.innerWidth, bodyScrollWidth: frame.body.scrollWidth, pageScrollWidth: frame.documentElement.scrollWidth,
-  firstScreen: firstScreen, images: images.length,
-  imagesLoaded: images.filter(i => i.complete && i.naturalWidth > 0).length}));
+const seen = {width: view.innerWidth, bodyScrollWidth: frame.body.scrollWidth,
+              pageScrollWidth: frame.documentElement.scrollWidth, firstScreen: firstScreen, images: images.length};
+// a lazy image loads as it nears the screen: each is asked to load now, and must decode
+Promise.all(images.map(i => { i.loading = "eager"; return i.decode().then(() => 1, () => 0); })).then(decoded =>
+  document.body.setAttribute("data-layout", JSON.stringify({...seen, imagesLoaded: decoded.reduce((a, b) => a + b, 0)})));
 """
 
 
@@ -62,5 +63,16 @@ def layout(page: Path, work_dir: Path, width: int, height: int, selectors: list[
     dom = framed_dom(page, f"const SELECTORS = {json.dumps(selectors)};" + LAYOUT_PROBE, work_dir, budget_ms=10000,
                      size=(width, height))
     found = re.search(r'data-layout="([^"]*)"', dom)
+    assert found, dom[-500:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def probed(page: Path, work_dir: Path, script: str, size: tuple[int, int] = (1400, 900)) -> dict:
+    """What `script` found in `page` laid out at `size`: the body of an async JavaScript function, with `frame`
+    (the page's document) and `view` (its window) bound, that returns an object (JSON)."""
+    dom = framed_dom(page, "const view = frame.defaultView; (async () => {" + script + "})().then("
+                     "found => document.body.setAttribute('data-found', JSON.stringify(found)));", work_dir,
+                     budget_ms=10000, size=size)
+    found = re.search(r'data-found="([^"]*)"', dom)
     assert found, dom[-500:]
     return json.loads(html.unescape(found.group(1)))

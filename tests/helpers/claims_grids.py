@@ -52,9 +52,13 @@ VANILLA = {0: 5.00, 1: 5.10, 2: 4.90}
 EFFECT = {"better": [-0.30, -0.25, -0.35], "worse": [0.20, 0.30, 0.25], "same": [0.02, -0.03, 0.015]}
 
 
-def claims_grid(tmp_path: Path, name: str = "g", corpus: str = "embedded") -> Path:
+def claims_grid(tmp_path: Path, name: str = "g", corpus: str = "embedded", paper_claim: str | None = None) -> Path:
+    """RUNS/<name> with its runs and comparisons; `paper_claim`: the id of configs/claims.yaml that "better ends below
+    vanilla" is evidence for (else no claim of the registry lists it)."""
     claims = [{"claim": f"{cell} ends below vanilla", "a": cell, "b": "vanilla", "metric": "val_loss", "direction": "lower"}
               for cell in ("better", "worse", "same")]
+    if paper_claim is not None:
+        claims[0]["paper_claim"] = paper_claim
     claims.append({"claim": "better trains below vanilla on code", "a": "better", "b": "vanilla",
                    "metric": "val_loss/code", "direction": "lower"})
     claims.append({"claim": "worse ends above vanilla in training loss", "a": "worse", "b": "vanilla",
@@ -72,12 +76,14 @@ def row(grid: str, verdict: str, text: str = "x", a: str = "a", b: str = "b") ->
                    grids=(grid,), p_holm=0.01 if verdict in ("reproduced", "contradicted") else 0.5)
 
 
-def judged_grid(tmp_path):
+def judged_grid(tmp_path, name: str = "g", tokens: int = 4_000_000, corpus: str = "embedded",
+                paper_claim: str | None = None):
     """claims_grid's decisive and null comparisons, its runs with the sizes a regime is read from (the
-    scoreboard's headline regime needs them)."""
-    grid_dir = claims_grid(tmp_path)
+    scoreboard's headline regime needs them): `tokens` training tokens each. Two grids under one tmp_path, one named
+    transfer-… with other tokens and another corpus (other runs), judge their `paper_claim` in two regimes."""
+    grid_dir = claims_grid(tmp_path, name, corpus, paper_claim)
     for path in grid_dir.glob("*/seed*/summary.json"):
-        path.write_text(json.dumps({**json.loads(path.read_text()), "params": 2_000_000, "tokens_seen": 4_000_000}))
+        path.write_text(json.dumps({**json.loads(path.read_text()), "params": 2_000_000, "tokens_seen": tokens}))
     return grid_dir
 
 

@@ -205,6 +205,24 @@ def test_forest_plot_reads_the_papers_effect_and_keeps_units_apart(tmp_path, mon
     assert forest.forest_plot([], tmp_path / "none.png", "g") is None
 
 
+def test_a_forest_plot_names_its_rows_as_asked_and_prints_their_numbers_beside_them(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from lit_resformer.reports import forest
+    from tests.helpers.claims_grids import row
+
+    texts = []
+    save = forest.save_figure
+    monkeypatch.setattr(forest, "save_figure", lambda fig, path: (
+        texts.append([[t.get_text() for t in ax.get_yticklabels()] + [t.get_text() for t in ax.texts] for ax in fig.axes]),
+        save(fig, path))[1])
+    rows = [row("g", "reproduced", "a beats b"), replace(row("transfer-g", "inconclusive", "a beats b"), low=None)]
+    forest.forest_plot(rows, tmp_path / "plain.png", "a")
+    forest.forest_plot(rows, tmp_path / "across.png", "a", lambda v: f"regime of {v.grid}", numbers=True)
+    assert texts == [[["a beats b", "a beats b"]],
+                     [["regime of g", "regime of transfer-g", "✓ -0.1000 [-0.2000, -0.0500]", "~ -0.1000"]]]
+
+
 def test_scoreboard_fits_the_terminal_tally_first_decisive_first(tmp_path):
     from lit_resformer.reports.scoreboard import terminal_text
     from lit_resformer.verdicts.claims import scoreboard
@@ -257,5 +275,7 @@ def test_the_board_draws_a_forest_plot_once_and_reads_it_back_until_its_rows_cha
     moved = [replace(rows[0], delta=-0.12), rows[1]]  # one number of what the plot shows
     forest.cached_forest_plot(moved, tmp_path / "moved.png", "g")
     forest.cached_forest_plot(rows, tmp_path / "retitled.png", "h")
-    assert drawn == ["g", "g", "h"]
+    forest.cached_forest_plot(rows, tmp_path / "relabelled.png", "g", lambda v: v.claim.claim.upper())
+    forest.cached_forest_plot(rows, tmp_path / "numbered.png", "g", numbers=True)
+    assert drawn == ["g", "g", "h", "g", "g"]
     assert forest.cached_forest_plot([replace(rows[0], delta=None)], tmp_path / "none.png", "g") is None

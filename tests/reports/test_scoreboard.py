@@ -3,6 +3,7 @@ in full, so that no two rows read the same, and fits the terminal's width."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,44 @@ def test_every_row_of_the_committed_board_reads_apart_and_fits_120_columns():
     assert len(set(printed)) == len(printed)
     assert sorted(map(words, rows)) == sorted(short_claim(c.statement, len(c.statement)) for c in tested)
     assert len(set(map(words, rows))) == len(rows), "two claims' words read the same"
+
+
+def test_the_board_page_is_one_file_with_every_claim_filterable_and_a_plot_across_regimes(tmp_path, monkeypatch):
+    """Two grids judge table5-lower-loss at 4M and 40M training tokens (the second a transfer grid): the page holds
+    every claim once in its table, each tagged with what the filters match; one plot across the two regimes; every
+    image inline and marked lazy, no resource from elsewhere; a second page draws no plot again."""
+    import re
+
+    from lit_resformer.reports import forest
+    from lit_resformer.reports.scoreboard import html_page
+    from lit_resformer.verdicts.claims import scoreboard
+    from tests.helpers.claims_grids import judged_grid
+
+    monkeypatch.setenv("LIT_RESFORMER_VERDICT_CACHE", str(tmp_path / "cache"))
+    evidence = judged_grid(tmp_path, "g", tokens=4_000_000, paper_claim="table5-lower-loss")
+    transfer = judged_grid(tmp_path, "transfer-g", tokens=40_000_000, corpus="other", paper_claim="table5-lower-loss")
+    rows = scoreboard([evidence.parent])
+    claims = pc.paper_claims(rows)
+    drawn = []
+    draw = forest.forest_plot
+    monkeypatch.setattr(forest, "forest_plot", lambda *args: (drawn.append(args[2]), draw(*args))[1])
+    page = html_page(claims, rows, {"g": evidence, "transfer-g": transfer}, tmp_path / "board.html")
+    assert sorted(drawn) == ["g", "table5-lower-loss", "transfer-g"]  # a plot per grid, one across regimes
+
+    tags = re.findall(r'<tr data-verdict="([^"]*)" data-grid="([^"]*)" data-regime="([^"]*)">.*?<td class="id">'
+                      r"([^<]*)</td>", page)
+    assert sorted(t[3] for t in tags) == sorted(html.escape(c.id) for c in claims)  # every claim, once a row
+    by_id = {t[3]: t for t in tags}
+    regimes = "AdamW, 4.0M tokens, tiny|AdamW, 40.0M tokens, tiny"
+    assert by_id["table5-lower-loss"][:3] == ("reproduced", "g|transfer-g", regimes)
+    assert by_id["fig7-throughout"][:3] == ("not tested", "", "")  # measured nowhere here: no grid, no regime
+    assert re.findall(r'<div class="across" id="([^"]*)" data-verdict="reproduced" data-grid="g\|transfer-g" '
+                      rf'data-regime="{re.escape(regimes)}">', page) == ["across-table5-lower-loss"]
+
+    images = re.findall(r"<img [^>]*>", page)
+    assert len(images) == 3 and all(' loading="lazy" ' in i and ' src="data:image/png;base64,' in i for i in images)
+    assert not re.search(r'<(script|link|iframe)[^>]* (src|href)=|url\(', page)  # nothing to fetch: works offline
+    assert page.count("<script>") == 1 and page.count("<style>") == 1
+
+    assert html_page(claims, rows, {"g": evidence, "transfer-g": transfer}, tmp_path / "board.html") == page
+    assert len(drawn) == 3  # the second page read every plot back from the cache

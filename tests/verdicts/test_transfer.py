@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.verdicts.transfer import markdown, regime_label, transfer_rows
+from lit_resformer.verdicts.transfer import claim_markdown, markdown, regime_label, transfer_rows
 from tests.helpers.claims_grids import row
 
 EVIDENCE = {"optimizer": ["adamw"], "tokens": [2_048_000, 2_048_000], "params": [2_250_000, 2_250_000], "size": ["tiny"],
@@ -53,6 +53,14 @@ def test_transfer_rows_are_shown_not_counted_and_a_flip_is_named():
     text = markdown([table5, other])
     assert "table5 **(flips)**" in text and "**contradicted** +0.010 [+0.002, +0.020]" in text
     assert "Verdicts that flip between regimes: table5." in text
+    # the claim's row on its side (beneath the board's plot across regimes): a line per comparison, the same cells
+    # (no degrees of freedom here: a bare change)
+    assert table[0].comparisons == [e.row for e in table5.evidence]
+    assert table[0].grids == ["fig7-evidence", "transfer-muon"]
+    assert claim_markdown(table[0]).splitlines()[2:] == [
+        "| AdamW, 2.0M tokens, tiny, embedded | fig7-evidence | **reproduced** -0.100 [-0.200, -0.050] |",
+        "| AdamW, 2.0M tokens, tiny, pinned | transfer-muon | **reproduced** -0.080 [-0.200, -0.050]; change +0.020 |",
+        "| Muon, 2.0M tokens, tiny, pinned | transfer-muon | **contradicted** +0.010 [+0.002, +0.020]; change +0.110 |"]
 
 
 def test_each_transfer_comparison_says_how_far_its_effect_moved_from_the_counted_one():
