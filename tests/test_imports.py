@@ -35,7 +35,7 @@ LAYERS = (
     ("lit_resformer.reports",),
     ("lit_resformer.cli", "benchmarks"),
 )
-PACKAGE_LINES = 2550
+PACKAGE_LINES = 2500
 COMMAND_LINE = "lit_resformer.cli"
 INSTALLED_TOP_LEVEL = {"lit_resformer"}
 
