@@ -323,8 +323,8 @@ def claims_command(argv: list[str]) -> None:
     from lit_resformer.runs.directory import grid_dirs
 
     grids = grid_dirs(args.runs_dirs)
+    from lit_resformer.board import scoreboard as board
     from lit_resformer.grids.spec import claims_change
-    from lit_resformer.reports import scoreboard as board
     from lit_resformer.verdicts import paper_claims as pc
     from lit_resformer.verdicts import transfer
     from lit_resformer.verdicts.claims import scoreboard

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("lit_resformer", "benchmarks")
 # Suites over the core library: each may import the core, the core none of them.
 PERIPHERY = ("lit_resformer.grids", "lit_resformer.execution", "lit_resformer.stacking", "lit_resformer.measures", "lit_resformer.verdicts", "lit_resformer.reports",
-             "lit_resformer.eval", "lit_resformer.export", "benchmarks")
+             "lit_resformer.board", "lit_resformer.eval", "lit_resformer.export", "benchmarks")
 # The rooms, bottom up: a module imports only from its own layer or the layers below it.
 LAYERS = (
     ("lit_resformer.config", "lit_resformer.model", "lit_resformer.corpora", "lit_resformer.writing",
@@ -33,6 +33,7 @@ LAYERS = (
     ("lit_resformer.measures",),
     ("lit_resformer.verdicts",),
     ("lit_resformer.reports",),
+    ("lit_resformer.board",),
     ("lit_resformer.cli", "benchmarks"),
 )
 PACKAGE_LINES = 2500
@@ -170,7 +171,7 @@ def test_only_the_project_s_own_names_are_installed():
     assert {"lit_resformer.eval", "lit_resformer.export"} <= installed
     assert setuptools_config["package-data"] == {"lit_resformer.eval": ["tasks_data/**/*"],
                                                  "lit_resformer.corpora": ["pinned_corpus.json"],
-                                                 "lit_resformer.reports": ["board.css", "board.js"],
+                                                 "lit_resformer.board": ["board.css", "board.js"],
                                                  "lit_resformer.export": ["hf_remote/*.py"]}
     assert (REPO / "lit_resformer/eval/tasks_data").is_dir() and (REPO / "lit_resformer/export/hf_remote").is_dir()
 

@@ -102,10 +102,6 @@ def page(title: str, lead: str, sections: list[Section], style: str = "", script
     )
 
 
-# the board page's own style and script (scoreboard.html_page), in files beside this one: inlined, it stays one file
-BOARD_STYLE, BOARD_SCRIPT = ((Path(__file__).parent / name).read_text() for name in ("board.css", "board.js"))
-
-
 def image_html(png: Path, alt: str) -> str:
     """`png` inlined as base64 data, marked to load lazily, its size in pixels (its header's) keeping its place."""
     data = png.read_bytes()

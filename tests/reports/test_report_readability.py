@@ -224,7 +224,7 @@ def test_a_forest_plot_names_its_rows_as_asked_and_prints_their_numbers_beside_t
 
 
 def test_scoreboard_fits_the_terminal_tally_first_decisive_first(tmp_path):
-    from lit_resformer.reports.scoreboard import terminal_text
+    from lit_resformer.board.scoreboard import terminal_text
     from lit_resformer.verdicts.claims import scoreboard
     from lit_resformer.verdicts.paper_claims import paper_claims
 

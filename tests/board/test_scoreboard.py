@@ -1,4 +1,4 @@
-"""The scoreboard in a terminal (lit_resformer.reports.scoreboard): each tested claim's row shows its id and its words
+"""The scoreboard in a terminal (lit_resformer.board.scoreboard): each tested claim's row shows its id and its words
 in full, so that no two rows read the same, and fits the terminal's width."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
+from lit_resformer.board.scoreboard import terminal_text
 from lit_resformer.reports.forest import short_claim
 from lit_resformer.reports.page import VERDICT_STYLE
-from lit_resformer.reports.scoreboard import terminal_text
 from lit_resformer.verdicts import paper_claims as pc
 from tests.helpers.claims_grids import row
 
@@ -79,8 +79,8 @@ def test_the_board_page_is_one_file_with_every_claim_filterable_and_a_plot_acros
     image inline and marked lazy, no resource from elsewhere; a second page draws no plot again."""
     import re
 
+    from lit_resformer.board.scoreboard import html_page
     from lit_resformer.reports import forest
-    from lit_resformer.reports.scoreboard import html_page
     from lit_resformer.verdicts.claims import scoreboard
     from tests.helpers.claims_grids import judged_grid
 

@@ -1,4 +1,4 @@
-// The board page's filters and sorting (lit_resformer.reports.scoreboard.html_page), inline in the page.
+// The board page's filters and sorting (lit_resformer.board.scoreboard.html_page), inline in the page.
 //
 // Filters: every element they act on carries data-verdict, data-grid and data-regime, each a "|"-separated list of
 // the values it matches (empty: none). An element shows when each filter is at "all" or its choice is in the list;

@@ -29,8 +29,6 @@ from rich.text import Text
 from lit_resformer.reports.forest import cached_forest_plot, short_claim
 from lit_resformer.reports.lead import comparison_cells
 from lit_resformer.reports.page import (
-    BOARD_SCRIPT,
-    BOARD_STYLE,
     VERDICT_STYLE,
     Section,
     chip,
@@ -51,6 +49,9 @@ from lit_resformer.verdicts.paper_claims import (
 )
 from lit_resformer.verdicts.transfer import TransferRow, claim_markdown, regime_label, transfer_row
 from lit_resformer.writing import aligned_lines
+
+# the board page's own style and script, in files beside this one: inlined, the page stays one file
+BOARD_STYLE, BOARD_SCRIPT = ((Path(__file__).parent / name).read_text() for name in ("board.css", "board.js"))
 
 DECISIVE_FIRST = {name: rank for rank, name in enumerate(("reproduced", "contradicted", "mixed", "inconclusive"))}
 RUN_NAME = re.compile(r"\S*seed\d")  # where a reason starts listing the runs it applies to
