@@ -89,7 +89,8 @@ SAFE_LINK = re.compile(r"^(https?:|mailto:|#|data:image/png;base64,|(?![A-Za-z][
 
 
 def markdown_to_html(text: str, base: Path, title: str) -> str:
-    """A self-contained page: the markdown rendered, local PNGs under `base` embedded as base64 data.
+    """A self-contained page: the markdown rendered, local PNGs under `base` embedded as base64 data. Every table
+    cell carries its column's name (`data-label`), so a narrow page can show each cell under its name.
 
     Reports quote configs, data and runs (a grid's description, domain names, error lines), so the markdown is
     rendered as text only: HTML in it is escaped, not passed through, and a link or image whose address has a
@@ -105,10 +106,19 @@ def markdown_to_html(text: str, base: Path, title: str) -> str:
                     if attribute in element.attrib and not SAFE_LINK.match(element.attrib[attribute].strip()):
                         del element.attrib[attribute]
 
+    class LabelCells(Treeprocessor):
+        def run(self, root):
+            for table in root.iter("table"):
+                names = ["".join(th.itertext()).strip() for th in table.iter("th")]
+                for row in table.iter("tr"):
+                    for name, cell in zip(names, row.findall("td"), strict=False):  # the header row has no td
+                        cell.set("data-label", name)
+
     renderer = markdown.Markdown(extensions=["tables"])
     renderer.preprocessors.deregister("html_block")
     renderer.inlinePatterns.deregister("html")
     renderer.treeprocessors.register(DropUnsafeLinks(renderer), "drop_unsafe_links", 0)
+    renderer.treeprocessors.register(LabelCells(renderer), "label_cells", 0)
     body = renderer.convert(text)
     root = base.resolve()
 

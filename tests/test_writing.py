@@ -1,6 +1,10 @@
-"""The one palette every plot draws its series with; plain-text lines whose columns line up."""
+"""The one palette every plot draws its series with; plain-text lines whose columns line up; markdown tables whose
+cells name their column in HTML."""
 
-from lit_resformer.writing import MARKERS, OKABE_ITO, aligned_lines, series_styles
+import re
+from pathlib import Path
+
+from lit_resformer.writing import MARKERS, OKABE_ITO, aligned_lines, markdown_to_html, series_styles
 
 
 def test_twelve_series_stay_apart_in_colour_blind_safe_colours_each_with_its_own_marker():
@@ -20,3 +24,10 @@ def test_twelve_series_stay_apart_in_colour_blind_safe_colours_each_with_its_own
 def test_aligned_lines_pad_each_column_to_its_widest_cell_and_numbers_to_the_right():
     assert aligned_lines([("claim", "p", "grid"), ("a", "0.01", "g"), ("longer-id", "1.2e-05", "")], right={1}) == [
         "claim            p  grid", "a             0.01  g", "longer-id  1.2e-05"]
+
+
+def test_each_html_table_cell_names_its_column_as_its_header_shows_it():
+    page = markdown_to_html("| **verdict** | a \\| b \\* | `c_d` & e |\n|---|---|---|\n| x | 1 |\n| y | 2 | 3 |\n", Path("."), "t")
+    assert re.findall(r"<th>(.*?)</th>", page) == ["<strong>verdict</strong>", "a | b *", "<code>c_d</code> &amp; e"]
+    assert re.findall(r'<td data-label="([^"]*)">([^<]*)</td>', page) == [
+        ("verdict", "x"), ("a | b *", "1"), ("c_d &amp; e", ""), ("verdict", "y"), ("a | b *", "2"), ("c_d &amp; e", "3")]

@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,7 @@ class Part:
     markdown: str
     level: int = 0  # of a heading
     collapsed: bool = False  # of a level-2 heading: its section is folded in index.html
-    html: str = ""  # of the lead: the HTML that stands for its markdown in index.html
+    html: str = ""  # of the lead or a table in a box of a class: the HTML that stands for its markdown in index.html
 
 
 class Document:
@@ -75,14 +76,17 @@ class Document:
         """What the report answers first, in both forms (index.html shows verdict chips where report.md has text)."""
         self.parts.append(Part("lead", markdown_text.rstrip() + "\n", html=html_text))
 
-    def table(self, header: list[str], rows: list[list[str]], footnote: str | None = None) -> None:
+    def table(self, header: list[str], rows: list[list[str]], footnote: str | None = None,
+              box_class: str | None = None) -> None:
         """A table with full git hashes shortened; `footnote` names a column whose phrases recurring over rows are
-        moved to footnotes below it."""
+        moved to footnotes below it; in index.html the table's box also has the class `box_class`, laid out by
+        lit_resformer.reports.page."""
         rows = [[short_hashes(str(value)) for value in row] for row in rows]
         notes: list[str] = []
         if footnote is not None:
             rows, notes = footnote_repeats(rows, header.index(footnote))
-        self.parts.append(Part("text", markdown_table(header, rows) + "\n"))
+        text = markdown_table(header, rows) + "\n"
+        self.parts.append(Part("text", text, html=markdown_body(text, self.base, box_class) if box_class else ""))
         if notes:
             self.text("\n\n".join(notes))
 
@@ -108,14 +112,21 @@ class Document:
     def html(self) -> str:
         """index.html: the level-1 heading as its title, the lead, then a section per level-2 heading."""
         title, lead, sections = "", [], []
-        runs: list[tuple[str, list[str]]] = []  # the current section's markdown, in runs of method / other prose
+        runs: list[tuple[str, list[Part]]] = []  # the current section's parts, in runs of method / other prose
+
+        def body(parts: list[Part]) -> str:
+            """Consecutive parts' markdown rendered together; a part with HTML of its own as that."""
+            chunks: list[str] = []
+            for rendered, group in groupby(parts, key=lambda part: bool(part.html)):
+                texts = [part.html if rendered else part.markdown for part in group]
+                chunks += texts if rendered else [markdown_body("\n".join(texts), self.base)]
+            return "\n".join(chunks)
 
         def close() -> None:
             if sections:
                 sections[-1].html = "\n".join(
-                    f'<details class="method"><summary>How this is computed</summary>{markdown_body(md, self.base)}'
-                    "</details>" if kind == "method" else markdown_body(md, self.base)
-                    for kind, md in ((kind, "\n".join(texts)) for kind, texts in runs))
+                    f'<details class="method"><summary>How this is computed</summary>{body(parts)}</details>'
+                    if kind == "method" else body(parts) for kind, parts in runs)
             runs.clear()
 
         for part in self.parts:
@@ -125,13 +136,13 @@ class Document:
                 close()
                 sections.append(Section(part.markdown.lstrip("# ").strip(), "", part.collapsed))
             elif part.kind == "lead" or not sections:
-                lead.append(part.html if part.kind == "lead" else markdown_body(part.markdown, self.base))
+                lead.append(part.html or markdown_body(part.markdown, self.base))
             else:
                 kind = "method" if part.kind == "method" else "text"
                 if runs and runs[-1][0] == kind:
-                    runs[-1][1].append(part.markdown)
+                    runs[-1][1].append(part)
                 else:
-                    runs.append((kind, [part.markdown]))
+                    runs.append((kind, [part]))
         close()
         return page(title, "\n".join(lead), sections)
 

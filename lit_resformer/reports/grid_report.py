@@ -61,6 +61,7 @@ from lit_resformer.runs.results import GridResults, RunResult, load_results, rel
 from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
 from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_grid
 from lit_resformer.verdicts.regime import grid_regime, regime_text
+from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE
 from lit_resformer.verdicts.rendering import counts as claim_counts
 from lit_resformer.verdicts.rendering import table as claims_table
 from lit_resformer.writing import atomic_write, outside_legend
@@ -464,8 +465,8 @@ def _claims_section(doc, verdicts, regime: dict, forest: Path | None) -> None:
         "(fragile): Holm p in [0.025, 0.05). The scoreboard shows these same verdicts. `paper` gives the paper's own "
         "effect where it states one (for a claim beyond the paper, its source's)."
     )
-    doc.table(*claims_table(verdicts, with_grid=False), footnote="note")
-    doc.text(claim_counts(verdicts))
+    doc.table(*claims_table(verdicts, with_grid=False), footnote="note", box_class="verdicts")
+    doc.text(f"{claim_counts(verdicts)} {ADJUSTMENT_NOTE}")
 
 
 def _cost_section(doc, results: GridResults) -> None:

@@ -2,7 +2,8 @@
 to answer first. A page opens with its lead (what it compares, the verdicts), then a table of contents, then its
 sections, each with an anchor; sections a reader rarely needs (cells, runs, provenance) and the prose on how a
 number is computed are folded (`<details>`). It fits a phone: a viewport tag, tables that scroll inside their own
-box, text that wraps. Every verdict is shown as a chip of its own colour and symbol, so it reads without colour too.
+box (a grid report's claims table turns each row into a card instead), text that wraps. Every verdict is shown as a
+chip of its own colour and symbol, so it reads without colour too.
 
 The markdown of each part is rendered by lit_resformer.writing.markdown_to_html, whose escaping and link filtering
 apply unchanged; only HTML written here (chips, the layout) is added around it.
@@ -17,6 +18,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_resformer.verdicts.rendering import NUMBER_COLUMNS
 from lit_resformer.writing import HTML_STYLE, markdown_to_html
 
 # verdict -> (symbol, colour): the symbols differ in shape, so a chip, a plot marker or a terminal row reads the same
@@ -29,7 +31,41 @@ VERDICT_STYLE = {
     "not tested": ("–", "#57606a"),
 }
 
-PAGE_STYLE = HTML_STYLE + (
+# ---- Tables of verdicts (a grid report's Claims section, in a box of class "verdicts") ----------------------------------
+# Their thirteen columns need about 1,200 px. In a window wider than CARDS_UP_TO_PX the table fits its box, which
+# takes the window's width up to 1,500 px, centred on the page: prose wraps (a metric or a note anywhere, for the long identifiers in
+# them), each number and interval (verdicts.rendering.NUMBER_COLUMNS) stays on one line, and the claim keeps a width
+# that reads. In a narrower one each row is a card: its cells flow into as many columns as fit (one on a phone), each
+# under its column's name (the data-label every table cell carries), the claim and the note on a line of their own,
+# the numbers after the verdict filling its line.
+_CELL = ".verdicts td"
+CARDS_UP_TO_PX = 1300
+
+
+def _cells(*columns: str) -> str:
+    """A selector of the cells of `columns` in a table of verdicts."""
+    return ",".join(f'{_CELL}[data-label="{name}"]' for name in columns)
+
+
+VERDICT_TABLE_STYLE = "".join([
+    ".wide.verdicts{width:min(1500px,100vw - 2em);max-width:none;margin-left:calc(50% - min(750px,50vw - 1em))}",
+    ".verdicts table{width:100%;font-size:.85em}.verdicts td,.verdicts th{padding:.25em .45em}",
+    f"{_CELL}{{overflow-wrap:break-word}}{_cells('metric', 'note')}{{overflow-wrap:anywhere}}",
+    f"{_cells(*NUMBER_COLUMNS)}{{white-space:nowrap}}",
+    f"{_cells('claim')}{{min-width:min(13em,13vw)}}",
+    f"@media (max-width:{CARDS_UP_TO_PX}px){{",
+    ".verdicts table,.verdicts tbody{display:block}.verdicts thead{display:none}",
+    ".verdicts tr{display:grid;grid-template-columns:repeat(auto-fill,minmax(19em,1fr));grid-auto-flow:dense;"
+    "border:1px solid #bbb;margin:.6em 0}",
+    f"{_CELL}{{border:0;min-width:0;overflow-wrap:anywhere}}{_cells('claim', 'note')}{{grid-column:1/-1}}",
+    f"{_CELL}:empty{{display:none}}",
+    f"{_CELL}{{position:relative;padding-left:8.5em}}",
+    f"{_CELL}::before{{content:attr(data-label);position:absolute;left:.45em;width:7.6em;font-weight:600;color:#555}}",
+    "}",
+])
+# ---- end of the tables of verdicts -------------------------------------------------------------------------------------
+
+PAGE_STYLE = HTML_STYLE + VERDICT_TABLE_STYLE + (
     "body{line-height:1.45}p,li,summary{overflow-wrap:anywhere}"
     ".wide{overflow-x:auto;max-width:100%}"
     "td,th,td:first-child,th:first-child{text-align:left;vertical-align:top}td{font-variant-numeric:tabular-nums}"
@@ -67,12 +103,14 @@ def slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
 
 
-def markdown_body(text: str, base: Path) -> str:
+def markdown_body(text: str, base: Path, box_class: str | None = None) -> str:
     """`text` rendered as markdown_to_html renders it (escaped, unsafe links dropped, local PNGs under `base`
-    inlined), without its page around it, and every table in a box that scrolls sideways."""
+    inlined), without its page around it, and every table in a box that scrolls sideways (also of class
+    `box_class` where given)."""
     page = markdown_to_html(text, base, "")
     body = page[page.index("<body>\n") + len("<body>\n"):page.rindex("\n</body>")]
-    return body.replace("<table>", '<div class="wide"><table>').replace("</table>", "</table></div>")
+    box = f'<div class="wide {box_class}">' if box_class else '<div class="wide">'
+    return body.replace("<table>", f"{box}<table>").replace("</table>", "</table></div>")
 
 
 @dataclass

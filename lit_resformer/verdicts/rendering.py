@@ -33,29 +33,44 @@ def verdict_text(v: Verdict) -> str:
         f"{text} ({kind})" if kind else text)
 
 
+# The columns of the comparisons table, in the order a reader needs them: the verdict, what is claimed, the effect
+# with its interval and the adjusted p that decide the verdict, the smallest effect the seeds could detect and the
+# paper's own effect; then what was compared, how, and the raw p.
+COLUMNS = ("verdict", "claim", "Δ (a − b)", "95% CI", "p Holm", "MDE", "paper", "a vs b", "metric", "n", "design",
+           "p (two-sided)", "note")
+# The columns that hold a number or an interval: each stays on one line where the table is shown as HTML.
+NUMBER_COLUMNS = ("Δ (a − b)", "95% CI", "p Holm", "MDE", "n", "p (two-sided)")
+# What the interval and the p of a row adjust for, said under every comparisons table: they differ.
+ADJUSTMENT_NOTE = ("95% CI: each comparison's own t interval, not adjusted for the grid's other comparisons. p Holm: "
+                   "its two-sided p, Holm-adjusted over them. A comparison is decided only when both agree (the "
+                   "interval clear of zero, or of the claim's margin, and p Holm below 0.05), so an interval that "
+                   "excludes zero beside a p Holm of 0.05 or more is inconclusive.")
+
+
 def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the comparisons (the report's Claims section leaves out the grid column): the paper's
-    effect beside ours, the two-sided p of the test beside its Holm-adjusted p within the grid (the one rule that
-    decides every verdict, in the report and on the scoreboard alike)."""
-    header = ["claim", "a vs b", "metric", "paper", "Δ (a − b)", "95% CI", "n", "design", "MDE", "p (two-sided)",
-              "p Holm", "verdict", "note"]
+    """Header and rows of the comparisons, in COLUMNS' order (the report's Claims section leaves out the grid column,
+    the scoreboard has it after the claim): the paper's effect beside ours, the two-sided p of the test beside its
+    Holm-adjusted p within the grid (the one rule that decides every verdict, in the report and on the scoreboard
+    alike)."""
     rows = []
     for v in verdicts:
         fmt = judging(v.claim).format_value
-        interval = "–" if v.low is None else f"[{fmt(v.low)}, {fmt(v.high)}]"
-        label = f"↳ {v.claim.claim}" if is_sub_row(v) else v.claim.claim
         note = "; ".join(x for x in (v.note, f"grids differ: {v.disagree}" if v.disagree else "") if x)
-        rows.append([label, f"{v.claim.a} vs {v.claim.b}", judging(v.claim).label(v.claim), v.claim.paper or "–",
-                     fmt(v.delta), interval, str(v.n), v.design or "–", _fmt_mde(v, fmt), _fmt_p(v.p_two_sided),
-                     _fmt_p(v.p_holm), verdict_text(v), note])
-    if not with_grid:
-        return header, rows
-    return ["grid", *header], [[", ".join(v.grids or (v.grid,)), *row] for v, row in zip(verdicts, rows, strict=True)]
+        cells = {"verdict": verdict_text(v), "claim": f"↳ {v.claim.claim}" if is_sub_row(v) else v.claim.claim,
+                 "Δ (a − b)": fmt(v.delta), "95% CI": "–" if v.low is None else f"[{fmt(v.low)}, {fmt(v.high)}]",
+                 "p Holm": _fmt_p(v.p_holm), "MDE": _fmt_mde(v, fmt), "paper": v.claim.paper or "–",
+                 "a vs b": f"{v.claim.a} vs {v.claim.b}", "metric": judging(v.claim).label(v.claim), "n": str(v.n),
+                 "design": v.design or "–", "p (two-sided)": _fmt_p(v.p_two_sided), "note": note}
+        if with_grid:
+            cells["grid"] = ", ".join(v.grids or (v.grid,))
+        rows.append(cells)
+    header = [*COLUMNS[:2], "grid", *COLUMNS[2:]] if with_grid else list(COLUMNS)
+    return header, [[cells[name] for name in header] for cells in rows]
 
 
 def markdown(verdicts: Sequence[Verdict]) -> str:
     """The scoreboard as markdown: the paper's claims, then the claims beyond the paper in their own section, each
-    table with a count of each verdict; the regime of each grid; and where each grid's runs trained (grids merged
+    table with a count of each verdict; which of a row's interval and p is adjusted; the regime of each grid; and where each grid's runs trained (grids merged
     from exports; runs from different machines may differ in corpus and numerics, so pair within a grid)."""
     paper = [v for v in verdicts if not v.claim.beyond_paper]
     beyond = [v for v in verdicts if v.claim.beyond_paper]
@@ -63,6 +78,7 @@ def markdown(verdicts: Sequence[Verdict]) -> str:
     if beyond:
         text += ("\nClaims beyond the paper (other published results and our own questions; each decided, like "
                  "every comparison, on its grid's Holm-adjusted p):\n\n" + markdown_table(*table(beyond)) + "\n" + counts(beyond) + "\n")
+    text += f"\n{ADJUSTMENT_NOTE}\n"
     regimes = {v.grid: v.regime for v in verdicts if v.regime}
     if regimes:
         text += "\nRegime of each grid:\n" + "".join(f"- {grid}: {regime_text(r)}\n" for grid, r in regimes.items())

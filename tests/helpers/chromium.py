@@ -43,7 +43,6 @@ def framed_dom(page: Path, onload: str, work_dir: Path, budget_ms: int = 5000,
 # What a reader sees of a page at one size: whether it scrolls sideways, which of `selectors` are within the first
 # screen (their first match's bottom edge above the frame's height), and how many images decoded.
 LAYOUT_PROBE = """
-const view = frame.defaultView;
 const firstScreen = {};
 for (const selector of SELECTORS) {
   const element = frame.querySelector(selector);
@@ -54,25 +53,60 @@ const seen = {width: view.innerWidth, bodyScrollWidth: frame.body.scrollWidth,
               pageScrollWidth: frame.documentElement.scrollWidth, firstScreen: firstScreen, images: images.length};
 // a lazy image loads as it nears the screen: each is asked to load now, and must decode
 Promise.all(images.map(i => { i.loading = "eager"; return i.decode().then(() => 1, () => 0); })).then(decoded =>
-  document.body.setAttribute("data-layout", JSON.stringify({...seen, imagesLoaded: decoded.reduce((a, b) => a + b, 0)})));
+  document.body.setAttribute("data-found", JSON.stringify({...seen, imagesLoaded: decoded.reduce((a, b) => a + b, 0)})));
 """
+
+
+def run_probe(page: Path, work_dir: Path, width: int, height: int, script: str) -> dict:
+    """What `script` (JavaScript with `frame` and `view` bound to the page's document and window) found in `page` laid
+    out at width x height: the JSON it stores as the probe body's data-found attribute."""
+    dom = framed_dom(page, f"const view = frame.defaultView; {script}", work_dir, budget_ms=10000,
+                     size=(width, height))
+    found = re.search(r'data-found="([^"]*)"', dom)
+    assert found, dom[-500:]
+    return json.loads(html.unescape(found.group(1)))
 
 
 def layout(page: Path, work_dir: Path, width: int, height: int, selectors: list[str]) -> dict:
     """LAYOUT_PROBE's findings for `page` laid out at width x height."""
-    dom = framed_dom(page, f"const SELECTORS = {json.dumps(selectors)};" + LAYOUT_PROBE, work_dir, budget_ms=10000,
-                     size=(width, height))
-    found = re.search(r'data-layout="([^"]*)"', dom)
-    assert found, dom[-500:]
-    return json.loads(html.unescape(found.group(1)))
+    return run_probe(page, work_dir, width, height, f"const SELECTORS = {json.dumps(selectors)};" + LAYOUT_PROBE)
+
+
+# How a table of the page lays out: its width against the box it scrolls in (its nearest ancestor that scrolls
+# sideways), whether its rows are laid out as table rows, and for each of COLUMNS (by the data-label of its cells) the
+# first row's cell as it is placed (edges, size, shown at all) and the most lines any row's cell of it takes.
+TABLE_PROBE = """
+const table = frame.querySelector(TABLE);
+let box = table.parentElement;
+while (box !== frame.body && !/auto|scroll/.test(view.getComputedStyle(box).overflowX)) box = box.parentElement;
+const rows = Array.from(table.tBodies[0].rows);
+function lines(cell) {  // the lines its text takes: the distinct tops of its text's boxes
+  const range = frame.createRange();
+  range.selectNodeContents(cell);
+  return new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.top))).size;
+}
+const columns = {};
+for (const name of COLUMNS) {
+  const cells = rows.map(row => Array.from(row.cells).find(cell => cell.dataset.label === name));
+  const first = cells[0], edges = first.getBoundingClientRect(), style = view.getComputedStyle(first);
+  columns[name] = {index: first.cellIndex, left: edges.left, right: edges.right, width: edges.width,
+                   height: edges.height, shown: style.display !== "none" && style.visibility !== "hidden",
+                   maxLines: Math.max(...cells.map(lines))};
+}
+document.body.setAttribute("data-found", JSON.stringify({
+  width: view.innerWidth, pageScrollWidth: frame.documentElement.scrollWidth, tableScrollWidth: table.scrollWidth,
+  boxClientWidth: box.clientWidth, rowDisplay: view.getComputedStyle(rows[0]).display, columns: columns}));
+"""
+
+
+def table_layout(page: Path, work_dir: Path, width: int, height: int, table: str, columns: list[str]) -> dict:
+    """TABLE_PROBE's findings for the first table matching the selector `table` in `page` laid out at width x height."""
+    script = f"const TABLE = {json.dumps(table)}; const COLUMNS = {json.dumps(columns)};" + TABLE_PROBE
+    return run_probe(page, work_dir, width, height, script)
 
 
 def probed(page: Path, work_dir: Path, script: str, size: tuple[int, int] = (1400, 900)) -> dict:
     """What `script` found in `page` laid out at `size`: the body of an async JavaScript function, with `frame`
     (the page's document) and `view` (its window) bound, that returns an object (JSON)."""
-    dom = framed_dom(page, "const view = frame.defaultView; (async () => {" + script + "})().then("
-                     "found => document.body.setAttribute('data-found', JSON.stringify(found)));", work_dir,
-                     budget_ms=10000, size=size)
-    found = re.search(r'data-found="([^"]*)"', dom)
-    assert found, dom[-500:]
-    return json.loads(html.unescape(found.group(1)))
+    return run_probe(page, work_dir, *size, "(async () => {" + script + "})().then("
+                     "found => document.body.setAttribute('data-found', JSON.stringify(found)));")

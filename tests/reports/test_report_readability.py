@@ -12,6 +12,7 @@ import yaml
 
 import lit_resformer.reports.document as document_module
 from lit_resformer.reports.grid_report import write_report
+from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE
 from lit_resformer.writing import atomic_write, atomic_write_json
 from tests.helpers.claims_grids import judged_grid
 from tests.helpers.grid_dirs import make_grid_dir, synthetic_grid, write_run
@@ -162,7 +163,13 @@ def test_index_html_answers_first_and_folds_what_a_reader_looks_up(tmp_path):
         assert f'href="#{anchor}"' in rest and f'id="{anchor}"' in rest
     assert '<details id="provenance">' in rest and '<details id="cells">' in rest and '<section id="runs">' in rest
     assert '<details class="method"><summary>How this is computed</summary>' in rest
-    assert page.count("<table>") == page.count('<div class="wide"><table>') > 0  # every table scrolls in its box
+    assert page.count("<table>") == len(re.findall(r'<div class="wide[^"]*"><table>', page)) > 0  # each in its box
+    # the claims table, verdict first, in the box laid out for verdicts; every cell names its column for a narrow page
+    claims = rest.split('<section id="claims">')[1].split("</section>")[0]
+    assert re.search(r'<div class="wide verdicts"><table>\n<thead>\n<tr>\n<th>verdict</th>\n<th>claim</th>', claims)
+    assert '<td data-label="verdict"><strong>reproduced</strong>' in claims
+    assert page.count("<td>") == 0 and page.count("<td ") == page.count("<td data-label=")
+    assert ADJUSTMENT_NOTE in claims and ADJUSTMENT_NOTE in (grid_dir / "report.md").read_text()
     report = (grid_dir / "report.md").read_text()
     assert report.index("**Verdicts (") < report.index("## Claims") < report.index("## Final losses")
     assert "![Forest plot" in report.split("## Claims")[1]

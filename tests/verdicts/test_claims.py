@@ -21,6 +21,7 @@ from lit_resformer.runs.claim_spec import METRIC_KINDS, metric_kind
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.training.run_dir import RunDir
 from lit_resformer.verdicts.claims import JUDGING, evaluate_grid, scoreboard
+from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE
 from tests.helpers.claims_grids import (
     BASE,
     CELLS,
@@ -149,13 +150,16 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert {v.trained_on for v in verdicts} == {"", "GPU box; not recorded"}
     main(["claims", "--comparisons", str(runs / "first"), str(runs / "second")])
     board = capsys.readouterr().out
-    assert board.startswith("| grid | claim | a vs b | metric | paper | Δ (a − b) | 95% CI | n | design | MDE | "
-                            "p (two-sided) | p Holm | verdict | note |")
+    # the verdict first, then what decides it; what was compared and how after
+    assert board.startswith("| verdict | claim | grid | Δ (a − b) | 95% CI | p Holm | MDE | paper | a vs b | metric | "
+                            "n | design | p (two-sided) | note |")
     mean, low, high = t_interval(EFFECT["better"])
-    row = (f"| second | better ends below vanilla | better vs vanilla | val_loss (lower) | – | {mean:+.4f} | "
-           f"[{low:+.4f}, {high:+.4f}] | 3 | paired |")
-    assert row in board
-    assert "| second | ↳ better trains below vanilla on code |" in board  # a per-domain sub-row
+    row = next(line for line in board.splitlines() if "| better ends below vanilla | second |" in line)
+    assert row.startswith(f"| **reproduced** (fragile) | better ends below vanilla | second | {mean:+.4f} | "
+                          f"[{low:+.4f}, {high:+.4f}] |")
+    assert "| – | better vs vanilla | val_loss (lower) | 3 | paired |" in row
+    assert "| ↳ better trains below vanilla on code | second |" in board  # a per-domain sub-row
+    assert ADJUSTMENT_NOTE in board  # which of the interval and the p is adjusted
     assert "4 reproduced, 2 contradicted, 2 inconclusive, 0 not tested of 8 claims" in board
     # each grid's regime: 12 runs of one size (the summaries record no parameters or tokens), final losses 4.55-5.40
     assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; within one epoch), adamw, final "
@@ -363,7 +367,8 @@ def test_report_has_claims_and_flags_runs_at_the_plateau(tmp_path, monkeypatch):
 
     claims = report[report.index("## Claims"):]
     assert "Regime: 12 runs, – parameters, – training tokens" in claims  # the summaries record neither
-    assert "| better ends below vanilla | better vs vanilla | val_loss (lower) | – |" in claims
+    row = next(line for line in claims.splitlines() if "| better ends below vanilla |" in line)
+    assert row.startswith("| **reproduced**") and "| – | better vs vanilla | val_loss (lower) |" in row
     assert "**contradicted**" in claims and "**inconclusive**" in claims
     assert "not past the unigram plateau: same/seed2" in claims
     runs = report[report.index("## Runs"):]
@@ -659,7 +664,8 @@ def test_claims_beyond_the_paper_and_declared_savings_stand_apart(tmp_path, caps
     main(["claims", "--comparisons", str(grid_dir)])
     board = capsys.readouterr().out
     paper, beyond = board.split("Claims beyond the paper")
-    assert "| better ends below vanilla | better vs vanilla | val_loss (lower) | -0.027 at 82M (Table 5) |" in paper
+    assert "| better ends below vanilla | apart |" in paper
+    assert "| -0.027 at 82M (Table 5) | better vs vanilla | val_loss (lower) |" in paper
     assert "1 reproduced, 0 contradicted, 0 inconclusive, 1 not tested of 2 claims" in paper
     assert "| worse ends below vanilla (a record elsewhere) |" in beyond and "worse ends below" not in paper
     assert "0 reproduced, 1 contradicted, 0 inconclusive, 0 not tested of 1 claims" in beyond
