@@ -33,11 +33,12 @@ VERDICT_STYLE = {
 
 # ---- Tables of verdicts (a grid report's Claims section, in a box of class "verdicts") ----------------------------------
 # Their thirteen columns need about 1,200 px. In a window wider than CARDS_UP_TO_PX the table fits its box, which
-# takes the window's width up to 1,500 px, centred on the page: prose wraps (a metric or a note anywhere, for the long identifiers in
-# them), each number and interval (verdicts.rendering.NUMBER_COLUMNS) stays on one line, and the claim keeps a width
-# that reads. In a narrower one each row is a card: its cells flow into as many columns as fit (one on a phone), each
-# under its column's name (the data-label every table cell carries), the claim and the note on a line of their own,
-# the numbers after the verdict filling its line.
+# takes the window's width up to 1,500 px, centred on the page: prose wraps (a metric or a note anywhere, for the long
+# identifiers in them), each number and interval (verdicts.rendering.NUMBER_COLUMNS) stays on one line, and the claim
+# and the note keep a width that reads (a note of run differences is otherwise a column one word wide, rows a screen
+# tall). In a narrower one each row is a card: its cells flow into as many columns as fit (one on a phone), each under
+# its column's name (the data-label every table cell carries), the claim and the note on a line of their own, the
+# numbers after the verdict filling its line.
 _CELL = ".verdicts td"
 CARDS_UP_TO_PX = 1300
 
@@ -52,7 +53,7 @@ VERDICT_TABLE_STYLE = "".join([
     ".verdicts table{width:100%;font-size:.85em}.verdicts td,.verdicts th{padding:.25em .45em}",
     f"{_CELL}{{overflow-wrap:break-word}}{_cells('metric', 'note')}{{overflow-wrap:anywhere}}",
     f"{_cells(*NUMBER_COLUMNS)}{{white-space:nowrap}}",
-    f"{_cells('claim')}{{min-width:min(13em,13vw)}}",
+    f"{_cells('claim')}{{min-width:min(13em,13vw)}}{_cells('note')}{{min-width:min(15em,15vw)}}",
     f"@media (max-width:{CARDS_UP_TO_PX}px){{",
     ".verdicts table,.verdicts tbody{display:block}.verdicts thead{display:none}",
     ".verdicts tr{display:grid;grid-template-columns:repeat(auto-fill,minmax(19em,1fr));grid-auto-flow:dense;"

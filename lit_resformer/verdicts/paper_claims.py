@@ -334,7 +334,7 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                 lines += [f"Preconditions: {', '.join(c.preconditions)} (configs/claims.yaml)", ""]
             lines += [f"{c.reason}." + (f" Tiers: {', '.join(c.tiers)}." if c.tiers else ""), ""]
             if c.evidence:
-                lines += ["| grid (tier) | comparison | Δ (a − b) | 95% CI | n | MDE | p (two-sided) | p Holm | verdict "
+                lines += ["| verdict | comparison | Δ (a − b) | 95% CI | p Holm | MDE | n | p (two-sided) | grid (tier) "
                           "| counted | q (board, BY) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
                 for e in c.evidence:
                     for v, sub in [(e.row, False), *((s, True) for s in e.sub_rows)]:
@@ -348,8 +348,8 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                         note = f" — {v.note}" if v.note and v.verdict == "not tested" else ""
                         q = "–" if sub or e.q_by is None else f"{e.q_by:.3g}"
                         mde = "–" if v.power.get("mde") is None else f"{v.power['mde']:.4f}"
-                        lines.append(f"| {', '.join(v.grids or (v.grid,))} ({tier}) | {name}{note.replace('|', '/')} | "
-                                     f"{delta} | {ci} | {v.n} | {mde} | {p2} | {ph} | {verdict_text(v)} | {status} | {q} |")
+                        lines.append(f"| {verdict_text(v)} | {name}{note.replace('|', '/')} | {delta} | {ci} | {ph} | "
+                                     f"{mde} | {v.n} | {p2} | {', '.join(v.grids or (v.grid,))} ({tier}) | {status} | {q} |")
                 lines.append("")
             for r in c.regimes:
                 lines.append(f"- regime {r}")
