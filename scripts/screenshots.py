@@ -2,7 +2,8 @@
 
 - fig7-evidence's report page, as `lit-resformer report` writes it, and the board page, as `lit-resformer claims
   docs/results --html` writes it, each at 1,400 x 900 and 420 x 900 CSS pixels in headless Chromium:
-  docs/figures/{report,scoreboard}-first-screen-{1400,420}px.png;
+  docs/figures/{report,scoreboard}-first-screen-{1400,420}px.png, and the report scrolled to its claims table:
+  docs/figures/report-claims-{1400,420}px.png;
 - docs/figures/screenshots.json: the commit they were rendered at and its date, whether the results, configs or code
   differed from it, and the tally the pictures show (how many claims of the paper, and beyond it, have each verdict),
   read from `claims --json`. tests/test_screenshots.py compares that tally with the board's, so that the pictures
@@ -30,6 +31,7 @@ RESULTS = REPO / "docs" / "results"
 FIGURES = REPO / "docs" / "figures"
 RECORD = FIGURES / "screenshots.json"
 REPORT_GRID = "fig7-evidence"
+CLAIMS_TABLE = ".verdicts"  # the box of the report's claims table
 WIDTHS = (1400, 420)  # CSS pixels: a desktop window, a phone
 HEIGHT = 900  # the first screen
 INPUTS = ("docs/results", "configs", "lit_resformer")  # what the pictures are drawn from
@@ -70,6 +72,13 @@ def render(browser: str, work: Path) -> dict:
     for page, path in pages.items():
         for width in WIDTHS:
             screenshot(browser, path, work / "figures" / picture_name(page, width), width, HEIGHT)
+    claims_view = work / "report-claims.html"  # the report in a window-sized frame, scrolled to its claims table
+    claims_view.write_text(
+        '<html><body style="margin:0"><iframe style="width:100vw;height:100vh;border:0" '
+        f'src="{pages["report"].as_uri()}" onload="this.contentDocument.querySelector(\'{CLAIMS_TABLE}\')'
+        '.scrollIntoView()"></iframe></body></html>\n')
+    for width in WIDTHS:
+        screenshot(browser, claims_view, work / "figures" / f"report-claims-{width}px.png", width, HEIGHT)
     return {"commit": git("rev-parse", "HEAD"), "commit_date": git("show", "-s", "--format=%cI", "HEAD"),
             "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no", "--", *INPUTS)),
             "report": f"docs/results/{REPORT_GRID}", "window": {"widths": list(WIDTHS), "height": HEIGHT},

@@ -36,9 +36,10 @@ VERDICT_STYLE = {
 # takes the window's width up to 1,500 px, centred on the page: prose wraps (a metric or a note anywhere, for the long
 # identifiers in them), each number and interval (verdicts.rendering.NUMBER_COLUMNS) stays on one line, and the claim
 # and the note keep a width that reads (a note of run differences is otherwise a column one word wide, rows a screen
-# tall). In a narrower one each row is a card: its cells flow into as many columns as fit (one on a phone), each under
-# its column's name (the data-label every table cell carries), the claim and the note on a line of their own, the
-# numbers after the verdict filling its line.
+# tall; with the metric kept as wide too, thirteen columns no longer fit 1,400 px). In a narrower one each row is a
+# card: its cells flow into as many columns as fit (one on a phone), each under its column's name (the data-label
+# every table cell carries), the claim and the note on a line of their own, the numbers after the verdict filling its
+# line.
 _CELL = ".verdicts td"
 CARDS_UP_TO_PX = 1300
 
