@@ -111,7 +111,9 @@ def forest_plot(verdicts: Sequence[Verdict], path: Path, title: str, label: Call
         ax.grid(alpha=0.3, axis="x")
     handles = [plt.Line2D([], [], marker=MARKERS[name], color=colour, ls="none", ms=7, label=name)
                for name, (_, colour) in VERDICT_STYLE.items() if any(v.verdict == name for v in shown)]
-    handles.append(plt.Line2D([], [], marker="|", color="black", ms=12, mew=2, ls="none", label="the paper's effect"))
+    if any(paper_effect(v.claim) is not None for v in shown):  # the legend names only marks the plot draws
+        handles.append(plt.Line2D([], [], marker="|", color="black", ms=12, mew=2, ls="none",
+                                  label="the paper's effect"))
     handles.append(plt.Line2D([], [], color="grey", lw=2.2, label="95% interval"))
     axes[0, 0].legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.02), ncol=4, fontsize=8.5, frameon=False)
     fig.suptitle(title, fontsize=11, x=0.01, ha="left")

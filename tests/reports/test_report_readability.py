@@ -230,6 +230,24 @@ def test_a_forest_plot_names_its_rows_as_asked_and_prints_their_numbers_beside_t
                      [["regime of g", "regime of transfer-g", "✓ -0.1000 [-0.2000, -0.0500]", "~ -0.1000"]]]
 
 
+def test_a_forest_plot_s_legend_names_the_paper_s_effect_only_where_it_marks_one(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from lit_resformer.reports import forest
+    from tests.helpers.claims_grids import row
+
+    legends = []
+    save = forest.save_figure
+    monkeypatch.setattr(forest, "save_figure", lambda fig, path: (
+        legends.append([t.get_text() for t in fig.axes[0].get_legend().get_texts()]), save(fig, path))[1])
+    without = [row("g", "reproduced", "a beats b")]
+    assert forest.paper_effect(without[0].claim) is None
+    forest.forest_plot(without, tmp_path / "without.png", "g")
+    forest.forest_plot([replace(without[0], claim=replace(without[0].claim, paper="-0.03 at 82M"))],
+                       tmp_path / "with.png", "g")
+    assert legends == [["reproduced", "95% interval"], ["reproduced", "the paper's effect", "95% interval"]]
+
+
 def test_scoreboard_fits_the_terminal_tally_first_decisive_first(tmp_path):
     from lit_resformer.board.scoreboard import terminal_text
     from lit_resformer.verdicts.claims import scoreboard
