@@ -33,7 +33,7 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 MARKDOWN = ROOT / "docs" / "BENCHMARKS.md"
 # Section order in docs/BENCHMARKS.md (and the default run order of `python -m benchmarks`).
 BENCHMARKS = ("variant_overhead", "hf_throughput", "loss_path", "loop_overhead", "decode", "data_loader", "mfu", "profile",
-              "cpu_slots", "stacked", "grid_throughput", "cli_refusal")
+              "cpu_slots", "stacked", "grid_throughput", "cli_refusal", "claims_board")
 
 MARKDOWN_HEADER = """# Benchmarks
 

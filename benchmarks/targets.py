@@ -35,6 +35,8 @@ CPU = {
     "stacked.vs_processes": Target(1.0, "higher", "two runs stacked in one process, tokens/s x two processes side by "
                                                   "side (no worse)"),
     "cli_refusal.fast": Target(2.0, "lower", "seconds from start to refusal of a command given bad input"),
+    "claims_board.warm": Target(5.0, "lower", "seconds for the board (`claims docs/results`, and with --html), its "
+                                              "judged grids cached"),
 }
 
 # On a GPU (compiled, bf16, the paper's sizes): what the best small-model trainers reach on an H100.
