@@ -88,10 +88,14 @@ def _grid(shown: Verdict) -> str:
     return grids[0] + (f" +{len(grids) - 1}" if len(grids) > 1 else "")
 
 
+def _counted(claim: PaperClaim) -> int:
+    """How many comparisons decide the claim (one is shown)."""
+    return sum(e.counted for e in claim.evidence)
+
+
 def _of(claim: PaperClaim) -> str:
-    """"1/k" where the claim counts k > 1 comparisons (one is shown)."""
-    counted = sum(e.counted for e in claim.evidence)
-    return f"1/{counted}" if counted > 1 else ""
+    """"1/k" where the claim counts k > 1 comparisons."""
+    return f"1/{_counted(claim)}" if _counted(claim) > 1 else ""
 
 
 def _claims_table(title: str, claims: Sequence[PaperClaim], width: int) -> Group:
@@ -174,7 +178,7 @@ def _grid_link(grid_dir: Path, out: Path) -> str:
 
 
 def _filtered_by(verdicts: Iterable[str], grids: Iterable[str], regimes: Iterable[str]) -> str:
-    """The attributes the page's filters read (reports/board.js): each a "|"-separated list of what it matches."""
+    """The attributes the page's filters read (board.js): each a "|"-separated list of what it matches."""
     return " ".join(f'data-{key}="{html.escape("|".join(dict.fromkeys(values)))}"'
                     for key, values in (("verdict", verdicts), ("grid", grids), ("regime", regimes)))
 
@@ -206,7 +210,7 @@ def _claim_row(claim: PaperClaim) -> str:
         tds += [_td("–", "num", sort="")] * 4 + [_td("–"), _td("–")]
     else:
         cells = comparison_cells([shown])[0]
-        of = f"<br><small>1 of {_of(claim).split('/')[1]} compared</small>" if _of(claim) else ""
+        of = f"<br><small>1 of {_counted(claim)} compared</small>" if _counted(claim) > 1 else ""
         more = len(judged.by_regime) - 1
         more = f' <a href="#across-{html.escape(claim.id)}">+{more} more ↓</a>' if more else ""
         tds += [_td(html.escape(cells[name]) + (of if name == "Δ (a − b)" else ""), "num", "" if x is None else x, label)

@@ -27,7 +27,7 @@ from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli
 from lit_resformer.provenance import REPO_ROOT as REPO
 from lit_resformer.verdicts.claims import Verdict, is_sub_row
 from lit_resformer.verdicts.regime import regime_text
-from lit_resformer.verdicts.rendering import verdict_text
+from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE, verdict_text
 
 REGISTRY = REPO / "configs" / "claims.yaml"
 CLAIM_VERDICTS = ("reproduced", "contradicted", "mixed", "inconclusive", "not tested")
@@ -319,7 +319,7 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
               "and a comparison counts for one claim only ('see <claim>' elsewhere). Beside the rule, q (board, BY): "
               "each counted comparison's Benjamini-Yekutieli q over every counted comparison of the board, a "
               "false-discovery rate under any dependence, for robustness only.",
-              ""]
+              "", ADJUSTMENT_NOTE, ""]
     for title, group in (("Claims of the paper", [c for c in claims if not c.beyond_paper]),
                          ("Claims beyond the paper", [c for c in claims if c.beyond_paper])):
         lines += [f"## {title}", ""]

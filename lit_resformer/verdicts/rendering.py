@@ -70,8 +70,9 @@ def table(verdicts: Sequence[Verdict], with_grid: bool = True) -> tuple[list[str
 
 def markdown(verdicts: Sequence[Verdict]) -> str:
     """The scoreboard as markdown: the paper's claims, then the claims beyond the paper in their own section, each
-    table with a count of each verdict; which of a row's interval and p is adjusted; the regime of each grid; and where each grid's runs trained (grids merged
-    from exports; runs from different machines may differ in corpus and numerics, so pair within a grid)."""
+    table with a count of each verdict; which of a row's interval and p is adjusted; the regime of each grid; and
+    where each grid's runs trained (grids merged from exports; runs from different machines may differ in corpus and
+    numerics, so pair within a grid)."""
     paper = [v for v in verdicts if not v.claim.beyond_paper]
     beyond = [v for v in verdicts if v.claim.beyond_paper]
     text = markdown_table(*table(paper)) + "\n" + counts(paper) + "\n"
