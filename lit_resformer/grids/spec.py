@@ -173,36 +173,40 @@ def _report(spec: dict, where: str) -> dict[str, Any]:
     return {"critical_point_window": window, **({"scaling": scaling} if scaling else {})}
 
 
+def _at_best(select: Any, where: str) -> tuple[list, list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """A `select:` block's at_best as written: (its `cells` entries, the points of its matrix); nothing without one
+    (a malformed block is parse_selection's to name)."""
+    at_best = select.get("at_best") if isinstance(select, dict) else None
+    if not isinstance(at_best, dict) or not isinstance(at_best.get("cells"), list):
+        return [], []
+    return at_best["cells"], _matrix_points(at_best.get("matrix"), f"{where}: select.at_best")
+
+
 def _at_best_placeholders(select: Any, where: str) -> list[dict]:
     """The cells a `select:` block's at_best adds once its point is chosen, as parse_claims sees them before
     (family and coordinates), from the block as written; none without one."""
-    at_best = select.get("at_best") if isinstance(select, dict) else None
-    if not isinstance(at_best, dict) or not isinstance(at_best.get("cells"), list):
-        return []
+    families, points = _at_best(select, where)
     return [{"name": f"{family},{select.get('over')}=best,{_point_name(coords)}", "family": family, "coords": coords}
-            for family in at_best["cells"]
-            for coords, _ in _matrix_points(at_best.get("matrix"), f"{where}: select.at_best")]
+            for family in families for coords, _ in points]
 
 
 def _at_best_cells(select: Any, cells: list[Cell], families: dict[str, dict[str, Any]], baseline: Any,
                    where: str) -> list[Cell]:
     """The cells a `select:` block's at_best adds once its arm's point is chosen, at each value of the swept key its
-    cells hold (each compared with the baseline's cell at its point), from the block as written; none without one (a
-    malformed block is parse_selection's to name)."""
-    at_best = select.get("at_best") if isinstance(select, dict) else None
-    if not isinstance(at_best, dict) or not isinstance(at_best.get("cells"), list):
+    cells hold (each compared with the baseline's cell at its point), from the block as written; none without one."""
+    at_best_families, points = _at_best(select, where)
+    if not at_best_families:
         return []
     over, values = select.get("over"), []
     for cell in cells:
         if over in cell.coords and cell.coords[over] not in values:
             values.append(cell.coords[over])
-    points = _matrix_points(at_best.get("matrix"), f"{where}: select.at_best")
     candidates = []
     for value in values:
         at_value = [Cell(name=f"{family},{_point_name({over: value, **coords})}",
                          overrides={**families.get(family, {}), over: value, **coords, **extras}, baseline="",
                          family=family, coords=coords, at={over: value})
-                    for family in at_best["cells"] for coords, extras in points]
+                    for family in at_best_families for coords, extras in points]
         by_point = {(c.family, tuple(c.coords.items())): c.name for c in at_value}
         candidates += [dataclasses.replace(c, baseline=by_point.get((baseline, tuple(c.coords.items())), c.name))
                        for c in at_value]
