@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lit_resformer.config.diff import changed_fields
-from lit_resformer.grids.ladder import OVER as LADDER_OVER
-from lit_resformer.grids.ladder import BranchPoint, Ladder
 from lit_resformer.grids.selection import Selection, SelectionError, best_point
 from lit_resformer.runs import identity
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
+    from lit_resformer.grids.spec import Ladder
     from lit_resformer.training.config_checker import ConfigChecker
 
 
@@ -35,6 +34,14 @@ class Cell:
     coords: dict[str, Any] = field(default_factory=dict)  # matrix key -> value
     at: dict[str, Any] = field(default_factory=dict)  # a `select:` block's chosen point it trains at (key -> value)
     trunk: str | None = None  # a `ladder:` rung: the trunk cell it branches from (at its model.decay_start)
+
+
+@dataclass(frozen=True)
+class BranchPoint:
+    """Where a ladder rung leaves its trunk."""
+
+    trunk: str  # the trunk cell
+    step: int  # the rung's decay start
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,8 @@ class Grid:
     selection: Selection | None = None  # the `select:` block (lit_resformer.grids.selection)
     families: dict[str, dict] = field(default_factory=dict, repr=False)  # `cells` entry -> its own overrides
     forced: dict[str, Any] = field(default_factory=dict, repr=False)  # --set: wins over every cell's overrides
-    ladder: Ladder | None = None  # the `ladder:` block (lit_resformer.grids.ladder)
+    ladder: Ladder | None = None  # the `ladder:` block (lit_resformer.grids.spec.Ladder)
+    branch_points: dict[str, BranchPoint] = field(default_factory=dict, repr=False)  # ladder rung -> where it branches
     # the cells a `select:` block's at_best adds at each value its arm may choose (each with `at` set); the grid
     # takes those of the chosen value (chosen_runs)
     at_best_cells: list[Cell] = field(default_factory=list, repr=False)
@@ -142,10 +150,7 @@ class Grid:
 
     def branch_point(self, cell: str) -> BranchPoint | None:
         """Where a ladder rung leaves its trunk (None: the cell is no rung)."""
-        rung = next(c for c in self.cells if c.name == cell)
-        if rung.trunk is None:
-            return None
-        return BranchPoint(rung.trunk, self.ladder.decay_start(rung.coords[LADDER_OVER]))
+        return self.branch_points.get(cell)
 
     def pilot_cells(self, arm: str) -> dict[Any, str]:
         """A `select:` arm's cells, by their value of the selected key (the grid's one matrix key)."""

@@ -33,7 +33,6 @@ from lit_resformer.execution.jobs import (
 from lit_resformer.execution.stack_jobs import StackJob, StackSettingError, describe, pack, stacked_runs
 from lit_resformer.grids.changes import common_changes, show_value
 from lit_resformer.grids.grid import Grid, GridError, Run
-from lit_resformer.grids.ladder import seed_branch
 from lit_resformer.provenance import collect as collect_provenance
 from lit_resformer.runs.directory import (
     GridDir,
@@ -43,7 +42,6 @@ from lit_resformer.runs.directory import (
     write_run_config,
 )
 from lit_resformer.runs.summary import last_step
-from lit_resformer.training.checkpoint_reading import kept_checkpoint
 from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 
 
@@ -447,7 +445,7 @@ def _branch_wait(spec: Grid, planned: PlannedRun, grid_dir: Path) -> str:
     if trunk is None or planned.run_dir.has_training_output():
         return ""
     step = spec.branch_point(planned.run.cell).step
-    if kept_checkpoint(trunk[0].checkpoints_dir, step).is_file():
+    if trunk[0].has_kept(step):
         return ""
     return f"waits for its trunk {trunk[1]} to reach step {step}"
 
@@ -456,7 +454,7 @@ def _start_branch(spec: Grid, job: RunJob, grid_dir: Path) -> None:
     """A ladder rung about to train for the first time starts from its trunk's checkpoint (ladder.seed_branch)."""
     trunk = _trunk_run(spec, job.cell, job.seed, grid_dir)
     if trunk is not None and job.train and not RunDir(job.run_dir).has_training_output():
-        seed_branch(RunDir(job.run_dir), trunk[0], spec.branch_point(job.cell).step, trunk[1])
+        RunDir(job.run_dir).start_branch(trunk[0], spec.branch_point(job.cell).step, trunk[1])
 
 
 def _finish(outcome: GridOutcome, options: GridOptions, out: TextIO) -> GridOutcome:

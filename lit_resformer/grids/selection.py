@@ -63,6 +63,16 @@ class AtBest:
 
 
 @dataclass(frozen=True)
+class Choice:
+    """What a `select:` block adds once its pilot runs are finished (Selection.choose)."""
+
+    best: dict[str, Any]  # arm -> its chosen value of `over`, for the arms chosen so far
+    confirm: list[tuple[str, Any]]  # (arm, swept value): the cells that train the confirmation seeds now
+    at_best: Any = None  # the value the at_best cells train at (None: not chosen yet, or no at_best)
+    waiting: list[str] = field(default_factory=list)  # a line for each addition still waiting, saying for what
+
+
+@dataclass(frozen=True)
 class Selection:
     over: str
     arms: tuple[str, ...]
@@ -71,6 +81,8 @@ class Selection:
     pilot_seeds: tuple[int, ...]
     at_best: AtBest | None = None
     values: tuple = field(default=())  # the swept values of `over`, ascending
+    # arm -> swept value -> its pilot cell (set by load_grid; a manifest's selection has none)
+    cells: Mapping[str, Mapping[Any, str]] = field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         """As a grid's manifest records it (from_dict reads it back)."""
@@ -88,6 +100,37 @@ class Selection:
                    {arm: tuple(points) for arm, points in raw["confirm"].items()}, tuple(raw["pilot_seeds"]),
                    AtBest(at_best["of"], tuple(at_best["cells"]), at_best["matrix"], tuple(at_best["seeds"]))
                    if at_best else None, tuple(raw["values"]))
+
+    def choose(self, finals: Mapping[str, Mapping[int, float | None]]) -> Choice:
+        """What the block adds given its pilot runs (`finals`: cell -> seed -> final validation loss of each finished
+        run, None for a diverged one): each arm's best point once its pilot is finished (best_point; BracketError at
+        an end of the range), the confirmation points that can train, the at_best point, and what still waits."""
+        best, waiting = {}, []
+        for arm in self.arms:
+            by_value = {value: finals.get(cell, {}) for value, cell in self.cells[arm].items()}
+            chosen = best_point(self, arm, by_value)
+            if chosen is None:
+                done = sum(seed in runs for runs in by_value.values() for seed in self.pilot_seeds)
+                waiting.append(f"{arm}'s best {self.over}: waits for its pilot runs ({done} of "
+                               f"{len(by_value) * len(self.pilot_seeds)} finished)")
+            else:
+                best[arm] = chosen
+        confirm = []
+        for arm, points in self.confirm.items():
+            for point in points:
+                needed = self.needs(point, arm)
+                if needed is not None and needed not in best:
+                    waiting.append(f"{arm} at {point}: confirmation seeds {list(self.seeds)} wait for {needed}'s best")
+                    continue
+                value = self.point(point, arm, best)
+                confirm.append((arm, next(v for v in self.cells[arm] if math.isclose(v, value))))
+        at_best = None
+        if self.at_best is not None and self.at_best.of in best:
+            at_best = best[self.at_best.of]
+        elif self.at_best is not None:
+            waiting.append(f"{', '.join(self.at_best.families)} at {self.at_best.of}'s best {self.over} x "
+                           f"{', '.join(self.at_best.matrix)}: wait for {self.at_best.of}'s best")
+        return Choice(best, confirm, at_best, waiting)
 
     def needs(self, point: Any, arm: str) -> str | None:
         """The arm whose choice a point of `arm` waits for (None: a fixed value)."""

@@ -25,7 +25,7 @@ as dicts of dotted overrides and/or a `matrix` of values whose cartesian product
                                                  # (lit_resformer/grids/selection.py)
     ladder: {budgets: [...], decay_fraction: 0.2}  # optional, instead of a matrix: a warmup-stable-decay trunk per
                                                  # cell and seed, and a decay branch from it at each budget
-                                                 # (lit_resformer/grids/ladder.py)
+                                                 # (Ladder, below)
 
 Everything is checked before any run starts; a problem raises `GridError` naming it.
 """
@@ -36,6 +36,7 @@ import dataclasses
 import itertools
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from lit_resformer.config.files import load_experiment
-from lit_resformer.grids.grid import Cell, Grid, GridError
-from lit_resformer.grids.ladder import OVER as LADDER_OVER
-from lit_resformer.grids.ladder import LadderError, parse_ladder, trunk_cell
+from lit_resformer.grids.grid import BranchPoint, Cell, Grid, GridError
 from lit_resformer.grids.selection import SelectionError, parse_selection
 from lit_resformer.provenance import REPO_ROOT
 from lit_resformer.runs.claim_spec import parse_claims
@@ -57,6 +56,9 @@ GRID_FIELDS = {"name", "extends", "description", "base", "baseline", "seeds", "c
 REPORT_FIELDS = {"critical_point_window", "scaling"}
 SCALING_AXES = ("params", "tokens")  # sweeps over model size or over training tokens (lit_resformer.measures.scaling)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
+LADDER_FIELDS = {"budgets", "decay_fraction"}
+LADDER_OVER = "trainer.max_steps"  # a ladder's budgets: its grid's one matrix key
+TRUNK = "trunk"  # a trunk cell's name: <family>,trunk
 
 
 def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict[str, Any] | None = None,
@@ -84,10 +86,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     forced = _flatten_overrides(forced or {}, "--set")
     families = _families(spec, where)
 
-    try:
-        ladder = parse_ladder(spec.get("ladder"), where)
-    except LadderError as e:
-        raise GridError(str(e)) from None
+    ladder = parse_ladder(spec.get("ladder"), where)
     matrix = spec.get("matrix")
     if ladder is not None:
         if matrix is not None or not families:
@@ -102,6 +101,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         cells = [*trunks.values(), *(dataclasses.replace(c, trunk=trunks[c.family].name) for c in cells)]
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
+    branch_points = {c.name: BranchPoint(c.trunk, ladder.decay_start(c.coords[LADDER_OVER])) for c in cells if c.trunk}
     to_be_chosen = _at_best_placeholders(spec.get("select"), where)
     at_best_cells = _at_best_cells(spec.get("select"), cells, families, baseline, where)
 
@@ -141,8 +141,79 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         families=families,
         forced=forced,
         ladder=ladder,
+        branch_points=branch_points,
         at_best_cells=at_best_cells,
     )
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """A grid's `ladder:` block: OLMo-core's model ladder on one trunk per (arm, seed). The trunk warms up and holds
+    the peak learning rate (model.schedule: wsd, no decay), keeping a checkpoint at each rung's decay start; each rung
+    is a decay branch that resumes from its trunk's checkpoint there (model weights, optimizer, data order: the
+    trunk's StatefulDataLoader state) and decays linearly to its own budget, so that one trunk yields every budget,
+    each measured at the end of its own decay, and a rung at budget B has seen exactly B steps of data.
+
+        ladder:
+          budgets: [1500, 2500, 4000, 6000, 9000]   # trainer.max_steps of each rung (the grid's one matrix key)
+          decay_fraction: 0.2                       # each rung decays over its last 20% of steps
+
+    A rung's config is the trunk's with trainer.max_steps = B and model.decay_start = B - round(decay_fraction x B):
+    the same config as a straight WSD run to B, which it equals step for step (the trunk's first decay_start steps
+    are that run's). So its run identity is a straight run's (the trunk is how it is computed, not what it is), it
+    differs by budget, and a grid that trains the same rung another way shares it. The runner trains the trunks first
+    and starts a rung once its trunk has kept the checkpoint at the rung's decay start
+    (lit_resformer.training.run_dir.RunDir.start_branch), which then resumes (`--ckpt_path last`) exactly as a run
+    killed at that step resumes; a rung killed later resumes from its own checkpoints."""
+
+    budgets: tuple[int, ...]  # ascending
+    decay_fraction: float
+
+    def decay_start(self, budget: int) -> int:
+        return budget - round(self.decay_fraction * budget)
+
+    @property
+    def starts(self) -> list[int]:
+        """The trunk's kept steps: each rung's decay start."""
+        return [self.decay_start(b) for b in self.budgets]
+
+    def matrix(self) -> dict:
+        """The grid's matrix: each budget with its decay start."""
+        return {LADDER_OVER: {b: {"model.schedule": "wsd", "model.decay_start": self.decay_start(b)}
+                              for b in self.budgets}}
+
+    def trunk_overrides(self) -> dict[str, Any]:
+        """What a trunk cell sets over its family's overrides: no decay, to the last rung's start, kept there."""
+        return {LADDER_OVER: max(self.starts), "model.schedule": "wsd", "model.decay_start": None,
+                "checkpoint.keep_steps": self.starts}
+
+    def to_dict(self) -> dict:
+        return {"budgets": list(self.budgets), "decay_fraction": self.decay_fraction, "decay_starts": self.starts}
+
+
+def parse_ladder(raw: Any, where: str) -> Ladder | None:
+    """Check a grid's `ladder:` block; GridError names the problem."""
+    if raw is None:
+        return None
+    where = f"{where}: ladder"
+    if not isinstance(raw, dict) or set(raw) != LADDER_FIELDS:
+        raise GridError(f"{where} must be a mapping with fields {sorted(LADDER_FIELDS)}, got {raw!r}")
+    budgets, fraction = raw["budgets"], raw["decay_fraction"]
+    if (not isinstance(budgets, list) or len(budgets) < 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in budgets)
+            or budgets != sorted(set(budgets))):
+        raise GridError(f"{where}.budgets must be at least two ascending, distinct step counts, got {budgets!r}")
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+        raise GridError(f"{where}.decay_fraction must be a fraction in (0, 1), got {fraction!r}")
+    ladder = Ladder(tuple(budgets), float(fraction))
+    starts = ladder.starts
+    if starts != sorted(set(starts)) or starts[0] < 1:
+        raise GridError(f"{where}: the rungs' decay starts {starts} must be distinct and positive")
+    return ladder
+
+
+def trunk_cell(family: str) -> str:
+    return f"{family},{TRUNK}"
 
 
 def _seeds(spec: dict, seeds: Sequence[int] | None, where: str) -> list[int]:

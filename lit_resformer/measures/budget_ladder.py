@@ -1,4 +1,4 @@
-"""A ladder grid's rungs read as budgets (lit_resformer.grids.ladder): per seed, each arm's final validation loss at
+"""A ladder grid's rungs read as budgets (lit_resformer.grids.spec.Ladder): per seed, each arm's final validation loss at
 the end of each rung's decay, a's gap to b and a's data saving at each budget, and their trends against log2 of the
 budget, each with its t interval over seeds.
 

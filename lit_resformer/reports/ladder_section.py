@@ -1,5 +1,5 @@
 """The report's ladder section for a grid that claims a data saving across budgets (`data_saving_slope`,
-lit_resformer.grids.ladder): at the end of each rung's decay, a's gap to b and a's data saving 1 - B / B', each with
+lit_resformer.grids.spec.Ladder): at the end of each rung's decay, a's gap to b and a's data saving 1 - B / B', each with
 its 95% t interval over seeds (paired: a seed's two runs share its data order), and a trend fitted per seed against
 log2 budget, drawn with its pointwise 95% interval, its slope per doubling of the budget stated with its interval
 (lit_resformer.measures.budget_ladder)."""

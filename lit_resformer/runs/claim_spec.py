@@ -74,7 +74,7 @@ says how each kind is judged and shown):
   val_loss_gap_dependence  the slope of the final validation-loss gap a - b against log2 of `over`, per seed, over
                            the cells that have `over` as a matrix key; direction `either`: a two-sided claim that
                            the gap depends on `over` (the slope is not zero), never contradicted by a test against zero
-  data_saving_slope        a ladder's (lit_resformer.grids.ladder) per-seed data saving of a over b at the end of each
+  data_saving_slope        a ladder's (lit_resformer.grids.spec.Ladder) per-seed data saving of a over b at the end of each
                            rung's decay, 1 - B / B' where b reaches a's loss at budget B', and its slope against
                            log2 of `over` (the budget); direction `flat`: the saving is constant (contradicted when the
                            slope's interval excludes zero, reproduced when it lies within +-margin)

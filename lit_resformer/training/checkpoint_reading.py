@@ -12,12 +12,6 @@ if TYPE_CHECKING:
     import torch
 
 LAST_CHECKPOINT = "last.ckpt"
-KEPT_PREFIX = "kept-step"  # a checkpoint kept at a named step (RunCheckpoint's keep_steps): never pruned
-
-
-def kept_checkpoint(folder: str | Path, step: int) -> Path:
-    """Where a run's checkpoint kept at `step` (RunCheckpoint's keep_steps) lies in its checkpoints folder."""
-    return Path(folder) / f"{KEPT_PREFIX}{step:06d}.ckpt"
 # Lightning keys of a training checkpoint: without them the file cannot resume a run.
 CHECKPOINT_KEYS = ("state_dict", "global_step", "loops")
 

@@ -69,14 +69,6 @@ class ConfigChecker:
         cfg = self.check(config) if checked else self.parser.parse_object(dict(config))
         return yaml.safe_load(self.parser.dump(cfg, skip_none=False))
 
-    def unknown_field(self, key: str) -> str | None:
-        """Why the dotted `key` is not a field, or None (see `unknown_field`)."""
-        return unknown_field(self.parser, self.fields, key)
-
-    def expected(self, key: str) -> str | None:
-        """What the field `key` takes, in words; None for a key that is no field."""
-        return expected_type(self.parser, key)
-
     def cell_configs(self, base: dict, overrides: dict[str, Any], cells: Mapping[str, dict[str, Any]],
                      forced: dict[str, Any], where: str) -> tuple[dict[str, dict], dict[str, dict]]:
         """A grid's cells (name -> its own dotted overrides) as `fit` would run them: cell name -> the base with the
@@ -99,7 +91,7 @@ class ConfigChecker:
         named as such."""
         for place, keys in written.items():
             for key in keys:
-                problem = self.unknown_field(key)
+                problem = unknown_field(self.parser, self.fields, key)
                 if problem:
                     raise CellConfigError(f"{place}: unknown override key '{key}': {problem}")
         try:
@@ -108,7 +100,7 @@ class ConfigChecker:
             message = str(e)
             # the parser names the field it refused; say what that field takes
             key = next((k for k in overrides if f'"{k}"' in message), None)
-            expected = self.expected(key) if key else None
+            expected = expected_type(self.parser, key) if key else None
             if expected is None:
                 raise CellConfigError(f"{where}: {message}") from None
             raise CellConfigError(f"{where}: '{key}' expects {expected}, got {overrides[key]!r}") from None

@@ -31,8 +31,9 @@ import gzip
 import json
 import math
 import os
+import shutil
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ TRAIN_LOSS = "train/loss"
 TOKENS_SEEN = "train/tokens_seen"  # the training tokens by a step, every device and accumulated batch counted
 # the statuses of a summary that a rerun of its grid skips; failed and interrupted runs are retried
 FINISHED = ("done", "diverged")
+KEPT_PREFIX = "kept-step"  # a checkpoint kept at a named step (RunCheckpoint's keep_steps): never pruned
+BRANCH_FILE = "branch.json"  # in a ladder rung's folder: the trunk and step it started from (RunDir.start_branch)
 
 
 
@@ -69,6 +72,11 @@ def tokens_seen_by(series: dict[str, list[tuple[int, float]]]) -> Callable[[int]
         return int(points[index][1]) if index >= 0 else 0
 
     return tokens
+
+
+def kept_checkpoint(folder: str | Path, step: int) -> Path:
+    """Where a run's checkpoint kept at `step` (RunCheckpoint's keep_steps) lies in its checkpoints folder."""
+    return Path(folder) / f"{KEPT_PREFIX}{step:06d}.ckpt"
 
 
 class RunConflict(RuntimeError):
@@ -186,6 +194,28 @@ class RunDir:
             raise ValueError(f"{self.checkpoints_dir} holds no intact checkpoint to resume from ({'; '.join(problems)})")
         return None
 
+    def has_kept(self, step: int) -> bool:
+        """Whether the run kept its checkpoint at `step` (a ladder trunk keeps one at each rung's decay start)."""
+        return kept_checkpoint(self.checkpoints_dir, step).is_file()
+
+    def start_branch(self, trunk: RunDir, step: int, trunk_name: str) -> bool:
+        """Start this run as a decay branch of `trunk` (a ladder rung, lit_resformer.grids.spec): the trunk's
+        checkpoint kept at `step` becomes this run's last.ckpt and the trunk's logged metrics before `step` its first
+        csv versions (those after it are the branch's own: a resumed run's later version wins from its first training
+        step), so that the folder reads as a run resumed at `step`; BRANCH_FILE names the trunk and step. False
+        (nothing written) when the trunk has not kept that checkpoint yet."""
+        kept = kept_checkpoint(trunk.checkpoints_dir, step)
+        if not kept.is_file():
+            return False
+        for index, source in enumerate(trunk.metric_files()):
+            _copy_rows_before(source, self.csv_dir / f"version_{index}" / METRICS, step)
+        self.checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        staged = self.checkpoints_dir / f".{kept.name}.partial"
+        shutil.copyfile(kept, staged)
+        staged.replace(self.last_checkpoint)
+        atomic_write_json(self.path / BRANCH_FILE, {"trunk": trunk_name, "step": step, "checkpoint": str(kept)})
+        return True
+
     # ------------------------------------------------------------------ metrics
     def metric_files(self) -> list[Path]:
         """csv/version_<k>/metrics.csv (or, in exported results, metrics.csv.gz) of every (re)start, in start order."""
@@ -282,6 +312,20 @@ class RunDir:
             yield fd
         finally:
             os.close(fd)
+
+
+def _copy_rows_before(source: Path, target: Path, step: int) -> None:
+    """The rows of a metrics file logged before `step` (a step's row is logged at its index: the first `step`
+    optimizer steps are rows 0 .. step - 1)."""
+    with open_metrics(source) as f:
+        reader = csv.DictReader(f)
+        rows = [row for row in reader if row.get("step") not in (None, "") and int(float(row["step"])) < step]
+        fields: Sequence[str] = reader.fieldnames or ["step"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def _finite_or_none(value: Any) -> Any:

@@ -9,9 +9,8 @@ import pytest
 import yaml
 
 from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
-from lit_resformer.grids.ladder import BRANCH_FILE, LadderError, parse_ladder, seed_branch
-from lit_resformer.training.checkpoint_reading import kept_checkpoint
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.grids.spec import parse_ladder
+from lit_resformer.training.run_dir import BRANCH_FILE, RunDir, kept_checkpoint
 from tests.helpers.experiments import fit, fit_killed_at, read_metrics, tiny_experiment
 from tests.helpers.fake_trainer import calls, summary
 
@@ -48,7 +47,7 @@ def write_grid(folder, grid: dict, name: str = "grid.yaml"):
     ({"budgets": [10, 20], "decay_fraction": 1.0}, "decay_fraction must be a fraction in"),
 ])
 def test_a_malformed_ladder_is_refused_naming_the_field(raw, message):
-    with pytest.raises(LadderError, match=message):
+    with pytest.raises(GridError, match=message):
         parse_ladder(raw, "g.yaml")
 
 
@@ -136,7 +135,7 @@ def test_a_rung_equals_a_straight_wsd_run_and_resumes_exactly_after_a_kill(tmp_p
     assert kept_checkpoint(RunDir(trunk).checkpoints_dir, 6).is_file()  # kept past save_top_k's pruning
     assert not (RunDir(trunk).checkpoints_dir / "step000006.ckpt").exists()
     for rung in (branch, killed):
-        assert seed_branch(RunDir(rung), RunDir(trunk), 6, "trunk")
+        assert RunDir(rung).start_branch(RunDir(trunk), 6, "trunk")
     fit(straight_config, branch, "--ckpt_path", "last")
     fit_killed_at(straight_config, killed, 9, "--ckpt_path", "last")
     assert max(s for s, _ in read_metrics(killed)["train/loss"]) < 9  # it died before its end
@@ -147,4 +146,4 @@ def test_a_rung_equals_a_straight_wsd_run_and_resumes_exactly_after_a_kill(tmp_p
         got = read_metrics(run)
         for name in ("train/loss", "val/loss", "train/lr", "train/tokens_seen"):
             assert got[name] == expected[name], (run.name, name)
-    assert not seed_branch(RunDir(tmp_path / "early"), RunDir(trunk), 4, "trunk")  # no checkpoint kept at step 4
+    assert not RunDir(tmp_path / "early").start_branch(RunDir(trunk), 4, "trunk")  # no checkpoint kept at step 4

@@ -15,7 +15,7 @@ FAKE_TRAINER = textwrap.dedent(
     import csv, json, math, os, signal, sys, time
     from pathlib import Path
     import yaml
-    from lit_resformer.training.checkpoint_reading import kept_checkpoint
+    from lit_resformer.training.run_dir import kept_checkpoint
     from lit_resformer.training.run_dir import RunDir
 
     args = sys.argv[1:]
