@@ -12,11 +12,15 @@ from __future__ import annotations
 import os
 import queue
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
+
+from tqdm import tqdm
 
 from lit_resformer.execution.jobs import RunJob, execute
 from lit_resformer.execution.stack_jobs import StackJob, execute_job, stacked_runs
@@ -132,7 +136,7 @@ class SlurmExecutor:
 
     def __init__(
         self,
-        folder: str | Path,
+        folder: str | Path | None = None,
         partition: str | None = None,
         gpus_per_run: int = 1,
         cpus_per_task: int | None = None,
@@ -145,7 +149,7 @@ class SlurmExecutor:
         cluster: str = "slurm",
         poll_s: float = 10.0,
     ):
-        self.folder = Path(folder)
+        self.folder = None if folder is None else Path(folder)  # None: each job's grid folder's .submitit
         self.cluster = cluster
         self.poll_s = poll_s
         self.max_requeues = max_requeues
@@ -168,13 +172,18 @@ class SlurmExecutor:
         shown = {**self.parameters, **self.slurm_parameters}
         return f"submitit ({self.cluster}) one job per run: " + ", ".join(f"{k}={v}" for k, v in shown.items())
 
-    def _executor(self, job_name: str):
+    def job_folder(self, job: RunJob) -> Path:
+        """Where submitit keeps the job's files (%j: its Slurm job id): the executor's folder, else .submitit in the
+        folder of the job's grid (RUNS/<grid>/<cell>/seed<k>)."""
+        return (self.folder or Path(job.run_dir).parent.parent / ".submitit") / "%j"
+
+    def _executor(self, job: RunJob):
         import submitit
 
         executor = submitit.AutoExecutor(
-            folder=self.folder / "%j", cluster=self.cluster, slurm_max_num_timeout=self.max_requeues
+            folder=self.job_folder(job), cluster=self.cluster, slurm_max_num_timeout=self.max_requeues
         )
-        executor.update_parameters(name=job_name, **self.parameters, **self.slurm_parameters)
+        executor.update_parameters(name=job.name.replace("/", "."), **self.parameters, **self.slurm_parameters)
         return executor
 
     def sbatch_script(self, job: RunJob) -> str:
@@ -189,8 +198,9 @@ class SlurmExecutor:
         params.update({k.removeprefix("slurm_"): v for k, v in self.slurm_parameters.items()})
         if "mem" in params:
             params["mem"] = slurm._convert_mem(params["mem"])
-        command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(self.folder / '%j'))}"
-        return slurm._make_sbatch_string(command=command, folder=self.folder / "%j", job_name=job.name.replace("/", "."), **params)
+        folder = self.job_folder(job)
+        command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+        return slurm._make_sbatch_string(command=command, folder=folder, job_name=job.name.replace("/", "."), **params)
 
     @staticmethod
     def _left_queue(handle) -> bool:
@@ -207,7 +217,7 @@ class SlurmExecutor:
     def run(self, jobs: Sequence[RunJob], on_done: OnDone) -> None:
         submitted = []
         for job in jobs:
-            executor = self._executor(job.name.replace("/", "."))
+            executor = self._executor(job)
             submitted.append((job, executor.submit(CheckpointableRun(job))))
         pending = list(submitted)
         while pending:
@@ -228,6 +238,54 @@ class SlurmExecutor:
             pending = still
             if pending:
                 time.sleep(self.poll_s)
+
+
+class DeviceError(ValueError):
+    """Runs that want GPUs the executor cannot give them; the message names the run and the remedy."""
+
+
+def check_devices(pool, configs: Mapping[str, dict], gpus_per_run: int) -> None:
+    """Runs (name -> config) that want GPUs must get them, and as many as their trainer uses (a run with
+    trainer.devices: 8 under DDP needs --gpus-per-run 8)."""
+    local_gpus = isinstance(pool, LocalExecutor) and bool(pool.slots[0]["CUDA_VISIBLE_DEVICES"])
+    for name, config in configs.items():
+        trainer = config.get("trainer") or {}
+        if str(trainer.get("accelerator", "auto")) not in ("gpu", "cuda"):
+            continue
+        if isinstance(pool, LocalExecutor) and not local_gpus:
+            raise DeviceError(f"{name} trains on GPUs (trainer.accelerator={trainer['accelerator']}) but no GPU is "
+                              f"visible here; run it on a GPU machine or with --executor slurm")
+        devices = trainer.get("devices")
+        if isinstance(devices, int) and not isinstance(devices, bool) and devices > gpus_per_run:
+            raise DeviceError(f"{name} uses trainer.devices={devices} GPUs but each run gets --gpus-per-run "
+                              f"{gpus_per_run}; pass --gpus-per-run {devices}")
+
+
+# record(job, summary, error) -> (what to count the outcome as, a line to show or None)
+Record = Callable[[RunJob, dict | None, str | None], tuple[str, str | None]]
+
+
+def run_with_progress(pool, jobs: Sequence[RunJob | StackJob], record: Record, desc: str, progress: bool) -> None:
+    """Run the jobs through the executor, each outcome handed to `record` as it arrives, under a progress bar on
+    stderr (one tick a run, the outcomes counted beside it, `record`'s lines above it)."""
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    bar = tqdm(total=sum(len(stacked_runs(job)) for job in jobs), desc=desc, unit="run",
+               disable=not progress or not jobs, file=sys.stderr)
+
+    def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
+        with lock:
+            counted, line = record(job, summary, error)
+            counts[counted] += 1
+            if line:
+                bar.write(line)
+            bar.update(1)
+            bar.set_postfix(dict(counts))
+
+    try:
+        pool.run(jobs, on_done)
+    finally:
+        bar.close()
 
 
 try:

@@ -1,20 +1,25 @@
-"""The expanded grid: its cells, the runs they make, and what a `select:` block adds once its pilot has chosen.
-`load_grid` (lit_resformer.grids.spec) reads a grid file into a `Grid`; the runner works on that."""
+"""The expanded grid: its cells, the runs they make, what a `select:` block adds once its pilot has chosen, and what
+happens to each run in a round given the state of its folder (Grid.plan). `load_grid` (lit_resformer.grids.spec)
+reads a grid file into a `Grid`; the runner works on that."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import math
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lit_resformer.config.diff import changed_fields
-from lit_resformer.grids.selection import Selection, SelectionError, best_point
+from lit_resformer.execution.jobs import post_training_result
+from lit_resformer.grids.selection import Choice, Selection
 from lit_resformer.runs import identity
+from lit_resformer.runs.directory import FolderState, RunState, check_run_config, run_state
+from lit_resformer.runs.summary import last_step
+from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
     from lit_resformer.grids.spec import Ladder
@@ -58,6 +63,33 @@ class Run:
 
 
 @dataclass
+class PlannedRun:
+    """What happens to a run in a round (Grid.plan)."""
+
+    run: Run
+    run_dir: RunDir  # the grid's own entry <cell>/seed<k>
+    action: str  # what will happen, for --dry-run and the log
+    train: bool  # False: training is finished (done or diverged)
+    post_training: list[str]  # eval/analysis steps still to run on it
+    busy: bool = False  # another process holds the run's lock
+    shared: RunDir | None = None  # the same run trained elsewhere: the run directory becomes a link to it
+    selected: bool = False  # added by the grid's `select:` block
+    waits: str = ""  # why a ladder rung cannot start yet ("" when it can, or is no rung)
+    branch: tuple[RunDir, int, str] | None = None  # a rung that starts now: (its trunk's run, the step, the trunk's name)
+
+
+@dataclass
+class RoundPlan:
+    """A round of the grid (Grid.plan): what happens to each run, and the grid as its manifest records it then."""
+
+    runs: list[PlannedRun]
+    manifest: dict  # Grid.manifest, with the cells a `select:` block added so far
+    changes: dict[str, dict[str, tuple[Any, Any]]]  # Grid.changes: what each cell changes relative to the base
+    precision: str  # the cells' trainer precision(s), and the first cell's accelerator: where the runner runs them
+    accelerator: str
+
+
+@dataclass
 class Grid:
     name: str
     path: Path
@@ -77,6 +109,7 @@ class Grid:
     families: dict[str, dict] = field(default_factory=dict, repr=False)  # `cells` entry -> its own overrides
     forced: dict[str, Any] = field(default_factory=dict, repr=False)  # --set: wins over every cell's overrides
     ladder: Ladder | None = None  # the `ladder:` block (lit_resformer.grids.spec.Ladder)
+    run_keys: list[tuple[str, int]] = field(default_factory=list, repr=False)  # (cell, seed) of every run it may train
     branch_points: dict[str, BranchPoint] = field(default_factory=dict, repr=False)  # ladder rung -> where it branches
     # the cells a `select:` block's at_best adds at each value its arm may choose (each with `at` set); the grid
     # takes those of the chosen value (chosen_runs)
@@ -157,48 +190,91 @@ class Grid:
         over = self.selection.over
         return {cell.coords[over]: cell.name for cell in self.cells if cell.family == arm and not cell.at}
 
-    def chosen_runs(self, finals: Mapping[str, Mapping[int, float | None]]) -> tuple[list[Run], dict[str, Any], list[str]]:
-        """What the `select:` block adds once its pilot runs are finished (`finals`: cell -> seed -> final validation
-        loss of each finished run, None for a diverged one): (the runs at the chosen points, in a stable order; the
-        arms chosen so far, arm -> value; a line for each addition still waiting, saying for what). Each at_best cell
-        is added to the grid (its config resolved and checked as load_grid checks every cell) when its point is
-        chosen. GridError (naming the arm and its best point) when an arm's best is at an end of the swept range."""
-        selection = self.selection
-        if selection is None:
-            return [], {}, []
-        best, waiting = {}, []
-        for arm in selection.arms:
-            cells = self.pilot_cells(arm)
-            by_value = {value: finals.get(cell, {}) for value, cell in cells.items()}
-            try:
-                chosen = best_point(selection, arm, by_value)
-            except SelectionError as e:
-                raise GridError(f"{self.path}: select: {e}") from None
-            if chosen is None:
-                done = sum(seed in by_value[value] for value in cells for seed in selection.pilot_seeds)
-                waiting.append(f"{arm}'s best {selection.over}: waits for its pilot runs ({done} of "
-                               f"{len(cells) * len(selection.pilot_seeds)} finished)")
-            else:
-                best[arm] = chosen
+    def chosen_runs(self, choice: Choice) -> list[Run]:
+        """The runs a `select:` block's choice adds (Selection.choose), in a stable order: the confirmation seeds at
+        each point that can train, then the at_best cells at the chosen value (each added to the grid the first time,
+        its config resolved and checked as load_grid checks every cell)."""
         runs: dict[str, Run] = {}
-        for arm, points in selection.confirm.items():
-            for point in points:
-                needed = selection.needs(point, arm)
-                if needed is not None and needed not in best:
-                    waiting.append(f"{arm} at {point}: confirmation seeds {list(selection.seeds)} wait for {needed}'s "
-                                   "best")
-                    continue
-                cell = self.pilot_cells(arm)[next(v for v in self.pilot_cells(arm)
-                                                  if math.isclose(v, selection.point(point, arm, best)))]
-                runs.update((run.name, run) for run in self.runs(selection.seeds, [cell]))
-        at_best = selection.at_best
-        if at_best is not None and at_best.of in best:
-            cells = self._add_at_best(best[at_best.of])
-            runs.update((run.name, run) for run in self.runs(at_best.seeds, cells))
-        elif at_best is not None:
-            waiting.append(f"{', '.join(at_best.families)} at {at_best.of}'s best {selection.over} x "
-                           f"{', '.join(at_best.matrix)}: wait for {at_best.of}'s best")
-        return list(runs.values()), best, waiting
+        for arm, value in choice.confirm:
+            runs.update((run.name, run) for run in self.runs(self.selection.seeds, [self.selection.cells[arm][value]]))
+        if choice.at_best is not None:
+            cells = self._add_at_best(choice.at_best)
+            runs.update((run.name, run) for run in self.runs(self.selection.at_best.seeds, cells))
+        return list(runs.values())
+
+    def plan(self, choice: Choice | None, state: FolderState, post_training: Sequence[str]) -> RoundPlan:
+        """What happens to every run of the round: the grid's own and those its `select:` block's `choice` adds, given
+        the folder's `state` (GridDir.survey). A run not started whose config another grid of the runs folder (or an
+        earlier cell of this one) already trains is shared with that run, not trained again; a ladder rung starts from
+        its trunk once the trunk has kept the checkpoint at the rung's decay start. Refuses (RunConflict) if any
+        existing run directory holds a different config, checked for all runs before anything starts."""
+        own = self.runs()
+        names = {run.name for run in own}
+        runs = list({run.name: run for run in [*own, *(self.chosen_runs(choice) if choice else [])]}.values())
+        twins = _Twins(self, state.elsewhere)
+        conflicts, planned = [], []
+        for run in runs:
+            found = state.runs[run.cell, run.seed]
+            try:
+                planned.append(self._planned(run, found, state, twins, post_training, run.name not in names))
+            except RunConflict as e:
+                conflicts.append(str(e))
+        if conflicts:
+            raise RunConflict("\n".join(conflicts))
+        trainers = [config.get("trainer") or {} for config in self.configs.values()]
+        changes = self.changes()
+        return RoundPlan(planned, self.manifest(changes), changes,
+                         ", ".join(dict.fromkeys(str(t.get("precision", "32-true")) for t in trainers)),
+                         str(trainers[0].get("accelerator", "auto")))
+
+    def _planned(self, run: Run, found: RunState, state: FolderState, twins: _Twins, post_training: Sequence[str],
+                 selected: bool) -> PlannedRun:
+        """What happens to one run (see plan)."""
+        if not found.exists:  # not started, or a link whose run was deleted since
+            shared = twins.find(run, found.run_dir)
+        elif found.shared is not None:  # shared by an earlier call
+            shared = found.shared
+            twins.register(run, shared)
+            check_run_config(found.run_dir, run.config, run.name, self.same_run)
+        else:
+            shared = None
+            twins.register(run, found.run_dir)
+        if shared is not None:
+            # a run of this grid does its own post-training steps; one finished elsewhere gets those it lacks here
+            in_grid = state.path.resolve() in shared.path.resolve().parents
+            pending = [] if in_grid else [k for k in post_training if run_state(shared) == "done"
+                                          and not post_training_result(k, shared).is_file()]
+            trained_as = os.path.relpath(shared.path, state.path.parent)  # <grid>/<cell>/seed<k> in the runs folder
+            return PlannedRun(run, found.run_dir, f"shared: trained as {trained_as}", False, pending, shared=shared,
+                              selected=selected)
+        check_run_config(found.run_dir, run.config, run.name, self.same_run)
+        status = found.summary.get("status")
+        if found.lock_holder is not None:  # another runner trains it (or evaluates it): leave it to that runner
+            return PlannedRun(run, found.run_dir, f"skip: busy (locked by {found.lock_holder})", False, [], busy=True,
+                              selected=selected)
+        if status == "done":
+            action = "skip: done"
+        elif status == "diverged":
+            action = f"skip: diverged at step {found.summary.get('diverged_step')}"
+        elif found.checkpointed:
+            action = f"resume from checkpoint (logged up to step {last_step(found.run_dir)})"
+        elif status in ("failed", "interrupted", "running"):
+            action = f"retry ({status}{': ' + found.summary['error'] if found.summary.get('error') else ''})"
+        else:
+            action = "run"
+        train = status not in FINISHED
+        pending = [k for k in post_training
+                   if (train or status == "done") and not post_training_result(k, found.run_dir).is_file()]
+        point = self.branch_points.get(run.cell)
+        waits, branch = "", None
+        if train and point is not None and not found.started:
+            trunk = state.runs[point.trunk, run.seed]
+            trunk_name = f"{self.name}/{point.trunk}/seed{run.seed}"
+            if point.step in trunk.kept_steps:
+                branch = (trunk.shared or trunk.run_dir, point.step, trunk_name)
+            else:
+                waits = f"waits for its trunk {trunk_name} to reach step {point.step}"
+        return PlannedRun(run, found.run_dir, action, train, pending, selected=selected, waits=waits, branch=branch)
 
     def _add_at_best(self, value: Any) -> list[str]:
         """The at_best cells at the chosen `value` (added to the grid the first time), by name."""
@@ -218,9 +294,10 @@ class Grid:
         self._known.update((_written(configs[name]), resolved[name]) for name in configs)
         return [c.name for c in cells]
 
-    def manifest(self) -> dict:
-        """What the report needs to know about the grid, written next to its runs."""
-        changes = self.changes()
+    def manifest(self, changes: dict[str, dict[str, tuple[Any, Any]]] | None = None) -> dict:
+        """What the report needs to know about the grid, written next to its runs (`changes`: Grid.changes, if the
+        caller has it)."""
+        changes = self.changes() if changes is None else changes
         return {
             "name": self.name,
             "description": self.description,
@@ -237,6 +314,41 @@ class Grid:
             **({"select": self.selection.to_dict()} if self.selection else {}),
             **({"ladder": self.ladder.to_dict()} if self.ladder else {}),
         }
+
+
+class _Twins:
+    """Finds, for a run not started yet, the same run trained elsewhere: a finished run of another grid in the same
+    runs folder (`elsewhere`: with its config as written), or an earlier run of this grid, whose config has the same
+    identity (Grid.identity: every field's value, seed included, where a run trains and writes left out). Identical
+    configs are matched as written; others are resolved (a fraction of a second each, once: the grid keeps what it
+    resolved), and only against candidates of the same seed."""
+
+    def __init__(self, grid: Grid, elsewhere: list[tuple[dict, RunDir]]):
+        self.grid = grid
+        self._elsewhere: dict[int, list[tuple[dict, RunDir]]] = {}  # seed -> finished runs of other grids
+        for config, trained in elsewhere:
+            self._elsewhere.setdefault(config.get("seed_everything"), []).append((config, trained))
+        self._in_grid: dict[str, RunDir] = {}  # identity -> the first run of this grid with it
+
+    def register(self, run: Run, run_dir: RunDir) -> None:
+        """A run of the grid that exists already (trained here, or through a link): later twins are linked to it."""
+        identity = self.grid.identity(run.config)
+        if identity is not None:
+            self._in_grid.setdefault(identity, run_dir)
+
+    def find(self, run: Run, run_dir: RunDir) -> RunDir | None:
+        """The run to share the not yet started `run` with (None: train it in `run_dir`)."""
+        identity = self.grid.identity(run.config)
+        if identity is None:
+            return None
+        if identity in self._in_grid:
+            return self._in_grid[identity]
+        candidates = self._elsewhere.get(run.config.get("seed_everything"), [])
+        shared = next((trained for config, trained in candidates if config == run.config), None)
+        if shared is None:
+            shared = next((trained for config, trained in candidates if self.grid.identity(config) == identity), None)
+        self._in_grid[identity] = shared or run_dir
+        return shared
 
 
 def _written(config: dict) -> str:

@@ -98,7 +98,7 @@ def rederive(runs: Sequence[CommittedRun], runs_dir: str | Path, pool: PoolOptio
         jobs.append(RunJob(committed.grid, committed.cell, committed.seed, target.path, command,
                            post_training=tuple(post_training)))
     errors: dict[str, str] = {}
-    make_executor(pool or PoolOptions(), Path(runs_dir)).run(
+    make_executor(pool or PoolOptions()).run(
         jobs, lambda job, summary, error: errors.update({job.name: error}) if error else None)
     rows = [compare(committed, RunDir(job.run_dir), errors.get(job.name)) for committed, job in zip(runs, jobs, strict=True)]
     write_comparison(rows, Path(runs_dir), commit, dirty)

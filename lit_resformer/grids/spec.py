@@ -122,6 +122,13 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
                                     where)
     except SelectionError as e:
         raise GridError(str(e)) from None
+    run_keys = [(c.name, seed) for c in cells for seed in seeds]
+    if selection is not None:
+        selection = dataclasses.replace(selection, cells={
+            arm: {c.coords[selection.over]: c.name for c in cells if c.family == arm} for arm in selection.arms})
+        run_keys += [(cell, seed) for arm in selection.confirm for cell in selection.cells[arm].values()
+                     for seed in selection.seeds]
+        run_keys += [(c.name, seed) for c in at_best_cells for seed in selection.at_best.seeds]
     return Grid(
         name=name,
         path=path.resolve(),
@@ -142,6 +149,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         forced=forced,
         ladder=ladder,
         branch_points=branch_points,
+        run_keys=list(dict.fromkeys(run_keys)),
         at_best_cells=at_best_cells,
     )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -60,6 +61,34 @@ def migrate_manifest(manifest: dict, where: Path | str) -> dict:
 
 
 SameRun = Callable[[dict, dict, bool], bool]  # whether two configs run the same (the run finished or not)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A run folder <cell>/seed<k> as the runner finds it when it plans a round (GridDir.survey)."""
+
+    run_dir: RunDir  # the grid's own entry: a folder, a link to the same run trained elsewhere, or nothing yet
+    exists: bool = False  # False: not started, or a link whose run was deleted since (it trains here now)
+    shared: RunDir | None = None  # the run the entry links to (None: the grid's own)
+    summary: dict = field(default_factory=dict)  # its summary.json ({} when none)
+    lock_holder: str | None = None  # the process that works in it now
+    started: bool = False  # a training process wrote here (RunDir.has_training_output)
+    checkpointed: bool = False  # it has a checkpoint to resume from
+    kept_steps: frozenset[int] = frozenset()  # the steps it kept a checkpoint at (a ladder trunk's rung starts)
+
+    @property
+    def status(self) -> str:
+        return self.summary.get("status") or "pending"
+
+
+@dataclass(frozen=True)
+class FolderState:
+    """What a grid's folder and its runs folder hold when the runner plans a round."""
+
+    path: Path  # the grid's folder
+    runs: dict[tuple[str, int], RunState]  # (cell, seed) -> its folder, for every run the grid may train
+    finals: dict[str, dict[int, float | None]]  # cell -> seed -> final validation loss of each finished run (None: diverged)
+    elsewhere: list[tuple[dict, RunDir]]  # the finished runs of the other grids of the runs folder, with their configs
 
 
 class GridDir:
@@ -128,6 +157,43 @@ class GridDir:
     def finished_runs(self) -> list[tuple[str, int, RunDir]]:
         """(cell, seed, run) of the runs whose summary says done or diverged, in a stable order."""
         return [(cell, seed, run) for cell, seed, run in self.all_runs() if run_state(run) in FINISHED]
+
+    def survey(self, runs: Iterable[tuple[str, int]]) -> FolderState:
+        """The state of the `runs` (cell, seed) of the grid, read once for a round: each folder (followed through its
+        link), the final loss of every finished one, and the finished runs of the other grids of the runs folder (a
+        run not started yet is shared with one of the same identity)."""
+        states: dict[tuple[str, int], RunState] = {}
+        finals: dict[str, dict[int, float | None]] = {}
+        for cell, seed in runs:
+            run = self.run_dir(cell, seed)
+            exists = run.path.exists()
+            summary = (run.read_summary() or {}) if exists else {}
+            states[cell, seed] = RunState(
+                run, exists, RunDir(run.path.resolve()) if exists and run.path.is_symlink() else None, summary,
+                run.lock_holder() if exists else None, exists and run.has_training_output(),
+                exists and run.has_checkpoint(), frozenset(run.kept_steps()) if exists else frozenset())
+            if summary.get("status") in FINISHED:
+                finals.setdefault(cell, {})[seed] = summary.get("final_val_loss") if summary["status"] == "done" else None
+        elsewhere = [(config, trained) for trained in finished_elsewhere(self.path.parent, self)
+                     if (config := trained.read_experiment()) is not None]
+        return FolderState(self.path, states, finals, elsewhere)
+
+    def prepare(self, manifest: dict, provenance: dict, entries: Iterable[tuple[str, int, dict, str, RunDir | None]],
+                same_run: SameRun, branches: Iterable[tuple[RunDir, RunDir, int, str]]) -> None:
+        """Make the folder ready for a round's jobs: the manifest (with the provenance of the process that runs it);
+        each run's entry (cell, seed, config, run name, the run it shares or None): a link to the run it shares, or
+        a link whose run was deleted dropped (it trains here now), its config written (checked against one already
+        there, write_run_config); and each ladder rung that starts now seeded from its trunk's kept checkpoint
+        (rung, trunk, step, the trunk's name: RunDir.start_branch)."""
+        self.write_manifest(manifest, provenance)
+        for cell, seed, config, name, shared in entries:
+            if shared is not None:
+                self.share(cell, seed, shared)
+            else:
+                self.drop_broken_link(cell, seed)
+            write_run_config(self.run_dir(cell, seed), config, name, same_run)
+        for rung, trunk, step, trunk_name in branches:
+            rung.start_branch(trunk, step, trunk_name)
 
     # ------------------------------------------------------------------ runs shared with other grids
     def share(self, cell: str, seed: int, trained: RunDir) -> RunDir:

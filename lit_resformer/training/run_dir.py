@@ -194,9 +194,11 @@ class RunDir:
             raise ValueError(f"{self.checkpoints_dir} holds no intact checkpoint to resume from ({'; '.join(problems)})")
         return None
 
-    def has_kept(self, step: int) -> bool:
-        """Whether the run kept its checkpoint at `step` (a ladder trunk keeps one at each rung's decay start)."""
-        return kept_checkpoint(self.checkpoints_dir, step).is_file()
+    def kept_steps(self) -> list[int]:
+        """The steps the run kept a checkpoint at (kept_checkpoint: a ladder trunk keeps one at each rung's decay
+        start), ascending."""
+        return sorted(int(p.name.removeprefix(KEPT_PREFIX).removesuffix(".ckpt"))
+                      for p in self.checkpoints_dir.glob(f"{KEPT_PREFIX}*.ckpt"))
 
     def start_branch(self, trunk: RunDir, step: int, trunk_name: str) -> bool:
         """Start this run as a decay branch of `trunk` (a ladder rung, lit_resformer.grids.spec): the trunk's

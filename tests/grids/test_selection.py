@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
-from lit_resformer.grids.runner import pilot_finals
 from lit_resformer.grids.selection import BracketError, Selection, SelectionError, best_point, parse_selection
 from lit_resformer.runs.directory import GridDir
 
@@ -123,10 +122,19 @@ def test_a_grid_with_a_select_block_loads_its_pilot_and_checks_its_claims(tmp_pa
         load_grid(write_grid(tmp_path, no_confirm))
 
 
+def chosen_runs(grid, grid_dir):
+    """What the runner's round adds: the select block's choice from the folder's finished pilot runs, as runs."""
+    try:
+        choice = grid.selection.choose(GridDir(grid_dir).survey(grid.run_keys).finals)
+    except SelectionError as e:
+        raise GridError(f"{grid.path}: select: {e}") from None
+    return grid.chosen_runs(choice), choice.best, choice.waiting
+
+
 def test_the_runner_adds_the_chosen_runs_once_the_pilot_is_finished(tmp_path):
     grid = load_grid(write_grid(tmp_path, GRID))
     grid_dir = tmp_path / "runs" / "sweep"
-    chosen, best, waiting = grid.chosen_runs(pilot_finals(grid, grid_dir))
+    chosen, best, waiting = chosen_runs(grid, grid_dir)
     # nothing chosen yet: only the fixed shared rate trains the confirmation seeds
     assert best == {} and {r.name for r in chosen} == {f"sweep/{arm},lr=0.002/seed{s}" for arm in ("vanilla", "resformer")
                                                         for s in (2, 3)}
@@ -136,7 +144,7 @@ def test_the_runner_adds_the_chosen_runs_once_the_pilot_is_finished(tmp_path):
         for lr, cell in grid.pilot_cells(arm).items():
             for seed in (0, 1):
                 finished(grid_dir, cell, seed, 4.0 if lr == chosen_lr else 5.0 + lr)
-    chosen, best, waiting = grid.chosen_runs(pilot_finals(grid, grid_dir))
+    chosen, best, waiting = chosen_runs(grid, grid_dir)
     assert best == bests and waiting == []
     names = [r.name for r in chosen]
     confirm = [f"sweep/{cell}/seed{s}" for cell in ("vanilla,lr=0.001", "vanilla,lr=0.002", "resformer,lr=0.004",
@@ -152,7 +160,7 @@ def test_the_runner_adds_the_chosen_runs_once_the_pilot_is_finished(tmp_path):
     assert (cell.family, cell.coords, cell.at, cell.baseline) == (
         "svformer", {"model.warmup_steps": 8}, {"model.lr": 1.0e-3}, "vanilla,lr=0.001,warmup_steps=8")
     # choosing again adds nothing new
-    assert [r.name for r in grid.chosen_runs(pilot_finals(grid, grid_dir))[0]] == names
+    assert [r.name for r in chosen_runs(grid, grid_dir)[0]] == names
 
 
 def test_a_pilot_whose_best_is_at_an_end_fails_the_grid(tmp_path):
@@ -162,7 +170,7 @@ def test_a_pilot_whose_best_is_at_an_end_fails_the_grid(tmp_path):
         for seed in (0, 1):
             finished(grid_dir, cell, seed, 5.0 - lr)  # the highest rate is best
     with pytest.raises(GridError, match="svformer's best model.lr is 0.008, at an end of the swept range"):
-        grid.chosen_runs(pilot_finals(grid, grid_dir))
+        chosen_runs(grid, grid_dir)
 
 
 def test_dry_run_lists_the_pilot_and_what_waits(tmp_path):

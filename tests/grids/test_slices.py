@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from lit_resformer.runs.archive import SliceError, export_grid, merge_export
+from lit_resformer.runs.directory import GridDir
 from lit_resformer.training.run_dir import RunConflict, RunDir
 from tests.helpers.experiments import tiny_experiment
 
@@ -203,14 +204,12 @@ def test_a_finished_run_counts_wherever_it_trained_an_unfinished_one_does_not(tm
     in_bf16 = {**on_gpu, "trainer": {**on_gpu["trainer"], "precision": "bf16-mixed"}}
     assert not spec.same_run(in_bf16, run.config, True)  # precision changes the numbers: another run
 
-    from lit_resformer.grids.runner import plan
-
     grid_dir = tmp_path / "runs" / spec.name
     finished = RunDir(grid_dir / "vanilla/seed0")
     finished.write_experiment(on_gpu)
     finished.write_summary({"status": "done"})
-    actions = {p.run.name: p.action for p in plan(spec, spec.runs(), grid_dir, [])}
+    actions = {p.run.name: p.action for p in spec.plan(None, GridDir(grid_dir).survey(spec.run_keys), []).runs}
     assert actions["sliced/vanilla/seed0"] == "skip: done"
     finished.write_summary({"status": "interrupted"})
     with pytest.raises(RunConflict, match=r"trainer.accelerator: 'gpu' -> 'cpu'"):
-        plan(spec, spec.runs(), grid_dir, [])
+        spec.plan(None, GridDir(grid_dir).survey(spec.run_keys), [])
