@@ -17,7 +17,8 @@ from lit_resformer.config.diff import changed_fields
 from lit_resformer.execution.jobs import post_training_result
 from lit_resformer.grids.selection import Choice, Selection
 from lit_resformer.runs import identity
-from lit_resformer.runs.directory import FolderState, RunState, check_run_config, run_state
+from lit_resformer.runs.directory import FolderState, check_run_config, run_state
+from lit_resformer.runs.identity import Twins
 from lit_resformer.runs.summary import last_step
 from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 
@@ -114,6 +115,8 @@ class Grid:
     # the cells a `select:` block's at_best adds at each value its arm may choose (each with `at` set); the grid
     # takes those of the chosen value (chosen_runs)
     at_best_cells: list[Cell] = field(default_factory=list, repr=False)
+    # at_best cell -> (its config as written, resolved): checked by load_grid, entered in `configs` once chosen
+    at_best_configs: dict[str, tuple[dict, dict]] = field(default_factory=dict, repr=False)
     # a config as written (JSON) -> its resolved form (None: it no longer validates); load_grid's cells and the runs
     # are entered as they are made, so that only a config from elsewhere (another grid's run) is ever resolved again
     _known: dict[str, dict | None] = field(default_factory=dict, init=False, repr=False)
@@ -121,6 +124,7 @@ class Grid:
 
     def __post_init__(self) -> None:
         self._known.update((_written(self.configs[cell]), resolved) for cell, resolved in self.resolved.items())
+        self._known.update((_written(config), resolved) for config, resolved in self.at_best_configs.values())
 
     def resolve(self, config: dict) -> dict | None:
         """Every field of `config` with its value, defaults included; None for a config that no longer validates."""
@@ -205,53 +209,60 @@ class Grid:
     def plan(self, choice: Choice | None, state: FolderState, post_training: Sequence[str]) -> RoundPlan:
         """What happens to every run of the round: the grid's own and those its `select:` block's `choice` adds, given
         the folder's `state` (GridDir.survey). A run not started whose config another grid of the runs folder (or an
-        earlier cell of this one) already trains is shared with that run, not trained again; a ladder rung starts from
-        its trunk once the trunk has kept the checkpoint at the rung's decay start. Refuses (RunConflict) if any
-        existing run directory holds a different config, checked for all runs before anything starts."""
+        earlier cell of this one) already trains is shared with that run, not trained again (runs.identity.Twins); a
+        ladder rung starts from its trunk once the trunk has kept the checkpoint at the rung's decay start. Refuses
+        (RunConflict) if any existing run directory holds a different config, checked for all runs before anything
+        starts. In phases: the runs and the manifest, what happens to each run trained here, which are shared, the
+        configs already in their folders."""
         own = self.runs()
-        names = {run.name for run in own}
-        runs = list({run.name: run for run in [*own, *(self.chosen_runs(choice) if choice else [])]}.values())
-        twins = _Twins(self, state.elsewhere)
-        conflicts, planned = [], []
+        added = {run.name: run for run in (self.chosen_runs(choice) if choice else []) if run not in own}
+        runs = [*own, *added.values()]
+        changes = self.changes()
+        manifest = self.manifest(changes)
+        here = {run.name: self._trained_here(run, state, post_training) for run in runs}
+        twins = Twins(state.elsewhere, self.identity)
+        shared: dict[str, RunDir | None] = {}
+        for run in runs:
+            found = state.runs[run.cell, run.seed]
+            if not found.exists:  # not started, or a link whose run was deleted since
+                shared[run.name] = twins.find(run.config, found.run_dir)
+            else:  # trained here, or shared by an earlier call
+                twins.register(run.config, found.shared or found.run_dir)
+                shared[run.name] = found.shared
+        conflicts = []
         for run in runs:
             found = state.runs[run.cell, run.seed]
             try:
-                planned.append(self._planned(run, found, state, twins, post_training, run.name not in names))
+                if found.exists:
+                    check_run_config(found.run_dir, run.config, run.name, self.same_run)
             except RunConflict as e:
                 conflicts.append(str(e))
         if conflicts:
             raise RunConflict("\n".join(conflicts))
-        trainers = [config.get("trainer") or {} for config in self.configs.values()]
-        changes = self.changes()
-        return RoundPlan(planned, self.manifest(changes), changes,
+        planned = []
+        for run in runs:
+            found, link = state.runs[run.cell, run.seed], shared[run.name]
+            if link is None:
+                planned.append(dataclasses.replace(here[run.name], selected=run.name in added))
+                continue
+            # a run of this grid does its own post-training steps; one finished elsewhere gets those it lacks here
+            in_grid = state.path.resolve() in link.path.resolve().parents
+            pending = [] if in_grid else [k for k in post_training if run_state(link) == "done"
+                                          and not post_training_result(k, link).is_file()]
+            trained_as = os.path.relpath(link.path, state.path.parent)  # <grid>/<cell>/seed<k> in the runs folder
+            planned.append(PlannedRun(run, found.run_dir, f"shared: trained as {trained_as}", False, pending,
+                                      shared=link, selected=run.name in added))
+        trainers = [self.configs[cell.name].get("trainer") or {} for cell in self.cells]
+        return RoundPlan(planned, manifest, changes,
                          ", ".join(dict.fromkeys(str(t.get("precision", "32-true")) for t in trainers)),
                          str(trainers[0].get("accelerator", "auto")))
 
-    def _planned(self, run: Run, found: RunState, state: FolderState, twins: _Twins, post_training: Sequence[str],
-                 selected: bool) -> PlannedRun:
-        """What happens to one run (see plan)."""
-        if not found.exists:  # not started, or a link whose run was deleted since
-            shared = twins.find(run, found.run_dir)
-        elif found.shared is not None:  # shared by an earlier call
-            shared = found.shared
-            twins.register(run, shared)
-            check_run_config(found.run_dir, run.config, run.name, self.same_run)
-        else:
-            shared = None
-            twins.register(run, found.run_dir)
-        if shared is not None:
-            # a run of this grid does its own post-training steps; one finished elsewhere gets those it lacks here
-            in_grid = state.path.resolve() in shared.path.resolve().parents
-            pending = [] if in_grid else [k for k in post_training if run_state(shared) == "done"
-                                          and not post_training_result(k, shared).is_file()]
-            trained_as = os.path.relpath(shared.path, state.path.parent)  # <grid>/<cell>/seed<k> in the runs folder
-            return PlannedRun(run, found.run_dir, f"shared: trained as {trained_as}", False, pending, shared=shared,
-                              selected=selected)
-        check_run_config(found.run_dir, run.config, run.name, self.same_run)
+    def _trained_here(self, run: Run, state: FolderState, post_training: Sequence[str]) -> PlannedRun:
+        """What happens to a run trained in its own folder (see plan)."""
+        found = state.runs[run.cell, run.seed]
         status = found.summary.get("status")
         if found.lock_holder is not None:  # another runner trains it (or evaluates it): leave it to that runner
-            return PlannedRun(run, found.run_dir, f"skip: busy (locked by {found.lock_holder})", False, [], busy=True,
-                              selected=selected)
+            return PlannedRun(run, found.run_dir, f"skip: busy (locked by {found.lock_holder})", False, [], busy=True)
         if status == "done":
             action = "skip: done"
         elif status == "diverged":
@@ -274,24 +285,16 @@ class Grid:
                 branch = (trunk.shared or trunk.run_dir, point.step, trunk_name)
             else:
                 waits = f"waits for its trunk {trunk_name} to reach step {point.step}"
-        return PlannedRun(run, found.run_dir, action, train, pending, selected=selected, waits=waits, branch=branch)
+        return PlannedRun(run, found.run_dir, action, train, pending, waits=waits, branch=branch)
 
     def _add_at_best(self, value: Any) -> list[str]:
-        """The at_best cells at the chosen `value` (added to the grid the first time), by name."""
+        """The at_best cells at the chosen `value` (added to the grid the first time, with the configs load_grid
+        checked), by name."""
         cells = [c for c in self.at_best_cells if c.at[self.selection.over] == value]
-        new = [c for c in cells if c.name not in self.configs]
-        overrides = {k: v for k, v in self.overrides.items() if k not in self.forced}
-        from lit_resformer.training.config_checker import CellConfigError  # loaded with the grid's checker
-
-        try:
-            configs, resolved = self.checker.cell_configs(self.base, overrides, {c.name: c.overrides for c in new},
-                                                          self.forced, f"{self.path}: select.at_best")
-        except CellConfigError as e:
-            raise GridError(str(e)) from None
-        self.cells += new
-        self.configs.update(configs)
-        self.resolved.update(resolved)
-        self._known.update((_written(configs[name]), resolved[name]) for name in configs)
+        for cell in cells:
+            if cell.name not in self.configs:
+                self.cells.append(cell)
+                self.configs[cell.name], self.resolved[cell.name] = self.at_best_configs[cell.name]
         return [c.name for c in cells]
 
     def manifest(self, changes: dict[str, dict[str, tuple[Any, Any]]] | None = None) -> dict:
@@ -314,41 +317,6 @@ class Grid:
             **({"select": self.selection.to_dict()} if self.selection else {}),
             **({"ladder": self.ladder.to_dict()} if self.ladder else {}),
         }
-
-
-class _Twins:
-    """Finds, for a run not started yet, the same run trained elsewhere: a finished run of another grid in the same
-    runs folder (`elsewhere`: with its config as written), or an earlier run of this grid, whose config has the same
-    identity (Grid.identity: every field's value, seed included, where a run trains and writes left out). Identical
-    configs are matched as written; others are resolved (a fraction of a second each, once: the grid keeps what it
-    resolved), and only against candidates of the same seed."""
-
-    def __init__(self, grid: Grid, elsewhere: list[tuple[dict, RunDir]]):
-        self.grid = grid
-        self._elsewhere: dict[int, list[tuple[dict, RunDir]]] = {}  # seed -> finished runs of other grids
-        for config, trained in elsewhere:
-            self._elsewhere.setdefault(config.get("seed_everything"), []).append((config, trained))
-        self._in_grid: dict[str, RunDir] = {}  # identity -> the first run of this grid with it
-
-    def register(self, run: Run, run_dir: RunDir) -> None:
-        """A run of the grid that exists already (trained here, or through a link): later twins are linked to it."""
-        identity = self.grid.identity(run.config)
-        if identity is not None:
-            self._in_grid.setdefault(identity, run_dir)
-
-    def find(self, run: Run, run_dir: RunDir) -> RunDir | None:
-        """The run to share the not yet started `run` with (None: train it in `run_dir`)."""
-        identity = self.grid.identity(run.config)
-        if identity is None:
-            return None
-        if identity in self._in_grid:
-            return self._in_grid[identity]
-        candidates = self._elsewhere.get(run.config.get("seed_everything"), [])
-        shared = next((trained for config, trained in candidates if config == run.config), None)
-        if shared is None:
-            shared = next((trained for config, trained in candidates if self.grid.identity(config) == identity), None)
-        self._in_grid[identity] = shared or run_dir
-        return shared
 
 
 def _written(config: dict) -> str:

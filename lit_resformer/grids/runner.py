@@ -225,8 +225,8 @@ def _round(spec: Grid, folder: GridDir, options: GridOptions, pool, command: lis
     if options.dry_run or not jobs:
         return False
     folder.prepare(plan.manifest, collect_provenance(plan.precision, accelerator=plan.accelerator),
-                   [(p.run.cell, p.run.seed, p.run.config, p.run.name, p.shared) for p in plan.runs], spec.same_run,
-                   [(p.run_dir, *p.branch) for p in plan.runs if p.run.name in starting and p.branch])
+                   [(p.run_dir, p.run.config, p.shared, p.branch if p.run.name in starting else None)
+                    for p in plan.runs if not p.busy])
     attempted.update(job.name for job in jobs)
     run_with_progress(pool, jobs, outcome.record, f"grid {spec.name}", progress)
     for p in plan.runs:

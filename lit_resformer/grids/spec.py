@@ -109,7 +109,9 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
 
     checker = ConfigChecker(allow_any_class=allow_any_class)
     try:
-        configs, resolved = checker.cell_configs(base, overrides, {c.name: c.overrides for c in cells}, forced, where)
+        # the at_best cells at every value their arm may choose are checked now too: the grid is refused before any run
+        configs, resolved = checker.cell_configs(base, overrides, {c.name: c.overrides for c in [*cells, *at_best_cells]},
+                                                 forced, where)
     except CellConfigError as e:
         raise GridError(str(e)) from None
     try:  # the grid's `claims:`, checked against its cells (and those a `select:` block will add)
@@ -139,8 +141,8 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         overrides={**overrides, **forced},
         description=str(spec.get("description", "")),
         report=report,
-        configs=configs,
-        resolved=resolved,
+        configs={c.name: configs[c.name] for c in cells},
+        resolved={c.name: resolved[c.name] for c in cells},
         claims=claims,
         checker=checker,
         base=base,
@@ -151,6 +153,7 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         branch_points=branch_points,
         run_keys=list(dict.fromkeys(run_keys)),
         at_best_cells=at_best_cells,
+        at_best_configs={c.name: (configs[c.name], resolved[c.name]) for c in at_best_cells},
     )
 
 

@@ -162,56 +162,38 @@ class GridDir:
         """The state of the `runs` (cell, seed) of the grid, read once for a round: each folder (followed through its
         link), the final loss of every finished one, and the finished runs of the other grids of the runs folder (a
         run not started yet is shared with one of the same identity)."""
+        elsewhere = [(config, trained) for trained in finished_elsewhere(self.path.parent, self)
+                     if (config := trained.read_experiment()) is not None]
         states: dict[tuple[str, int], RunState] = {}
         finals: dict[str, dict[int, float | None]] = {}
         for cell, seed in runs:
             run = self.run_dir(cell, seed)
-            exists = run.path.exists()
-            summary = (run.read_summary() or {}) if exists else {}
-            states[cell, seed] = RunState(
-                run, exists, RunDir(run.path.resolve()) if exists and run.path.is_symlink() else None, summary,
-                run.lock_holder() if exists else None, exists and run.has_training_output(),
-                exists and run.has_checkpoint(), frozenset(run.kept_steps()) if exists else frozenset())
-            if summary.get("status") in FINISHED:
-                finals.setdefault(cell, {})[seed] = summary.get("final_val_loss") if summary["status"] == "done" else None
-        elsewhere = [(config, trained) for trained in finished_elsewhere(self.path.parent, self)
-                     if (config := trained.read_experiment()) is not None]
+            if not run.path.exists():  # not started, or a link whose run was deleted since
+                states[cell, seed] = state = RunState(run)
+            else:
+                states[cell, seed] = state = RunState(
+                    run, True, RunDir(run.path.resolve()) if run.path.is_symlink() else None, run.read_summary() or {},
+                    run.lock_holder(), run.has_training_output(), run.has_checkpoint(), frozenset(run.kept_steps()))
+            if state.status in FINISHED:
+                finals.setdefault(cell, {})[seed] = state.summary.get("final_val_loss") if state.status == "done" else None
         return FolderState(self.path, states, finals, elsewhere)
 
-    def prepare(self, manifest: dict, provenance: dict, entries: Iterable[tuple[str, int, dict, str, RunDir | None]],
-                same_run: SameRun, branches: Iterable[tuple[RunDir, RunDir, int, str]]) -> None:
-        """Make the folder ready for a round's jobs: the manifest (with the provenance of the process that runs it);
-        each run's entry (cell, seed, config, run name, the run it shares or None): a link to the run it shares, or
-        a link whose run was deleted dropped (it trains here now), its config written (checked against one already
-        there, write_run_config); and each ladder rung that starts now seeded from its trunk's kept checkpoint
-        (rung, trunk, step, the trunk's name: RunDir.start_branch)."""
+    def prepare(self, manifest: dict, provenance: dict,
+                runs: Iterable[tuple[RunDir, dict, RunDir | None, tuple[RunDir, int, str] | None]]) -> None:
+        """Make the folder ready for a round's jobs: the manifest, with the provenance of the process that runs it,
+        then each run's folder (run, its config, the run it shares or None, the trunk it branches from or None:
+        RunDir.ready)."""
         self.write_manifest(manifest, provenance)
-        for cell, seed, config, name, shared in entries:
-            if shared is not None:
-                self.share(cell, seed, shared)
-            else:
-                self.drop_broken_link(cell, seed)
-            write_run_config(self.run_dir(cell, seed), config, name, same_run)
-        for rung, trunk, step, trunk_name in branches:
-            rung.start_branch(trunk, step, trunk_name)
+        for run, config, shared, branch in runs:
+            run.ready(config, shared, branch)
 
     # ------------------------------------------------------------------ runs shared with other grids
     def share(self, cell: str, seed: int, trained: RunDir) -> RunDir:
-        """Make <cell>/seed<k> a relative symbolic link to a run trained elsewhere with the same config (in another
-        grid of the same runs folder, or another cell of this grid): it is read through the link as if it were this
-        grid's own, and trained once. A link whose run was deleted since is replaced."""
-        link = self.run_dir(cell, seed).path
-        if link.is_symlink():
-            link.unlink()
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(trained.path, link.parent), target_is_directory=True)
-        return RunDir(link)
-
-    def drop_broken_link(self, cell: str, seed: int) -> None:
-        """Remove <cell>/seed<k> if it is a link whose run no longer exists, so that the run can train here."""
-        link = self.run_dir(cell, seed).path
-        if link.is_symlink() and not link.exists():
-            link.unlink()
+        """Make <cell>/seed<k> a relative symbolic link to a run trained elsewhere with the same config
+        (RunDir.link_to): it is read through the link as if it were this grid's own, and trained once."""
+        run = self.run_dir(cell, seed)
+        run.link_to(trained)
+        return run
 
     def broken_links(self) -> list[tuple[Path, str]]:
         """(entry, target as written) of every <cell>/seed<k> that is a link to a run that is not there."""
@@ -318,11 +300,3 @@ def check_run_config(run: RunDir, config: dict, run_name: str, same_run: SameRun
             f"run {run_name} in {run.path} was made with a different config ({shown}); "
             f"delete that directory or use another --runs-dir"
         )
-
-
-def write_run_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:
-    """The config the grid asks of the run, written before it starts (checked against one already there)."""
-    check_run_config(run, config, run_name, same_run)
-    if not run.experiment_file.is_file():
-        run.write_experiment(config)
-

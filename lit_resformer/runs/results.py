@@ -62,7 +62,7 @@ class RunResult:
     @property
     def trained_as(self) -> str | None:
         """`<grid>/<cell>/seed<k>` of the run as it trained, when that was another grid's run or another cell's (a
-        run shared between grids with the same config, see lit_resformer.grids.runner.Twins); None for the grid's own."""
+        run shared between grids with the same config, see lit_resformer.runs.identity.Twins); None for the grid's own."""
         trained = tuple(self.recorded.get(key) for key in ("grid", "cell", "seed"))
         if None in trained or trained == (self.grid, self.cell, self.seed):
             return None

@@ -1,6 +1,6 @@
-"""A run's checkpoint files, in one place: reading one safely (`read_checkpoint`, `checkpoint_problem`), ranking a
-folder's step checkpoints, and loading one as (Transformer, tokenizer) without Lightning or the training data (so that
-eval, analysis and export import no trainer). Writing them during training is
+"""A run's checkpoint files, in one place: reading one safely (`read_checkpoint`, `checkpoint_problem`) and loading
+one as (Transformer, tokenizer) without Lightning or the training data (so that eval, analysis and export import no
+trainer); where they lie in a run's folder is lit_resformer.training.run_dir's. Writing them during training is
 `lit_resformer.training.checkpoint_saving` (Lightning's ModelCheckpoint, tidied)."""
 
 from __future__ import annotations
@@ -62,15 +62,6 @@ def checkpoint_problem(path: str | Path) -> str | None:
         return err.reason
     missing = [k for k in CHECKPOINT_KEYS if k not in ckpt]
     return f"not a Lightning training checkpoint (missing {missing})" if missing else None
-
-
-def step_checkpoints_in(folder: str | Path) -> list[Path]:
-    """Every checkpoint file in `folder` but last.ckpt, newest first."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [p for p in folder.glob("*.ckpt") if p.name != LAST_CHECKPOINT and p.is_file()]
-    return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):

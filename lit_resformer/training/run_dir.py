@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from lit_resformer.training.checkpoint_reading import LAST_CHECKPOINT, checkpoint_problem, step_checkpoints_in
+from lit_resformer.training.checkpoint_reading import LAST_CHECKPOINT, checkpoint_problem
 from lit_resformer.writing import atomic_write, atomic_write_json
 
 CHECKPOINTS = "checkpoints"
@@ -77,6 +77,15 @@ def tokens_seen_by(series: dict[str, list[tuple[int, float]]]) -> Callable[[int]
 def kept_checkpoint(folder: str | Path, step: int) -> Path:
     """Where a run's checkpoint kept at `step` (RunCheckpoint's keep_steps) lies in its checkpoints folder."""
     return Path(folder) / f"{KEPT_PREFIX}{step:06d}.ckpt"
+
+
+def step_checkpoints_in(folder: str | Path) -> list[Path]:
+    """Every checkpoint file in `folder` but last.ckpt, newest first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.glob("*.ckpt") if p.name != LAST_CHECKPOINT and p.is_file()]
+    return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
 
 
 class RunConflict(RuntimeError):
@@ -199,6 +208,30 @@ class RunDir:
         start), ascending."""
         return sorted(int(p.name.removeprefix(KEPT_PREFIX).removesuffix(".ckpt"))
                       for p in self.checkpoints_dir.glob(f"{KEPT_PREFIX}*.ckpt"))
+
+    def ready(self, config: dict, shared: RunDir | None, branch: tuple[RunDir, int, str] | None) -> None:
+        """Make the folder ready for a grid's job: a link to the run it `shared` with (the same run trained
+        elsewhere), or, a link whose run was deleted since dropped, the folder of a run trained here; the `config` the
+        grid asks of it written if none is there yet (the runner checked one already there, Grid.plan); a ladder rung
+        that starts now seeded from its trunk (`branch`: trunk, step, the trunk's name; start_branch)."""
+        if shared is not None:
+            self.link_to(shared)
+            return
+        if self.path.is_symlink() and not self.path.exists():
+            self.path.unlink()
+        if branch is not None:
+            self.start_branch(*branch)
+        if not self.experiment_file.is_file():
+            atomic_write(self.experiment_file, yaml.safe_dump(config, sort_keys=False))
+
+    def link_to(self, trained: RunDir) -> None:
+        """Make the folder a relative symbolic link to the same run trained elsewhere (in another grid of the same
+        runs folder, or another cell of this grid): it is read through the link as its own, and trained once. A link
+        whose run was deleted since is replaced."""
+        if self.path.is_symlink():
+            self.path.unlink()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.symlink_to(os.path.relpath(trained.path, self.path.parent), target_is_directory=True)
 
     def start_branch(self, trunk: RunDir, step: int, trunk_name: str) -> bool:
         """Start this run as a decay branch of `trunk` (a ladder rung, lit_resformer.grids.spec): the trunk's

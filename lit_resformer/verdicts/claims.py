@@ -294,7 +294,7 @@ class Graded:
 
 class Judgements:
     """The verdicts of the grids of one index, each grid judged once. Each comparison is tested once, in one family:
-    its owner's. A grid overlays runs another grid trained (the runner links them, lit_resformer.grids.runner.Twins);
+    its owner's. A grid overlays runs another grid trained (the runner links them, lit_resformer.runs.identity.Twins);
     a comparison's owner is the grid that trained its `a` runs (all of them), if that grid is in the index and judges
     the same comparison (`Verdict.runs`), else the one that trained its `b` runs on the same terms, else the grid
     that shows it. Every other grid shows the owner's verdict, interval and Holm p, marked `judged_in`, and leaves it
