@@ -14,16 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lit_resformer.config.diff import changed_fields
-from lit_resformer.execution.jobs import post_training_result
 from lit_resformer.grids.selection import Choice, Selection
 from lit_resformer.runs import identity
 from lit_resformer.runs.directory import FolderState, check_run_config, run_state
 from lit_resformer.runs.identity import Twins
-from lit_resformer.runs.summary import last_step
 from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
-    from lit_resformer.grids.spec import Ladder
     from lit_resformer.training.config_checker import ConfigChecker
 
 
@@ -109,7 +106,7 @@ class Grid:
     selection: Selection | None = None  # the `select:` block (lit_resformer.grids.selection)
     families: dict[str, dict] = field(default_factory=dict, repr=False)  # `cells` entry -> its own overrides
     forced: dict[str, Any] = field(default_factory=dict, repr=False)  # --set: wins over every cell's overrides
-    ladder: Ladder | None = None  # the `ladder:` block (lit_resformer.grids.spec.Ladder)
+    ladder: dict | None = None  # the `ladder:` block as the manifest records it (lit_resformer.grids.spec.Ladder)
     run_keys: list[tuple[str, int]] = field(default_factory=list, repr=False)  # (cell, seed) of every run it may train
     branch_points: dict[str, BranchPoint] = field(default_factory=dict, repr=False)  # ladder rung -> where it branches
     # the cells a `select:` block's at_best adds at each value its arm may choose (each with `at` set); the grid
@@ -214,6 +211,9 @@ class Grid:
         (RunConflict) if any existing run directory holds a different config, checked for all runs before anything
         starts. In phases: the runs and the manifest, what happens to each run trained here, which are shared, the
         configs already in their folders."""
+        # planning reads runs (pandas), which loading or refusing a grid never needs
+        from lit_resformer.execution.jobs import post_training_result
+
         own = self.runs()
         added = {run.name: run for run in (self.chosen_runs(choice) if choice else []) if run not in own}
         runs = [*own, *added.values()]
@@ -259,6 +259,9 @@ class Grid:
 
     def _trained_here(self, run: Run, state: FolderState, post_training: Sequence[str]) -> PlannedRun:
         """What happens to a run trained in its own folder (see plan)."""
+        from lit_resformer.execution.jobs import post_training_result  # as in plan
+        from lit_resformer.runs.summary import last_step
+
         found = state.runs[run.cell, run.seed]
         status = found.summary.get("status")
         if found.lock_holder is not None:  # another runner trains it (or evaluates it): leave it to that runner
@@ -315,7 +318,7 @@ class Grid:
                        "changes": {k: list(v) for k, v in changes[c.name].items()}} for c in self.cells],
             "claims": self.claims,
             **({"select": self.selection.to_dict()} if self.selection else {}),
-            **({"ladder": self.ladder.to_dict()} if self.ladder else {}),
+            **({"ladder": self.ladder} if self.ladder else {}),
         }
 
 

@@ -183,3 +183,10 @@ def test_dry_run_lists_the_pilot_and_what_waits(tmp_path):
     assert "waiting: vanilla, svformer at vanilla's best model.lr x model.warmup_steps" in text
     assert "dry run: 34 of 34 runs would start" in text
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_at_best_cell_is_checked_at_load_at_every_value_its_arm_may_choose(tmp_path):
+    """A grid is refused before any run starts, not once the pilot has chosen the point a bad at_best cell trains at."""
+    bad = {**SELECT, "at_best": {**SELECT["at_best"], "matrix": {"model.warmup_steps": [2, "many"]}}}
+    with pytest.raises(GridError, match=r"cell 'vanilla,lr=0.0005,warmup_steps=many'.*model.warmup_steps"):
+        load_grid(write_grid(tmp_path, {**GRID, "select": bad}))

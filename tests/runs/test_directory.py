@@ -75,3 +75,29 @@ def test_epochs_are_the_passes_over_the_training_split_and_the_regime_names_the_
     assert "up to 1.46 epochs" in regime_text(regime)
     grid.run_dir("a", 0).write_summary({**done, "tokens_seen": 4_096_000.0, "epoch_tokens": None})
     assert "within one epoch" in regime_text(grid_regime(load_results(grid.path)))
+
+
+def test_a_survey_reads_each_run_folder_once_for_the_runner(tmp_path):
+    """GridDir.survey: what the runner plans a round from (Grid.plan): each folder's state, followed through its link,
+    the final loss of every finished run, and the finished runs of the other grids beside it."""
+    other = GridDir.of(tmp_path, "other")
+    other.write_manifest(migrate_manifest(OLD, ""), provenance={})
+    trained = other.run_dir("a", 0)
+    trained.write_experiment({"seed_everything": 0})
+    trained.write_summary({"status": "done", "final_val_loss": 3.25})
+    grid = GridDir.of(tmp_path, "g")
+    grid.write_manifest(migrate_manifest(OLD, ""), provenance={})
+    grid.share("a", 0, trained)
+    grid.run_dir("b", 0).write_summary({"status": "diverged"})
+    (grid.run_dir("b", 1).checkpoints_dir).mkdir(parents=True)
+    (grid.run_dir("b", 1).checkpoints_dir / "kept-step000016.ckpt").write_text("")
+    grid.run_dir("b", 1).write_summary({"status": "interrupted"})
+    grid.run_dir("b", 2).path.parent.mkdir(parents=True, exist_ok=True)
+    grid.run_dir("b", 2).path.symlink_to(tmp_path / "gone", target_is_directory=True)
+    state = grid.survey([("a", 0), ("b", 0), ("b", 1), ("b", 2), ("a", 9)])
+    assert state.runs["a", 0].shared.path == trained.path.resolve() and state.runs["a", 0].status == "done"
+    assert state.finals == {"a": {0: 3.25}, "b": {0: None}}  # a diverged run has no final loss
+    assert state.runs["b", 1].kept_steps == {16} and state.runs["b", 1].checkpointed
+    assert not state.runs["b", 2].exists and not state.runs["a", 9].exists  # a broken link trains here again
+    assert state.runs["a", 9].status == "pending"
+    assert state.elsewhere == [({"seed_everything": 0}, trained)]
