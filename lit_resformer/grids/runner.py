@@ -173,10 +173,10 @@ def run_grid(spec: Grid, options: GridOptions = GridOptions(), *, progress: bool
 
 def _round(spec: Grid, folder: GridDir, options: GridOptions, pool, command: list[str], outcome: GridOutcome,
            progress: bool, out: TextIO, attempted: set[str]) -> bool:
-    """One round, a phase a room: the folder's state (GridDir.survey), the `select:` block's choice from it, the
-    grid's plan of every run (Grid.plan), the jobs that can start and were not attempted yet in this call (packed
-    into stacks), listed (the whole plan in the first round, what starts in later ones), the folder made ready for
-    them (GridDir.prepare) and the jobs run. Whether any training job ran."""
+    """One round, in phases each owned by one module: the folder's state (GridDir.survey), the `select:` block's
+    choice from it, the grid's plan of every run (Grid.plan), the jobs that can start and were not attempted yet in
+    this call (packed into stacks), listed (the whole plan in the first round, what starts in later ones), the folder
+    made ready for them (GridDir.prepare) and the jobs run. Whether any training job ran."""
     first = not attempted
     state = folder.survey(spec.run_keys)
     try:
