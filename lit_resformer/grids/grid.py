@@ -188,8 +188,7 @@ class Grid:
 
     def pilot_cells(self, arm: str) -> dict[Any, str]:
         """A `select:` arm's cells, by their value of the selected key (the grid's one matrix key)."""
-        over = self.selection.over
-        return {cell.coords[over]: cell.name for cell in self.cells if cell.family == arm and not cell.at}
+        return dict(self.selection.cells[arm])
 
     def chosen_runs(self, choice: Choice) -> list[Run]:
         """The runs a `select:` block's choice adds (Selection.choose), in a stable order: the confirmation seeds at
@@ -233,8 +232,7 @@ class Grid:
         for run in runs:
             found = state.runs[run.cell, run.seed]
             try:
-                if found.exists:
-                    check_run_config(found.run_dir, run.config, run.name, self.same_run)
+                check_run_config(found, run.config, run.name, self.same_run)
             except RunConflict as e:
                 conflicts.append(str(e))
         if conflicts:

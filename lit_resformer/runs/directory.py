@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from lit_resformer.config.diff import config_differences
 from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
 from lit_resformer.writing import atomic_write
 
@@ -71,6 +72,7 @@ class RunState:
     exists: bool = False  # False: not started, or a link whose run was deleted since (it trains here now)
     shared: RunDir | None = None  # the run the entry links to (None: the grid's own)
     summary: dict = field(default_factory=dict)  # its summary.json ({} when none)
+    config: dict | None = None  # the experiment config it was made with (None: not written yet)
     lock_holder: str | None = None  # the process that works in it now
     started: bool = False  # a training process wrote here (RunDir.has_training_output)
     checkpointed: bool = False  # it has a checkpoint to resume from
@@ -173,7 +175,8 @@ class GridDir:
             else:
                 states[cell, seed] = state = RunState(
                     run, True, RunDir(run.path.resolve()) if run.path.is_symlink() else None, run.read_summary() or {},
-                    run.lock_holder(), run.has_training_output(), run.has_checkpoint(), frozenset(run.kept_steps()))
+                    run.read_experiment(), run.lock_holder(), run.has_training_output(), run.has_checkpoint(),
+                    frozenset(run.kept_steps()))
             if state.status in FINISHED:
                 finals.setdefault(cell, {})[seed] = state.summary.get("final_val_loss") if state.status == "done" else None
         return FolderState(self.path, states, finals, elsewhere)
@@ -286,17 +289,14 @@ def grid_index(grids: Iterable[GridDir]) -> dict[str, GridDir]:
     return index
 
 
-def check_run_config(run: RunDir, config: dict, run_name: str, same_run: SameRun) -> None:
-    """Refuse to reuse a run directory whose run was made with another config."""
-    from lit_resformer.config.diff import config_differences  # Lightning's parser: only when a run is planned
-
-    existing = run.read_experiment()
-    if existing is None:
+def check_run_config(found: RunState, config: dict, run_name: str, same_run: SameRun) -> None:
+    """Refuse to reuse a run directory (as GridDir.survey found it) whose run was made with another config."""
+    if found.config is None:
         return
-    if not same_run(existing, config, run_state(run) in FINISHED):
-        diff = config_differences(existing, config)
+    if not same_run(found.config, config, found.status in FINISHED):
+        diff = config_differences(found.config, config)
         shown = "; ".join(diff[:5]) + (f"; ... ({len(diff)} differences)" if len(diff) > 5 else "")
         raise RunConflict(
-            f"run {run_name} in {run.path} was made with a different config ({shown}); "
+            f"run {run_name} in {found.run_dir.path} was made with a different config ({shown}); "
             f"delete that directory or use another --runs-dir"
         )

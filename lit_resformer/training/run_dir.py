@@ -222,7 +222,7 @@ class RunDir:
         if branch is not None:
             self.start_branch(*branch)
         if not self.experiment_file.is_file():
-            atomic_write(self.experiment_file, yaml.safe_dump(config, sort_keys=False))
+            self.write_experiment(config)
 
     def link_to(self, trained: RunDir) -> None:
         """Make the folder a relative symbolic link to the same run trained elsewhere (in another grid of the same
