@@ -156,8 +156,7 @@ def write_report(grid_dir: str | Path) -> Path:
     doc = Document(grid_dir)
     name = manifest["name"]
 
-    seeds = sorted({*manifest.get("seeds", []), *(r.seed for records in runs.values() for r in records)})
-    plan = results.grid_dir.progress(cells, seeds)  # runs not started yet count as pending
+    plan = results.grid_dir.progress(cells, manifest.get("seeds", []))  # runs not started yet count as pending
     statuses = {state: len(runs_in_state) for state, runs_in_state in sorted(plan.items(), key=lambda i: -len(i[1]))}
     stuck = [r.name for records in done.values() for r in records
              if (gap := plateau_gap(r.final("val_loss"), r.unigram_loss)) is None or gap < PLATEAU_MARGIN]

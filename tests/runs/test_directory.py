@@ -38,7 +38,9 @@ def test_runs_by_cell_and_seed_their_states_and_the_plan(tmp_path):
     assert [(c, s) for c, s, _ in grid.runs(["b", "a"])] == [("b", 0), ("a", 2), ("a", 10)]
     assert [(c, s) for c, s, _ in grid.finished_runs()] == [("a", 10), ("b", 0)]
     assert grid.progress(["a", "b"], [0, 2]) == {"pending": [("a", 0), ("b", 2)], "failed": [("a", 2)],
-                                                 "diverged": [("b", 0)]}
+                                                 "done": [("a", 10)], "diverged": [("b", 0)]}
+    grid.run_dir("b", 5).path.mkdir()  # a run the runner planned beyond the grid's seeds (a confirmation seed)
+    assert grid.progress(["b"], [0]) == {"diverged": [("b", 0)], "pending": [("b", 5)]}  # b at 2 or 10: not planned
     with pytest.raises(FileNotFoundError, match=r"is not a grid run directory \(no grid.yaml\); grids under it: \['g'\]"):
         GridDir(tmp_path).read_manifest()
 
