@@ -15,7 +15,10 @@ def grid_regime(results: GridResults) -> dict:
     training tokens, tokens per parameter and final validation loss, and the mean unigram and bigram references
     of their validation tokens with how many runs end below the bigram one, and the most passes over the training
     split any run made (None: every run stayed within one epoch). {} for a grid with no finished runs."""
-    runs = [r for by_seed in results.done.values() for r in by_seed.values()]
+    # each run once: a grid whose cells coincide at a point (a select block's at_best cell at the chosen value) holds
+    # one trained run under two names
+    runs = list({r.trained_as or f"{r.grid}/{r.name}": r for by_seed in results.done.values()
+                 for r in by_seed.values()}.values())
     if not runs:
         return {}
 

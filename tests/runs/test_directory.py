@@ -79,6 +79,23 @@ def test_epochs_are_the_passes_over_the_training_split_and_the_regime_names_the_
     assert "within one epoch" in regime_text(grid_regime(load_results(grid.path)))
 
 
+def test_the_regime_counts_a_run_two_cells_of_the_grid_share_once(tmp_path):
+    """A select block's at_best cell at the chosen value links the pilot cell's runs: one trained run, two names."""
+    from lit_resformer.verdicts.regime import grid_regime
+
+    grid = GridDir.of(tmp_path, "g")
+    grid.write_manifest(migrate_manifest(OLD, ""), provenance={})
+    for seed, loss in ((0, 4.1), (1, 4.2)):
+        grid.run_dir("a", seed).write_summary({"status": "done", "grid": "g", "cell": "a", "seed": seed,
+                                               "final_val_loss": loss, "final_train_loss": loss})
+        grid.share("b", seed, grid.run_dir("a", seed))
+    results = load_results(grid.path)
+    assert [r.trained_as for r in results.done["b"].values()] == ["g/a/seed0", "g/a/seed1"]
+    assert grid_regime(results)["runs"] == 2
+    grid.run_dir("a", 2).write_summary({"status": "done", "grid": "g", "cell": "a", "seed": 2, "final_val_loss": 4.0})
+    assert grid_regime(load_results(grid.path))["runs"] == 3
+
+
 def test_a_survey_reads_each_run_folder_once_for_the_runner(tmp_path):
     """GridDir.survey: what the runner plans a round from (Grid.plan): each folder's state, followed through its link,
     the final loss of every finished run, and the finished runs of the other grids beside it."""
