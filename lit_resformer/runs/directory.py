@@ -229,12 +229,11 @@ class GridDir:
         """The plan as it stands, by state: every cell at the grid's `seeds`, and every other run folder of the cells
         (the runner makes a folder for each run it plans: a select block's confirmation seeds once their value is
         chosen; a cell at a seed that no plan asked for is not counted as pending)."""
-        cells, seeds = list(cells), list(seeds)
-        planned = dict.fromkeys([(cell, seed) for cell in cells for seed in seeds]
-                                + [(cell, seed) for cell, seed, _ in self.runs(cells)])
+        seeds = set(seeds)
         plan: dict[str, list[tuple[str, int]]] = {}
-        for cell, seed in sorted(planned, key=lambda run: (cells.index(run[0]), run[1])):
-            plan.setdefault(run_state(self.run_dir(cell, seed)), []).append((cell, seed))
+        for cell in cells:
+            for seed in sorted(seeds | {seed for _, seed, _ in self.runs([cell])}):
+                plan.setdefault(run_state(self.run_dir(cell, seed)), []).append((cell, seed))
         return plan
 
     # ------------------------------------------------------------------ where the runs trained
