@@ -66,6 +66,11 @@ def learning_rate_section(results: GridResults, plotter: Plotter, doc: Document)
     doc.table(["arm", over, "pilot mean [min, max]", "pilot seeds", "confirmation seeds: mean [95% CI] (n)"], rows)
     for arm, why in missing.items():
         doc.text(f"{arm}: no point chosen: {why}.")
+    if best:
+        # the runner's bracket check (lit_resformer.grids.selection.best_point): a chosen point is never an end
+        doc.text(f"Bracket check: {', '.join(f'{arm} {value:g}' for arm, value in best.items())}: each chosen "
+                 f"{over} lies inside the swept range [{selection.values[0]:g}, {selection.values[-1]:g}], not at an "
+                 "end, where the optimum could lie outside it.")
     if selection.at_best is not None:
         _at_best_table(results, doc, finals, selection)
 

@@ -22,6 +22,8 @@ def test_the_section_shows_each_arms_curve_and_its_chosen_point(tmp_path, manife
     assert (results.grid_dir.plots_dir / "loss_by_learning_rate.png").is_file()
     assert "| vanilla | 0.001 ★ | 4.6050 [4.6000, 4.6100] | 2 | 4.6033 [" in section  # pilot 4.60/4.61; seeds 2-4
     assert "| resformer | 0.002 ★ |" in section and "| resformer | 0.001 | 4.5550 [4.5500, 4.5600] | 2 | – |" in section
+    assert ("Bracket check: vanilla 0.001, resformer 0.002: each chosen model.lr lies inside the swept range "
+            "[0.0005, 0.004]") in section
 
 
 def test_a_grid_without_such_claims_has_no_section(tmp_path):
