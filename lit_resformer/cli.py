@@ -387,7 +387,7 @@ def plan_command(argv: list[str]) -> None:
     parser = OptionParser(
         prog="lit-resformer plan",
         description="The seeds each comparison of a finished (pilot) grid needs: its design, n and spread (from its "
-                    "95%% interval), its minimum detectable effect now (80%% power, two-sided, at its Holm level "
+                    "95% interval), its minimum detectable effect now (80% power, two-sided, at its Holm level "
                     "0.05 / m) and the seeds at which that reaches X nats, and the paper's effect where the claim "
                     "gives one (lit_resformer/measures/power.py).")
     parser.add_argument("grid", type=Path, metavar="GRID", help="a finished grid's run directory, e.g. "

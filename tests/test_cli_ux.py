@@ -70,6 +70,7 @@ def test_every_command_has_its_own_help(capsys, argv):
     code, text = help_text(capsys, argv)
     assert code == 0
     assert "usage:" in text
+    assert "%%" not in text  # a description is printed as written: "95%%" there reads "95%%", not "95%"
     if argv[0] in ("fit", "validate", "test"):
         assert "--trainer.max_steps" in text and "--model.config.residual.target" in text
     elif argv[0] == "eval" and len(argv) == 2:
