@@ -25,6 +25,7 @@ from tqdm import tqdm
 from lit_resformer.execution.jobs import RunJob, execute
 from lit_resformer.execution.stack_jobs import StackJob, execute_job, stacked_runs
 from lit_resformer.provenance import RUNS_SHARING_ENV
+from lit_resformer.training.run_dir import RunDir
 
 # on_done(job, summary, error): summary is None when the job could not run at all (error says why).
 OnDone = Callable[[RunJob, dict | None, str | None], None]
@@ -265,13 +266,64 @@ def check_devices(pool, configs: Mapping[str, dict], gpus_per_run: int) -> None:
 Record = Callable[[RunJob, dict | None, str | None], tuple[str, str | None]]
 
 
-def run_with_progress(pool, jobs: Sequence[RunJob | StackJob], record: Record, desc: str, progress: bool) -> None:
+class StepProgress:
+    """How far the jobs' runs have trained, in optimizer steps: each run's trainer.max_steps (its experiment.yaml)
+    and the steps its metrics have logged (RunDir.steps_logged). A run resumed from a checkpoint, or a ladder rung
+    started from its trunk's, starts with the steps it has, so a progress bar's rate and time left count only the
+    steps trained here (counted in runs, a grid that resumes near-finished runs would promise the rest at their pace).
+    None from `of` when a run states no max_steps (a bar then counts runs)."""
+
+    def __init__(self, totals: Mapping[Path, int]):
+        self.totals = dict(totals)
+        self.finished: set[Path] = set()
+
+    @classmethod
+    def of(cls, jobs: Sequence[RunJob | StackJob]) -> StepProgress | None:
+        totals = {}
+        for run in (run for job in jobs for run in stacked_runs(job)):
+            steps = ((RunDir(run.run_dir).read_experiment() or {}).get("trainer") or {}).get("max_steps")
+            if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+                return None
+            totals[run.run_dir] = steps if run.train else 0  # a run with only post-training steps left trains none
+        return cls(totals) if sum(totals.values()) else None
+
+    @property
+    def total(self) -> int:
+        return sum(self.totals.values())
+
+    def done(self) -> int:
+        """Steps trained by now: a finished run's (done or failed: none of its steps are still to come) all of them."""
+        return sum(total if path in self.finished else min(total, RunDir(path).steps_logged())
+                   for path, total in self.totals.items())
+
+    def finish(self, job: RunJob | StackJob) -> None:
+        self.finished.update(run.run_dir for run in stacked_runs(job))
+
+
+def run_with_progress(pool, jobs: Sequence[RunJob | StackJob], record: Record, desc: str, progress: bool,
+                      poll_s: float = 15.0) -> None:
     """Run the jobs through the executor, each outcome handed to `record` as it arrives, under a progress bar on
-    stderr (one tick a run, the outcomes counted beside it, `record`'s lines above it)."""
+    stderr: the steps the runs have trained (StepProgress, polled every `poll_s` seconds; else one tick a run), the
+    outcomes counted beside it, `record`'s lines above it."""
     counts: Counter[str] = Counter()
     lock = threading.Lock()
-    bar = tqdm(total=sum(len(stacked_runs(job)) for job in jobs), desc=desc, unit="run",
-               disable=not progress or not jobs, file=sys.stderr)
+    shown = progress and bool(jobs)
+    steps = StepProgress.of(jobs) if shown else None
+    runs = sum(len(stacked_runs(job)) for job in jobs)
+    if steps is not None:
+        bar = tqdm(total=steps.total, initial=steps.done(), desc=desc, unit="step", file=sys.stderr)
+    else:
+        bar = tqdm(total=runs, desc=desc, unit="run", disable=not shown, file=sys.stderr)
+    finished = threading.Event()
+
+    def show_steps() -> None:
+        bar.update(steps.done() - bar.n)
+        bar.set_postfix({"runs": f"{sum(counts.values())}/{runs}", **counts})
+
+    def poll() -> None:
+        while not finished.wait(poll_s):
+            with lock:
+                show_steps()
 
     def on_done(job: RunJob, summary: dict | None, error: str | None) -> None:
         with lock:
@@ -279,12 +331,22 @@ def run_with_progress(pool, jobs: Sequence[RunJob | StackJob], record: Record, d
             counts[counted] += 1
             if line:
                 bar.write(line)
-            bar.update(1)
-            bar.set_postfix(dict(counts))
+            if steps is None:
+                bar.update(1)
+                bar.set_postfix(dict(counts))
+            else:
+                steps.finish(job)
+                show_steps()
 
+    poller = threading.Thread(target=poll, daemon=True) if steps is not None else None
+    if poller is not None:
+        poller.start()
     try:
         pool.run(jobs, on_done)
     finally:
+        finished.set()
+        if poller is not None:
+            poller.join()
         bar.close()
 
 

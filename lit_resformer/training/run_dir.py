@@ -278,6 +278,36 @@ class RunDir:
                         series.setdefault(key, {})[step] = float(value)
         return {k: sorted(v.items()) for k, v in series.items() if v}
 
+    def steps_logged(self) -> int:
+        """How many optimizer steps the run has logged so far (its newest metrics file's last whole row at step k:
+        k + 1), 0 before any. Read from the file's tail, so that a grid's progress bar can poll its runs while they
+        train."""
+        files = self.metric_files()
+        if not files:
+            return 0
+        path = files[-1]
+        if path.name == COMPRESSED_METRICS:
+            with open_metrics(path) as f:
+                lines = f.read().splitlines()
+        else:
+            with open(path, "rb") as f:
+                header = f.readline()
+                rows_start = f.tell()
+                f.seek(0, os.SEEK_END)
+                start = max(rows_start, f.tell() - 8192)  # a row is far shorter: the tail holds the last whole one
+                f.seek(start)
+                rows = f.read().decode("utf-8", "replace").splitlines()
+            lines = [header.decode("utf-8", "replace").rstrip("\r\n"), *(rows[1:] if start > rows_start else rows)]
+        columns = next(csv.reader(lines[:1]), [])
+        if "step" not in columns:
+            return 0
+        at = columns.index("step")
+        for row in csv.reader(reversed(lines[1:])):
+            if len(row) == len(columns) and row[at]:  # a row still being written is cut short
+                with contextlib.suppress(ValueError):
+                    return int(float(row[at])) + 1
+        return 0
+
     # ------------------------------------------------------------------ divergence
     def record_divergence(self, step: int, loss: float) -> None:
         """Called by training when the loss turns non-finite, before it stops the run."""

@@ -84,6 +84,25 @@ def test_restarts_are_merged_as_the_uninterrupted_run(tmp_path):
     assert metrics["val/loss"] == [(3, 7.5)]
 
 
+def test_steps_logged_reads_the_newest_files_last_whole_row(tmp_path):
+    run = RunDir(tmp_path / "run")
+    assert run.steps_logged() == 0  # nothing logged yet
+    write_version(run, 0, [{"step": s, "train/loss": 10.0} for s in range(6)])
+    assert run.steps_logged() == 6  # rows 0..5: six optimizer steps
+    # resumed: the newest version counts, and it is longer than the tail the method reads
+    write_version(run, 1, [{"step": s, "train/loss": 1.0 / (s + 1)} for s in range(4, 3000)] + [{"step": 2999,
+                                                                                                   "val/loss": 4.5}])
+    assert run.steps_logged() == 3000
+    newest = run.csv_dir / "version_1" / "metrics.csv"
+    with open(newest, "a") as f:
+        f.write("3000,0.0")  # a row still being written: one column short
+    assert run.steps_logged() == 3000
+    header_only = run.csv_dir / "version_2" / "metrics.csv"
+    header_only.parent.mkdir()
+    header_only.write_text("step,train/loss,val/loss\n")
+    assert run.steps_logged() == 0
+
+
 def test_divergence_record_and_its_fallback(tmp_path):
     run = RunDir(tmp_path / "run")
     assert run.diverged_step() is None
