@@ -38,7 +38,7 @@ FINDINGS = (
     Finding("ResFormer − vanilla, each at its own best learning rate", "AdamW, 4.1M tokens, pinned corpus",
             "transfer-lr-sweep", "ResFormer beats vanilla with each at its own best learning rate"),
     Finding("ResFormer − vanilla at the end of its own decay, largest budget", "AdamW, WSD, 18.4M tokens, pinned",
-            "transfer-budget-ladder", "ResFormer's gain at the end of decay is non-zero at the largest budget"),
+            "transfer-budget-ladder", "ResFormer's gain at the end of decay is non-zero at 18.4M tokens"),
     Finding("ResFormer's data saving, its trend against the budget", "AdamW, WSD, 3.1M-18.4M tokens, pinned",
             "transfer-budget-ladder", "ResFormer's data saving at the end of decay is constant across budgets"),
     Finding("ResFormer's data saving to vanilla's final loss", "AdamW, 2M tokens, embedded corpus", "fig7-evidence",
