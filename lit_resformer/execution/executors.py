@@ -276,6 +276,7 @@ class StepProgress:
     def __init__(self, totals: Mapping[Path, int]):
         self.totals = dict(totals)
         self.finished: set[Path] = set()
+        self.seen: dict[Path, int] = {}  # the most steps each run has shown: a resumed run logs its last steps again
 
     @classmethod
     def of(cls, jobs: Sequence[RunJob | StackJob]) -> StepProgress | None:
@@ -293,8 +294,10 @@ class StepProgress:
 
     def done(self) -> int:
         """Steps trained by now: a finished run's (done or failed: none of its steps are still to come) all of them."""
-        return sum(total if path in self.finished else min(total, RunDir(path).steps_logged())
-                   for path, total in self.totals.items())
+        for path, total in self.totals.items():
+            logged = total if path in self.finished else min(total, RunDir(path).steps_logged())
+            self.seen[path] = max(self.seen.get(path, 0), logged)
+        return sum(self.seen.values())
 
     def finish(self, job: RunJob | StackJob) -> None:
         self.finished.update(run.run_dir for run in stacked_runs(job))

@@ -279,33 +279,13 @@ class RunDir:
         return {k: sorted(v.items()) for k, v in series.items() if v}
 
     def steps_logged(self) -> int:
-        """How many optimizer steps the run has logged so far (its newest metrics file's last whole row at step k:
-        k + 1), 0 before any. Read from the file's tail, so that a grid's progress bar can poll its runs while they
-        train."""
-        files = self.metric_files()
-        if not files:
-            return 0
-        path = files[-1]
-        if path.name == COMPRESSED_METRICS:
-            with open_metrics(path) as f:
-                lines = f.read().splitlines()
-        else:
-            with open(path, "rb") as f:
-                header = f.readline()
-                rows_start = f.tell()
-                f.seek(0, os.SEEK_END)
-                start = max(rows_start, f.tell() - 8192)  # a row is far shorter: the tail holds the last whole one
-                f.seek(start)
-                rows = f.read().decode("utf-8", "replace").splitlines()
-            lines = [header.decode("utf-8", "replace").rstrip("\r\n"), *(rows[1:] if start > rows_start else rows)]
-        columns = next(csv.reader(lines[:1]), [])
-        if "step" not in columns:
-            return 0
-        at = columns.index("step")
-        for row in csv.reader(reversed(lines[1:])):
-            if len(row) == len(columns) and row[at]:  # a row still being written is cut short
-                with contextlib.suppress(ValueError):
-                    return int(float(row[at])) + 1
+        """How many optimizer steps the run has logged so far (the last whole row at step k: k + 1), 0 before any:
+        from its newest metrics file, or the one before while a resumed run's new file holds no row yet. Read from a
+        file's tail, so that a grid's progress bar can poll its runs while they train."""
+        for path in reversed(self.metric_files()):
+            step = _last_logged_step(path)
+            if step is not None:
+                return step + 1
         return 0
 
     # ------------------------------------------------------------------ divergence
@@ -377,6 +357,31 @@ class RunDir:
             yield fd
         finally:
             os.close(fd)
+
+
+def _last_logged_step(path: Path) -> int | None:
+    """The step of a metrics file's last whole row (a row still being written is cut short), None without one."""
+    if path.name == COMPRESSED_METRICS:
+        with open_metrics(path) as f:
+            lines = f.read().splitlines()
+    else:
+        with open(path, "rb") as f:
+            header = f.readline()
+            rows_start = f.tell()
+            f.seek(0, os.SEEK_END)
+            start = max(rows_start, f.tell() - 8192)  # a row is far shorter: the tail holds the last whole one
+            f.seek(start)
+            rows = f.read().decode("utf-8", "replace").splitlines()
+        lines = [header.decode("utf-8", "replace").rstrip("\r\n"), *(rows[1:] if start > rows_start else rows)]
+    columns = next(csv.reader(lines[:1]), [])
+    if "step" not in columns:
+        return None
+    at = columns.index("step")
+    for row in csv.reader(reversed(lines[1:])):
+        if len(row) == len(columns) and row[at]:
+            with contextlib.suppress(ValueError):
+                return int(float(row[at]))
+    return None
 
 
 def _copy_rows_before(source: Path, target: Path, step: int) -> None:

@@ -39,6 +39,8 @@ def test_step_progress_counts_what_each_run_has_trained_and_what_it_will(tmp_pat
     assert (steps.total, steps.done()) == (100, 40)
     log_steps(RunDir(fresh.run_dir), 0, 25)
     assert steps.done() == 65
+    log_steps(RunDir(resumed.run_dir), 1, 38, first=30)  # resumed at step 30: it logs steps 30-37 again
+    assert steps.done() == 65  # the bar does not step back
     steps.finish(fresh)  # done or failed, none of its steps are still to come
     assert steps.done() == 80
     assert StepProgress.of([resumed, job_at(tmp_path, "epochs", None, logged=0)]) is None  # a bar then counts runs

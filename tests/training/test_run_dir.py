@@ -100,7 +100,8 @@ def test_steps_logged_reads_the_newest_files_last_whole_row(tmp_path):
     header_only = run.csv_dir / "version_2" / "metrics.csv"
     header_only.parent.mkdir()
     header_only.write_text("step,train/loss,val/loss\n")
-    assert run.steps_logged() == 0
+    assert run.steps_logged() == 3000  # resumed again, nothing flushed yet: the version before still counts
+    assert RunDir(tmp_path / "fresh").steps_logged() == 0
 
 
 def test_divergence_record_and_its_fallback(tmp_path):
