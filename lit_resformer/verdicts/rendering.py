@@ -24,13 +24,28 @@ def _fmt_mde(v: Verdict, fmt: Callable[[float | None], str]) -> str:
 def verdict_text(v: Verdict) -> str:
     """The verdict as shown everywhere: bold, with "(fragile)" when its adjusted p is in [ALPHA/2, ALPHA), and an
     inconclusive one with what it rules out (lit_resformer.measures.power): bounded (an equivalence result within the
-    effect of interest), underpowered (with the seeds that would reach that effect) or unresolved."""
+    effect of interest), underpowered (with the seeds that would reach that effect) or unresolved; where neither
+    applies, why: the claim declares no effect of interest, or the comparison has no MDE."""
     text = f"**{v.verdict}**" + (" (fragile)" if v.fragile else "")
-    kind = v.power.get("classification") if v.verdict == "inconclusive" else None
+    if v.verdict != "inconclusive":
+        return text
+    kind = v.power.get("classification")
     if kind == "underpowered" and v.power.get("seeds_needed"):
         return f"{text} (underpowered: {v.power['seeds_needed']} seeds for ±{v.power['effect']:.3g})"
-    return f"{text} ({kind} within ±{v.power['effect']:.3g})" if kind == "bounded" else (
-        f"{text} ({kind})" if kind else text)
+    if kind == "bounded":
+        return f"{text} (bounded within ±{v.power['effect']:.3g})"
+    return f"{text} ({kind or _unclassified_reason(v)})"
+
+
+def _unclassified_reason(v: Verdict) -> str:
+    """Why an inconclusive comparison is neither bounded, underpowered nor unresolved (power.classify's None): no
+    MDE (no estimate, one seed, or an interval that is not a t interval, e.g. a data saving's log-ratio one), or no
+    effect of interest to read it against (no loss difference in the claim's `paper:` text, no `margin`)."""
+    if v.power.get("mde") is None:
+        if v.delta is None:
+            return "no estimate"
+        return "no MDE: fewer than 2 seeds" if v.n < 2 else "no MDE: not a t interval"
+    return "no effect size declared"
 
 
 # The columns of the comparisons table, in the order a reader needs them: the verdict, what is claimed, the effect
