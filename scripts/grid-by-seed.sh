@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# A CPU grid longer than a working session, on a machine that may be replaced between sessions, trained one seed at
+# a time so that what is kept is whole seeds:
+#
+#   GRID=configs/grids/transfer/budget-ladder.yaml nohup bash scripts/grid-by-seed.sh > runs/by-seed.log 2>&1 &
+#
+# 1. seeds the runs folder with the seeds already kept in $KEPT/<grid>/ (finished runs: configs, summaries,
+#    metrics; no checkpoints), so a new machine starts at the first seed not kept;
+# 2. trains seed k with `lit-resformer grid --seeds <the seeds up to k>`: the earlier seeds' runs are skipped, and the
+#    folder's manifest names every seed it holds. A ladder's rungs start from their trunk's checkpoints, which live
+#    only in the runs folder, so a seed's trunks and rungs finish on one machine; a call stopped with the session
+#    resumes from the last checkpoint when called again on the same machine;
+# 3. once every run up to seed k is done, exports them and merges them into $KEPT/<grid>/: commit that folder then,
+#    before the machine can go;
+# 4. after the last seed (the grid's whole seed list), exports the grid into $RESULTS/<grid>/ and writes its report:
+#    commit it with its RESULTS section and remove $KEPT/<grid>/ (the board reads $RESULTS only, so a grid's claims
+#    are judged once, on all its seeds).
+# Exit code: 0 every seed done, else the runner's (1 runs failed, 2 the grid could not run, 130 interrupted), or 1
+# when runs of a seed are left unfinished (a rung whose trunk has no checkpoint here: train that seed again).
+set -u -o pipefail
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+GRID=${GRID:?name the grid file: GRID=configs/grids/transfer/budget-ladder.yaml}
+RUNS=${RUNS:-runs}
+KEPT=${KEPT:-docs/unfinished-grids}
+RESULTS=${RESULTS:-docs/results}
+SLOTS=${SLOTS:-2}
+THREADS=${THREADS:-1}
+PY=${PYTHON:-$(command -v python)}
+CLI=${CLI:-$(dirname "$PY")/lit-resformer}
+NOTE=${NOTE:-"CPU, $(nproc) cores, seed by seed (scripts/grid-by-seed.sh)"}
+
+log() { echo "[$(date -u +%FT%TZ)] $*"; }
+
+# The grid's name, cells and seeds as the runner reads the file (extends, ladder rungs and all).
+IFS=$'\t' read -r NAME FILE_SEEDS CELLS < <("$PY" -c "
+import sys
+from lit_resformer.grids import load_grid
+grid = load_grid(sys.argv[1])
+print(grid.name, ','.join(map(str, grid.seeds)), *(c.name for c in grid.cells), sep='\\t')" "$GRID") \
+    || { log "cannot read $GRID"; exit 2; }
+SEEDS=${SEEDS:-${FILE_SEEDS//,/ }}
+IFS=$'\t' read -r -a CELL_LIST <<<"$CELLS"  # a cell's name may hold commas
+
+# How many of the grid's cells are not done at seed $1 in folder $2.
+unfinished() {
+    local cell left=0
+    for cell in "${CELL_LIST[@]}"; do
+        grep -qs '"status": "done"' "$2/$cell/seed$1/summary.json" || ((left += 1))
+    done
+    echo "$left"
+}
+
+mkdir -p "$RUNS" "$KEPT"
+if [[ -d $KEPT/$NAME ]]; then
+    cp -rn "$KEPT/$NAME" "$RUNS/"  # never over a run of this folder
+    log "seeded $RUNS/$NAME with the kept runs of $KEPT/$NAME"
+fi
+
+export_into() {  # export the runs folder's finished runs of the grid and merge them into folder $1
+    "$CLI" export-results "$RUNS/$NAME" --out "$RUNS/.exports" --note "$NOTE" >/dev/null \
+        && "$CLI" merge-results "$RUNS/.exports/$NAME.tar.gz" "$1" >/dev/null
+}
+
+done_seeds=()
+for seed in $SEEDS; do
+    done_seeds+=("$seed")
+    if (($(unfinished "$seed" "$RUNS/$NAME") > 0)); then
+        log "$NAME seed $seed: training ($(unfinished "$seed" "$RUNS/$NAME") of ${#CELL_LIST[@]} runs left)"
+        "$CLI" grid "$GRID" --runs-dir "$RUNS" --cpu-slots "$SLOTS" --threads-per-run "$THREADS" \
+            --seeds "${done_seeds[@]}" --no-report
+        status=$?
+        ((status == 0)) || { log "$NAME seed $seed: runner exit $status; call again to resume"; exit "$status"; }
+        left=$(unfinished "$seed" "$RUNS/$NAME")
+        ((left == 0)) || { log "$NAME seed $seed: $left run(s) could not start here; train this seed again"; exit 1; }
+    fi
+    if (($(unfinished "$seed" "$KEPT/$NAME") > 0)); then
+        export_into "$KEPT" || { log "$NAME seed $seed: export into $KEPT failed"; exit 1; }
+        log "$NAME seed $seed: kept in $KEPT/$NAME (commit it)"
+    fi
+done
+
+if [[ "${done_seeds[*]}" != "${FILE_SEEDS//,/ }" ]]; then
+    log "$NAME: seeds ${done_seeds[*]} kept; the grid's seeds are ${FILE_SEEDS//,/ }"
+    exit 0
+fi
+export_into "$RESULTS" && "$CLI" report "$RESULTS/$NAME" >/dev/null \
+    || { log "$NAME: export into $RESULTS failed"; exit 1; }
+log "$NAME: every seed done, results in $RESULTS/$NAME: commit them and remove $KEPT/$NAME"

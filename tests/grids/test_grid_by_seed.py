@@ -1,0 +1,71 @@
+"""scripts/grid-by-seed.sh end to end with the fake trainer: a ladder grid trained one seed at a time, each finished
+seed kept (exported, merged) before the next starts, a new machine resuming from the kept seeds without training
+them again, the last seed putting the whole grid in the results folder, and a seed that cannot finish here said so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lit_resformer.execution.jobs import TRAIN_COMMAND_ENV
+from lit_resformer.runs.directory import GridDir
+from tests.grids.test_ladder import LADDER, write_grid
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS_A_SEED = 8  # two trunks and three rungs each
+
+
+def by_seed(tmp_path: Path, grid: Path, fake: list[str], runs: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "GRID": str(grid), "RUNS": str(tmp_path / runs), "KEPT": str(tmp_path / "kept"),
+                   "RESULTS": str(tmp_path / "results"), "PYTHON": sys.executable, "PYTHONPATH": str(REPO),
+                   TRAIN_COMMAND_ENV: " ".join(fake), **env}
+    return subprocess.run(["bash", str(REPO / "scripts/grid-by-seed.sh")], cwd=tmp_path, env=environment,
+                          capture_output=True, text=True, timeout=300)
+
+
+def finished(grid_dir: Path) -> list[str]:
+    return sorted(GridDir(grid_dir).relative(run) for _, _, run in GridDir(grid_dir).finished_runs())
+
+
+@pytest.mark.integration
+def test_each_seed_is_kept_as_it_ends_and_a_new_machine_resumes_from_the_kept_seeds(tmp_path, fake):
+    grid = write_grid(tmp_path, LADDER)
+    first = by_seed(tmp_path, grid, fake, "machine1", SEEDS="0")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "ladder seed 0: kept in" in first.stdout
+    kept = finished(tmp_path / "kept/ladder")
+    assert len(kept) == RUNS_A_SEED and all(run.endswith("/seed0") for run in kept)
+    assert not (tmp_path / "kept/ladder/vanilla,trunk/seed0/checkpoints").exists()  # results only
+    assert not (tmp_path / "results").exists()  # the board sees the grid only once it is whole
+
+    second = by_seed(tmp_path, grid, fake, "machine2")  # a new machine: only the kept folder carries over
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "seeded" in second.stdout and "ladder seed 0: training" not in second.stdout
+    assert not list((tmp_path / "machine2/ladder").glob("*/seed0/calls.jsonl"))  # seed 0 was not trained again
+    assert len(list((tmp_path / "machine2/ladder").glob("*/seed1/calls.jsonl"))) == RUNS_A_SEED
+    assert len(finished(tmp_path / "kept/ladder")) == 2 * RUNS_A_SEED
+    results = tmp_path / "results/ladder"
+    assert len(finished(results)) == 2 * RUNS_A_SEED
+    assert yaml.safe_load((results / "grid.yaml").read_text())["seeds"] == [0, 1]  # the manifest names both
+    assert (results / "report.md").is_file()
+    assert "every seed done" in second.stdout
+
+
+@pytest.mark.integration
+def test_a_seed_whose_rungs_cannot_start_here_is_said_and_not_kept(tmp_path, fake):
+    """A trunk kept without its rungs (its checkpoints stayed on a machine that went) leaves them waiting: the seed is
+    reported unfinished, with what to do, and nothing of it is kept."""
+    grid = write_grid(tmp_path, LADDER)
+    assert by_seed(tmp_path, grid, fake, "machine1", SEEDS="0").returncode == 0
+    for rung in (tmp_path / "kept/ladder").glob("*,max_steps=*"):
+        shutil.rmtree(rung)
+    stuck = by_seed(tmp_path, grid, fake, "machine2", SEEDS="0")
+    assert stuck.returncode == 1
+    assert "6 run(s) could not start here; train this seed again" in stuck.stdout
+    assert len(finished(tmp_path / "kept/ladder")) == 2  # the trunks only, as before
