@@ -35,8 +35,9 @@ Verdict (`stats.verdict`, then `stats.adjusted_verdict`):
   not tested    a precondition failed, with the reason: a run ends above its bigram reference (early training, when
                 the run recorded one), a claim that `requires: crossing` (SVFormer after vanilla overtakes it)
                 has an SVFormer run that vanilla never overtook in training loss, a critical point's growth whose
-                baseline never overtakes the cell at a short length in some seed, or the runs lack what the metric
-                reads (analysis results, an evaluation after warm-up).
+                baseline never overtakes the cell at a short length in some seed, the runs lack what the metric
+                reads (analysis results, an evaluation after warm-up), or a run of its cells at the grid's seeds has
+                not finished (a grid merged seed by seed is judged once, on every seed it declared).
 Many comparisons are tested at once, so by chance alone some would pass: the p-values are adjusted for that, by the
 suite's one rule (stats.ALPHA): Holm within each grid's family of comparisons (`p_holm`: no false verdict in the
 figure with 95% probability). Each comparison is in one family: its owner's, the grid that trained its runs, where
@@ -109,6 +110,7 @@ from lit_resformer.runs.results import (
     relative_curves,
 )
 from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
+from lit_resformer.training.run_dir import FINISHED
 from lit_resformer.verdicts import budgets, tuning
 from lit_resformer.verdicts.regime import grid_regime, regime_text
 from lit_resformer.verdicts.verdict_cache import VerdictCache, grid_key
@@ -417,7 +419,23 @@ def _unadjusted_verdicts(results: GridResults, given: SweepAnalysis | None) -> l
     verdicts = [judging(claim).judge(claim, results, sweep) for claim in results.claims]
     if sweep is not None:
         verdicts.extend(_scaling_verdicts(results, sweep))
-    return verdicts
+    return [_unless_unfinished(v, results) for v in verdicts]
+
+
+def _unless_unfinished(v: Verdict, results: GridResults) -> Verdict:
+    """A comparison with runs of its cells not finished at the grid's seeds (a grid merged seed by seed or slice by
+    slice) is not tested until they are: its verdict is read once, on every seed the grid declared, never on the
+    seeds that happened to finish first. A diverged run is finished (its divergence is a result)."""
+    cells = [name for name, info in results.cell_info.items()
+             if {v.claim.a, v.claim.b} & {name, info.get("family")}]
+    plan = results.grid_dir.progress(cells, results.manifest.get("seeds", []))
+    left = [f"{cell}/seed{seed}" for state, runs in sorted(plan.items()) if state not in FINISHED
+            for cell, seed in runs]
+    if not left:
+        return v
+    why = (f"not tested: {len(left)} of the {sum(map(len, plan.values()))} runs it compares are not finished yet "
+           f"({', '.join(sorted(left))}); judged once, on every seed of the grid")
+    return replace(v, verdict="not tested", unadjusted="not tested", note="; ".join(filter(None, (why, v.note))))
 
 
 def _judge_pair(claim: Claim, results: GridResults,

@@ -15,7 +15,7 @@ import yaml
 
 from lit_resformer.execution.jobs import TRAIN_COMMAND_ENV
 from lit_resformer.runs.directory import GridDir
-from tests.grids.test_ladder import LADDER, write_grid
+from tests.helpers.ladder_grids import LADDER, write_grid
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS_A_SEED = 8  # two trunks and three rungs each

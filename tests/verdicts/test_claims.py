@@ -56,6 +56,29 @@ def test_positive_negative_and_null_effects(tmp_path):
     assert verdicts[("worse", "train_loss")].verdict == "reproduced"
 
 
+def test_a_comparison_with_runs_not_finished_is_not_tested_until_every_declared_seed_is(tmp_path):
+    """A grid merged seed by seed (or slice by slice) is judged once, on every seed it declared: a comparison whose
+    cells have a run pending or interrupted is not tested, with the runs named, and leaves the Holm family; the
+    others of the grid are judged as usual. A diverged run is finished."""
+    grid_dir = claims_grid(tmp_path)
+    shutil.rmtree(grid_dir / "better/seed2")  # not started yet
+    summary = grid_dir / "worse/seed1/summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "status": "interrupted"}))
+    verdicts = {(v.claim.a, v.claim.metric): v for v in evaluate_grid(grid_dir)}
+    better, worse = verdicts[("better", "val_loss")], verdicts[("worse", "val_loss")]
+    assert better.verdict == worse.verdict == "not tested" and better.p_holm is None
+    assert better.note.startswith("not tested: 1 of the 6 runs it compares are not finished yet (better/seed2); "
+                                  "judged once, on every seed of the grid")
+    assert "(worse/seed1)" in worse.note
+    assert verdicts[("better", "val_loss/code")].verdict == "not tested"  # every claim on those cells
+    same = verdicts[("same", "val_loss")]
+    assert same.verdict == "inconclusive" and same.n == 3  # the finished cells are judged
+    # Holm's family is the tested comparisons only: 'same' is adjusted over 1 test now, not 5
+    assert same.p_holm == pytest.approx(same.p_two_sided)
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "status": "diverged"}))
+    assert next(v for v in evaluate_grid(grid_dir) if v.claim.a == "worse").verdict != "not tested"
+
+
 def test_a_run_at_the_plateau_or_a_single_seed_is_inconclusive(tmp_path):
     grid_dir = claims_grid(tmp_path)
     # the same clear effect, but one vanilla run ends only 0.5 nat below its unigram loss
