@@ -7,7 +7,8 @@
 # 1. installs the carried wheels ($WHEELS, default .whl; see scripts/fetch-wheels.sh) into $SITE without touching
 #    the machine's PyTorch, and runs the project from this source tree (PYTHONPATH);
 # 2. seeds a runs folder with the runs already finished in earlier slices (docs/results/<grid>/, merged there by
-#    `lit-resformer merge-results`), so that nothing is trained twice;
+#    `lit-resformer merge-results`) and with a CPU grid's seeds kept so far ($KEPT/<grid>/, default
+#    docs/unfinished-grids: scripts/grid-by-seed.sh), so that nothing is trained twice;
 # 3. runs up to $PARALLEL grids at once, each with `--runs-per-gpu $RUNS_PER_GPU` (small runs share the GPU),
 #    `--stack $STACK` (runs of one recipe and model shape trained in one process, stacked into one model and
 #    stepped as one CUDA graph: `STACK=auto` packs as many as the GPU's memory holds, best with RUNS_PER_GPU=1 and
@@ -33,6 +34,7 @@ WHEELS=${WHEELS:-.whl}
 SITE=${SITE:-/tmp/site}
 RUNS=${RUNS:-/tmp/runs}
 RESULTS=${RESULTS:-docs/results}
+KEPT=${KEPT:-docs/unfinished-grids}
 BUDGET=${BUDGET:-540}
 # left after the runners' time limit: stopping runs (up to 30 s of grace), one export process (~20 s to import on a
 # bare machine), the archives
@@ -67,12 +69,15 @@ for kv in $SET; do set_args+=(--set "$kv"); done
 
 grid_name() { "$PY" -c "import sys, yaml, pathlib; p = pathlib.Path(sys.argv[1]); print(yaml.safe_load(p.read_text()).get('name', p.stem))" "$1"; }
 
-# the runs finished in earlier slices: the runner skips them (same config, summary done)
+# the runs finished in earlier slices, and the seeds a CPU grid kept seed by seed (scripts/grid-by-seed.sh): the
+# runner skips them (same config, summary done)
 for grid in $GRIDS; do
     name=$(grid_name "$grid")
-    if [[ -d $RESULTS/$name ]]; then
-        cp -r "$RESULTS/$name" "$RUNS/" && log "$name: seeded with $(ls -d "$RESULTS/$name"/*/seed*/ 2>/dev/null | wc -l) finished run(s)"
-    fi
+    for done in "$RESULTS/$name" "$KEPT/$name"; do
+        if [[ -d $done ]]; then
+            cp -rn "$done" "$RUNS/" && log "$name: seeded with $(ls -d "$done"/*/seed*/ 2>/dev/null | wc -l) finished run(s) of $done"
+        fi
+    done
 done
 
 if ls "$PINNED_SHARDS"/pinned-*.corpus.xz >/dev/null 2>&1; then

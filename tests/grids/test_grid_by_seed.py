@@ -1,6 +1,7 @@
 """scripts/grid-by-seed.sh end to end with the fake trainer: a ladder grid trained one seed at a time, each finished
 seed kept (exported, merged) before the next starts, a new machine resuming from the kept seeds without training
-them again, the last seed putting the whole grid in the results folder, and a seed that cannot finish here said so."""
+them again, the last seed putting the whole grid in the results folder, a seed that cannot finish here said so,
+and a GPU slice (scripts/gpu-grids.sh) that starts from the kept seeds."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
 
 from lit_resformer.execution.jobs import TRAIN_COMMAND_ENV
+from lit_resformer.runs.archive import merge_export
 from lit_resformer.runs.directory import GridDir
 from tests.helpers.ladder_grids import LADDER, write_grid
 
@@ -69,3 +72,25 @@ def test_a_seed_whose_rungs_cannot_start_here_is_said_and_not_kept(tmp_path, fak
     assert stuck.returncode == 1
     assert "6 run(s) could not start here; train this seed again" in stuck.stdout
     assert len(finished(tmp_path / "kept/ladder")) == 2  # the trunks only, as before
+
+
+@pytest.mark.integration
+def test_a_gpu_slice_seeded_with_the_kept_seeds_trains_only_the_rest(tmp_path, fake):
+    """scripts/gpu-grids.sh on a lent machine starts from the seeds a CPU kept: it trains the others and exports the
+    whole grid."""
+    grid = write_grid(tmp_path, LADDER)
+    assert by_seed(tmp_path, grid, fake, "cpu", SEEDS="0").returncode == 0
+    env = {**os.environ, "GRIDS": str(grid), "OUT": str(tmp_path / "slice"), "RUNS": str(tmp_path / "gpu"),
+           "RESULTS": str(tmp_path / "results"), "KEPT": str(tmp_path / "kept"), "SET": "trainer.accelerator=cpu",
+           "PREPARE": "none", "PARALLEL": "1", "WHEELS": str(tmp_path / "no-wheels"), "PYTHON": sys.executable,
+           "PYTHONPATH": str(REPO), TRAIN_COMMAND_ENV: " ".join(fake)}
+    sliced = subprocess.run(["bash", str(REPO / "scripts/gpu-grids.sh")], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert sliced.returncode == 0, sliced.stdout + sliced.stderr
+    assert f"ladder: seeded with {RUNS_A_SEED} finished run(s) of {tmp_path / 'kept/ladder'}" in sliced.stdout
+    assert not list((tmp_path / "gpu/ladder").glob("*/seed0/calls.jsonl"))
+    assert len(list((tmp_path / "gpu/ladder").glob("*/seed1/calls.jsonl"))) == RUNS_A_SEED
+    with tarfile.open(tmp_path / "slice/exports.tar") as tar:
+        tar.extractall(tmp_path / "exports", filter="data")
+    merge_export(tmp_path / "exports/ladder.tar.gz", tmp_path / "results")
+    assert len(finished(tmp_path / "results/ladder")) == 2 * RUNS_A_SEED
