@@ -171,8 +171,14 @@ def test_runner_stops_its_trainer_as_ctrl_c_would(tmp_path):
     script.write_text("import sys, time\nprint('started', flush=True)\ntime.sleep(60)\n")
     job = RunJob("g", "c", 0, tmp_path / "run", [sys.executable, str(script)])
     stop = threading.Event()
-    timer = threading.Timer(2.0, stop.set)
-    timer.start()
+    stdout = tmp_path / "run/logs/stdout.log"
+
+    def stop_once_started():  # not on a timer: under load Python may not have its SIGINT handler yet at 2 s
+        while not (stdout.exists() and "started" in stdout.read_text()):
+            time.sleep(0.1)
+        stop.set()
+
+    threading.Thread(target=stop_once_started, daemon=True).start()
     started = time.monotonic()
     result = execute(job, stop=stop)
     assert time.monotonic() - started < 30
