@@ -16,6 +16,8 @@ from lit_resformer.writing import outside_legend, series_styles
 
 def ladder_section(results: GridResults, plotter: Plotter, doc: Document) -> None:
     """The section, once for each pair of arms a `data_saving_slope` claim compares; nothing without one."""
+    from matplotlib.ticker import PercentFormatter
+
     pairs = dict.fromkeys((c.a, c.b, c.over) for c in results.claims if c.metric == DATA_SAVING_SLOPE)
     for a, b, over in pairs:
         rung = rungs(results, a, b, over)
@@ -33,6 +35,7 @@ def ladder_section(results: GridResults, plotter: Plotter, doc: Document) -> Non
         )
         lines = {name: trend(values, budgets) for name, values in per_seed.items()}
         points = {name: at_each_budget(values) for name, values in per_seed.items()}
+        tokens = {x: _mean_tokens(rung, x) for x in budgets}
         fig, axes = plotter.plt.subplots(1, 2, figsize=(13, 4.2))
         measured, fitted_style = series_styles(["measured", "fitted"]).values()
         for ax, name in zip(axes, ("gap", "saving"), strict=True):
@@ -47,16 +50,18 @@ def ladder_section(results: GridResults, plotter: Plotter, doc: Document) -> Non
                 ax.fill_between(budgets, [t.low for t in fitted], [t.high for t in fitted], color=fitted_style["color"],
                                 alpha=0.2, lw=0)
             ax.set_xscale("log", base=2)
-            ax.set_xticks(budgets, [f"{x:g}" for x in budgets])
+            ax.set_xticks(budgets, [f"{x:g}" if tokens[x] is None else f"{x:g}\n{tokens[x] / 1e6:.1f}M tok."
+                                    for x in budgets])
             ax.minorticks_off()
-            ax.set(xlabel=f"budget ({over}, log2 scale)",
+            ax.set(xlabel=f"budget ({over} and tokens, log2 scale)",
                    ylabel=f"final val loss {a} − {b}" if name == "gap" else f"data saving of {a} (1 − B / B')",
                    title=name)
+            if name == "saving":
+                ax.yaxis.set_major_formatter(PercentFormatter(1.0))  # as the table says it
             ax.grid(alpha=0.3)
         outside_legend(axes[-1], fontsize=8)  # the panels share their series
         doc.image(plotter.save(fig, f"ladder_{a}_vs_{b}"),
                   f"{a} against {b} at the end of each decay: the gap and the data saving against the budget.")
-        tokens = {x: _mean_tokens(rung, x) for x in budgets}
         doc.table([over, "tokens", f"{a} − {b} [95% CI]", "data saving [95% CI]", "n"],
                   [[f"{x:g}", "–" if tokens[x] is None else f"{tokens[x] / 1e6:.2f}M",
                     _shown(points["gap"].get(x), "{:+.4f}"), _shown(points["saving"].get(x), "{:+.1%}"),
