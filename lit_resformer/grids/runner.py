@@ -222,7 +222,12 @@ def _round(spec: Grid, folder: GridDir, options: GridOptions, pool, command: lis
                      + (f" ({waiting} wait for others first)" if waiting else ""))
     if lines:
         print("\n".join(lines), file=out)
-    if options.dry_run or not jobs:
+    if options.dry_run:
+        return False
+    for p in plan.runs:  # before any return: a call that finds only done and busy runs still leaves the report to them
+        if p.busy:
+            outcome.summaries[p.run.name] = {"status": BUSY, "error": p.action}
+    if not jobs:
         return False
     folder.prepare(plan.manifest, collect_provenance(plan.precision, accelerator=plan.accelerator),
                    [(p.run_dir, p.run.config, p.shared, p.branch if p.run.name in starting else None)
@@ -230,8 +235,6 @@ def _round(spec: Grid, folder: GridDir, options: GridOptions, pool, command: lis
     attempted.update(job.name for job in jobs)
     run_with_progress(pool, jobs, outcome.record, f"grid {spec.name}", progress)
     for p in plan.runs:
-        if p.busy:
-            outcome.summaries[p.run.name] = {"status": BUSY, "error": p.action}
-        elif p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
+        if not p.busy and p.run.name not in outcome.summaries and p.run.name not in outcome.errors:
             outcome.summaries[p.run.name] = p.run_dir.read_summary()
     return any(run.train for job in jobs for run in stacked_runs(job))

@@ -554,6 +554,29 @@ def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(t
     assert first_report.read_text() == "the first runner's report"
 
 
+def test_a_runner_that_finds_only_done_and_busy_runs_leaves_the_report_to_the_other(tmp_path):
+    """The other runner finished one run and trains the last: nothing is left to start here, and a report written
+    now would show that run unfinished."""
+    import io
+
+    from lit_resformer.grids import GridOptions, run_grid
+    from lit_resformer.training.run_dir import RunDir
+
+    grid, command = fake_grid(tmp_path)
+    runs = tmp_path / "runs"
+    reports = []
+    options = GridOptions(runs_dir=runs, train_command=command, report=reports.append)
+    run_grid(load_grid(grid), options, progress=False, out=io.StringIO())
+    assert len(reports) == 1  # both runs done, the report written
+    busy = RunDir(runs / "g/resformer/seed0")
+    busy.summary_file.unlink()  # resformer is being trained again by the other runner
+    out = io.StringIO()
+    with busy.lock():
+        outcome = run_grid(load_grid(grid), options, progress=False, out=out)
+    assert outcome.busy == ["g/resformer/seed0"] and len(reports) == 1
+    assert "1 run(s) busy in another process, left to it: g/resformer/seed0" in out.getvalue()
+
+
 def test_a_run_taken_between_planning_and_starting_is_reported_busy_not_failed(tmp_path):
     from lit_resformer.execution.jobs import RunJob, execute
     from lit_resformer.training.run_dir import RunDir
