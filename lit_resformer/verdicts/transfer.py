@@ -26,16 +26,18 @@ POINT_OPTIMIZER = re.compile(r"\boptimizer=(\w+)")
 
 
 def regime_label(v: Verdict) -> str:
-    """`AdamW, 2.0M tokens, tiny, embedded`: the optimizer (a matrix point's, else the runs'), the most training
-    tokens of a run, the model presets and the corpus. Coarse on purpose: the cells of one figure differ in
-    parameters, and their comparisons belong to one regime."""
+    """`AdamW, 2.0M tokens, tiny, embedded`: the optimizer (a matrix point's, else the runs'), the training tokens
+    of the runs (their range where they differ: a budget ladder's rungs, a figure's training lengths), the model
+    presets and the corpus. Coarse on purpose: the cells of one figure differ in parameters, and their comparisons
+    belong to one regime."""
     regime = v.regime or {}
     point = POINT_OPTIMIZER.search(" ".join(v.texts or (v.claim.claim,)))
     optimizers = [point.group(1)] if point else regime.get("optimizer") or ["adamw"]
     names = {"adamw": "AdamW", "muon": "Muon"}
     parts = ["+".join(names.get(o, o) for o in optimizers)]
     if regime.get("tokens"):
-        parts.append(f"{max(regime['tokens']) / 1e6:.1f}M tokens")
+        low, high = (f"{t / 1e6:.1f}M" for t in (min(regime["tokens"]), max(regime["tokens"])))
+        parts.append(f"{high} tokens" if low == high else f"{low}-{high} tokens")
     for key in ("size", "corpus"):
         if regime.get(key):
             parts.append("+".join(regime[key]))

@@ -36,6 +36,9 @@ def test_the_regime_is_read_from_the_runs_and_the_matrix_point():
     assert regime_label(evidence) == "AdamW, 2.0M tokens, tiny, embedded"
     assert regime_label(adamw) == "AdamW, 2.0M tokens, tiny, pinned"
     assert regime_label(muon) == "Muon, 2.0M tokens, tiny, pinned"
+    # runs of several budgets (a ladder's rungs) show their range, not the largest alone
+    ladder = replace(adamw, regime={**PINNED, "tokens": [3_072_000, 18_432_000]})
+    assert regime_label(ladder) == "AdamW, 3.1M-18.4M tokens, tiny, pinned"
 
 
 def test_transfer_rows_are_shown_not_counted_and_a_flip_is_named():
