@@ -6,7 +6,7 @@
 #
 # 1. seeds the runs folder with the seeds already kept in $KEPT/<grid>/ (finished runs: configs, summaries,
 #    metrics; no checkpoints), so a new machine starts at the first seed not kept;
-# 2. trains seed k with `lit-resformer grid --seeds <the seeds up to k>`: the earlier seeds' runs are skipped, and the
+# 2. trains seed k (or the next $TOGETHER seeds) with `lit-resformer grid --seeds <the seeds up to k>`: the earlier seeds' runs are skipped, and the
 #    folder's manifest names every seed it holds. A ladder's rungs start from their trunk's checkpoints, which live
 #    only in the runs folder, so a seed's trunks and rungs finish on one machine; a call stopped with the session
 #    resumes from the last checkpoint when called again on the same machine;
@@ -25,6 +25,9 @@ KEPT=${KEPT:-docs/unfinished-grids}
 RESULTS=${RESULTS:-docs/results}
 SLOTS=${SLOTS:-2}
 THREADS=${THREADS:-1}
+# Seeds trained in one call: 2 keeps both slots busy on a grid where one seed has a single run to train at a time (a
+# ladder whose other arm is shared: its rungs wait for the one trunk); each is kept once the call ends.
+TOGETHER=${TOGETHER:-1}
 PY=${PYTHON:-$(command -v python)}
 CLI=${CLI:-$(dirname "$PY")/lit-resformer}
 NOTE=${NOTE:-"CPU, $(nproc) cores, seed by seed (scripts/grid-by-seed.sh)"}
@@ -62,21 +65,29 @@ export_into() {  # export the runs folder's finished runs of the grid and merge 
 }
 
 done_seeds=()
-for seed in $SEEDS; do
-    done_seeds+=("$seed")
-    if (($(unfinished "$seed" "$RUNS/$NAME") > 0)); then
-        log "$NAME seed $seed: training ($(unfinished "$seed" "$RUNS/$NAME") of ${#CELL_LIST[@]} runs left)"
+read -r -a SEED_LIST <<<"$SEEDS"
+for ((first = 0; first < ${#SEED_LIST[@]}; first += TOGETHER)); do
+    batch=("${SEED_LIST[@]:first:TOGETHER}")
+    done_seeds+=("${batch[@]}")
+    left=0
+    for seed in "${batch[@]}"; do ((left += $(unfinished "$seed" "$RUNS/$NAME"))); done
+    if ((left > 0)); then
+        log "$NAME seed(s) ${batch[*]}: training ($left of $((${#CELL_LIST[@]} * ${#batch[@]})) runs left)"
         "$CLI" grid "$GRID" --runs-dir "$RUNS" --cpu-slots "$SLOTS" --threads-per-run "$THREADS" \
             --seeds "${done_seeds[@]}" --no-report
         status=$?
-        ((status == 0)) || { log "$NAME seed $seed: runner exit $status; call again to resume"; exit "$status"; }
-        left=$(unfinished "$seed" "$RUNS/$NAME")
-        ((left == 0)) || { log "$NAME seed $seed: $left run(s) could not start here; train this seed again"; exit 1; }
+        ((status == 0)) || { log "$NAME seed(s) ${batch[*]}: runner exit $status; call again to resume"; exit "$status"; }
+        for seed in "${batch[@]}"; do
+            left=$(unfinished "$seed" "$RUNS/$NAME")
+            ((left == 0)) || { log "$NAME seed $seed: $left run(s) could not start here; train it again"; exit 1; }
+        done
     fi
-    if (($(unfinished "$seed" "$KEPT/$NAME") > 0)); then
-        export_into "$KEPT" || { log "$NAME seed $seed: export into $KEPT failed"; exit 1; }
-        log "$NAME seed $seed: kept in $KEPT/$NAME (commit it)"
-    fi
+    for seed in "${batch[@]}"; do
+        if (($(unfinished "$seed" "$KEPT/$NAME") > 0)); then
+            export_into "$KEPT" || { log "$NAME seed $seed: export into $KEPT failed"; exit 1; }
+            log "$NAME seed $seed: kept in $KEPT/$NAME (commit it)"
+        fi
+    done
 done
 
 if [[ "${done_seeds[*]}" != "${FILE_SEEDS//,/ }" ]]; then

@@ -532,13 +532,19 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = (), resolve_bases: 
         removed = {name for name, overrides in spec["cells"].items() if overrides is None}
         if removed and isinstance(inherited.get("claims"), list):
             inherited["claims"] = [c for c in inherited["claims"]
-                                   if not (isinstance(c, dict) and removed & {c.get("a"), c.get("b")})]
+                                   if not (isinstance(c, dict) and _names_removed(c, removed))]
             merged["claims"] = inherited["claims"]
     if "claims" in spec and inherited.get("claims"):
         if not isinstance(spec["claims"], list):
             raise GridError(f"{path}: claims must be a list (they are added to those of {parent_path})")
         merged["claims"] = [*inherited["claims"], *spec["claims"]]
     return merged
+
+
+def _names_removed(claim: dict, removed: set[str]) -> bool:
+    """Whether a claim's a or b is a removed cell or one of its points ("<cell>,<key>=<value>", e.g. a ladder rung)."""
+    return any(isinstance(side, str) and (side in removed or side.split(",", 1)[0] in removed)
+               for side in (claim.get("a"), claim.get("b")))
 
 
 def _overlay_cells(inherited: Any, own: Any, parent_path: Path, path: Path) -> dict:
