@@ -144,6 +144,10 @@ def grid_parser() -> OptionParser:
     parser.add_argument("--executor", choices=["local", "slurm"], default="local")
     parser.add_argument("--dry-run", action="store_true", help="list what would run and what is skipped")
     parser.add_argument("--seeds", type=int, nargs="+", help="replace the grid's seeds")
+    parser.add_argument("--cells", nargs="+", metavar="PATTERN", default=(),
+                        help="train only the runs of the cells whose names match one of these shell-style patterns "
+                             "(e.g. 'resformer,lr=0.001,*': one ladder's trunk and rungs): a slice of the grid, the "
+                             "others left as they are")
     parser.add_argument("--eval", action="store_true", help="zero-shot eval of every finished run")
     parser.add_argument("--analyze", action="store_true", help="attention analysis of every finished run")
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
@@ -226,7 +230,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
                           report=None if args.no_report else write_grid_report, dry_run=args.dry_run,
                           post_training=tuple(kind for kind, wanted in (("eval", args.eval), ("analyze", args.analyze))
                                               if wanted),
-                          pool=pool)
+                          pool=pool, cells=tuple(args.cells))
     try:
         outcome = run_grid(grid, options)
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:

@@ -89,16 +89,12 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     ladder = parse_ladder(spec.get("ladder"), where)
     matrix = spec.get("matrix")
     if ladder is not None:
-        if matrix is not None or not families:
-            raise GridError(f"{where}: a grid with a ladder has `cells` and no `matrix` (the ladder's budgets are "
-                            f"its matrix, {LADDER_OVER})")
-        matrix = ladder.matrix()
-        trunks = {family: Cell(name=trunk_cell(family), family=family, baseline="",
-                               overrides={**own, **ladder.trunk_overrides()})
-                  for family, own in families.items()}
-    cells = _expand_cells(families, matrix, where)
-    if ladder is not None:
-        cells = [*trunks.values(), *(dataclasses.replace(c, trunk=trunks[c.family].name) for c in cells)]
+        if not families or (isinstance(matrix, dict) and LADDER_OVER in matrix):
+            raise GridError(f"{where}: a grid with a ladder has `cells` (and optionally a `matrix` of other keys, "
+                            f"e.g. model.lr: a trunk per cell and point); its budgets are its {LADDER_OVER}")
+        cells = _ladder_cells(families, matrix, ladder, where)
+    else:
+        cells = _expand_cells(families, matrix, where)
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
     branch_points = {c.name: BranchPoint(c.trunk, ladder.decay_start(c.coords[LADDER_OVER])) for c in cells if c.trunk}
@@ -126,10 +122,19 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         raise GridError(str(e)) from None
     run_keys = [(c.name, seed) for c in cells for seed in seeds]
     if selection is not None:
-        selection = dataclasses.replace(selection, cells={
-            arm: {c.coords[selection.over]: c.name for c in cells if c.family == arm} for arm in selection.arms})
-        run_keys += [(cell, seed) for arm in selection.confirm for cell in selection.cells[arm].values()
-                     for seed in selection.seeds]
+        def by_arm(where_cells: list[Cell]) -> dict[str, dict[Any, str]]:
+            return {arm: {c.coords[selection.over]: c.name for c in where_cells if c.family == arm}
+                    for arm in selection.arms}
+
+        if selection.per is None:
+            selection = dataclasses.replace(selection, cells=by_arm(cells))
+        else:
+            selection = dataclasses.replace(selection, cells_per={
+                value: by_arm([c for c in cells if c.coords.get(selection.per) == value])
+                for value in selection.per_values})
+        confirmed = [cell for arm in selection.confirm for cell in selection.candidate_cells(arm)]
+        confirmed = [*{branch_points[c].trunk: None for c in confirmed if c in branch_points}, *confirmed]
+        run_keys += [(cell, seed) for cell in confirmed for seed in selection.seeds]
         run_keys += [(c.name, seed) for c in at_best_cells for seed in selection.at_best.seeds]
     return Grid(
         name=name,
@@ -225,6 +230,24 @@ def parse_ladder(raw: Any, where: str) -> Ladder | None:
 
 def trunk_cell(family: str) -> str:
     return f"{family},{TRUNK}"
+
+
+def _ladder_cells(families: dict[str, dict[str, Any]], matrix: Any, ladder: Ladder, where: str) -> list[Cell]:
+    """A ladder's cells: a trunk per `cells` entry and point of the grid's own `matrix` (e.g. a peak learning rate),
+    then each trunk's rungs, one per budget. A trunk has no coordinates (it is measured only through its rungs); its
+    name is its family's and point's, e.g. `resformer,lr=0.002,trunk` for the rungs `resformer,lr=0.002,max_steps=B`."""
+    points = _matrix_points(matrix, where) if matrix is not None else [({}, {})]
+    trunks, rungs = [], []
+    for family, own in families.items():
+        for coords, extras in points:
+            head = ",".join([family, *([_point_name(coords)] if coords else [])])
+            trunk = Cell(name=trunk_cell(head), family=family, baseline="",
+                         overrides={**own, **coords, **extras, **ladder.trunk_overrides()})
+            trunks.append(trunk)
+            rungs += [dataclasses.replace(c, name=f"{head},{c.name[len(family) + 1:]}", coords={**coords, **c.coords},
+                                          trunk=trunk.name)
+                      for c in _expand_cells({family: {**own, **coords, **extras}}, ladder.matrix(), where)]
+    return [*trunks, *rungs]
 
 
 def _seeds(spec: dict, seeds: Sequence[int] | None, where: str) -> list[int]:
@@ -534,7 +557,7 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = (), resolve_bases: 
             inherited["claims"] = [c for c in inherited["claims"]
                                    if not (isinstance(c, dict) and _names_removed(c, removed))]
             merged["claims"] = inherited["claims"]
-    if "claims" in spec and inherited.get("claims"):
+    if "claims" in spec and inherited.get("claims") is not None:  # [] once the removed cells' claims went
         if not isinstance(spec["claims"], list):
             raise GridError(f"{path}: claims must be a list (they are added to those of {parent_path})")
         merged["claims"] = [*inherited["claims"], *spec["claims"]]

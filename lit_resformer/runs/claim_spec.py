@@ -74,6 +74,15 @@ says how each kind is judged and shown):
   val_loss_gap_dependence  the slope of the final validation-loss gap a - b against log2 of `over`, per seed, over
                            the cells that have `over` as a matrix key; direction `either`: a two-sided claim that
                            the gap depends on `over` (the slope is not zero), never contradicted by a test against zero
+  val_loss_each_at_best_slope
+                           a grid whose `select:` block chooses each arm's point at each value of `over` (its `per`,
+                           a ladder's budgets): per confirmation seed, the slope of the final validation-loss gap a - b,
+                           each at its best point there, against log2 of `over`; direction `either` (the tuned gap
+                           changes with `over`)
+  val_loss_gap_difference  per seed, the final validation-loss gap a - b at the second value of `over` (a matrix key
+                           with exactly two values, e.g. two schedules) minus the gap at the first; direction `flat`
+                           with a margin: the gap does not depend on `over` (reproduced when the interval lies within
+                           +-margin, contradicted when it lies clear of it)
   data_saving_slope        a ladder's (lit_resformer.grids.spec.Ladder) per-seed data saving of a over b at the end of each
                            rung's decay, 1 - B / B' where b reaches a's loss at budget B', and its slope against
                            log2 of `over` (the budget); direction `flat`: the saving is constant (contradicted when the
@@ -95,6 +104,8 @@ TIME_TO_TARGET = "time_to_target"
 EACH_AT_BEST = "val_loss_each_at_best"
 AT_B_BEST = "val_loss_at_b_best"
 GAP_DEPENDENCE = "val_loss_gap_dependence"
+EACH_AT_BEST_SLOPE = "val_loss_each_at_best_slope"
+GAP_DIFFERENCE = "val_loss_gap_difference"
 DATA_SAVING_SLOPE = "data_saving_slope"
 ANALYSIS_PREFIX = "analysis/"
 # analysis/<name>: what each reads from a run's analysis.json (lit_resformer.analysis.analyze) and why it is a claim
@@ -139,6 +150,7 @@ class MetricKind:
     takes: frozenset[str] = frozenset({"margin"})  # which of KIND_FIELDS apply
     direction: str | None = None  # the one direction it can claim (None: any of `directions`)
     directions: tuple[str, ...] = DIRECTIONS  # the directions it can claim
+    two_points: bool = False  # its `over` is a matrix key of exactly two values, of any type (else numeric, > 0)
 
     def covers(self, metric: str) -> bool:
         suffix = metric.removeprefix(self.prefix) if self.prefix and metric.startswith(self.prefix) else None
@@ -168,10 +180,14 @@ METRIC_KINDS = (
     MetricKind(AT_B_BEST, NATS, names=(AT_B_BEST,), across="the selection"),
     MetricKind(GAP_DEPENDENCE, "nats per doubling", names=(GAP_DEPENDENCE,), across="the matrix",
                takes=frozenset({"over"}), directions=(EITHER,)),
+    MetricKind(EACH_AT_BEST_SLOPE, "nats per doubling", names=(EACH_AT_BEST_SLOPE,), across="the selection",
+               takes=frozenset({"over"}), directions=(EITHER,)),
+    MetricKind(GAP_DIFFERENCE, NATS, names=(GAP_DIFFERENCE,), across="the matrix", takes=frozenset({"over", "margin"}),
+               directions=(FLAT,), two_points=True),
     MetricKind(DATA_SAVING_SLOPE, "fraction of tokens per doubling", names=(DATA_SAVING_SLOPE,), across="the matrix",
                takes=frozenset({"over", "margin"}), directions=(FLAT,)),
 )
-SELECTED_METRICS = (EACH_AT_BEST, AT_B_BEST)
+SELECTED_METRICS = (EACH_AT_BEST, AT_B_BEST, EACH_AT_BEST_SLOPE)
 
 
 def metric_kind(metric: object) -> MetricKind | None:
@@ -302,7 +318,7 @@ def _at_every_point(claim: Claim, cells: Sequence[dict], where: str) -> list[Cla
     by_point = {(c["family"], tuple(sorted(c["coords"].items()))): c["name"] for c in cells}
     expanded = []
     for c in cells:
-        if c["family"] != claim.a:
+        if c["family"] != claim.a or not c["coords"]:  # no point: a ladder's trunk, measured only through its rungs
             continue
         point = tuple(sorted(c["coords"].items()))
         other = by_point.get((claim.b, point))
@@ -329,5 +345,10 @@ def _check_over_claim(claim: Claim, cells: Sequence[dict], families: list[str], 
                          f"got {claim.over!r}")
     _check_families(claim, families, where, kind)
     points = [c["coords"][claim.over] for c in cells if c["family"] == claim.a and claim.over in c["coords"]]
-    if len(set(points)) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in points):
+    if kind.two_points:
+        if len(set(map(repr, points))) != 2:
+            raise ValueError(f"{where}.over: {claim.metric} compares two values of {claim.over}, got "
+                             f"{list(dict.fromkeys(points))}")
+    elif len(set(points)) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                         for v in points):
         raise ValueError(f"{where}.over: {claim.over} needs at least two positive numeric values, got {points}")

@@ -413,7 +413,7 @@ def test_report_has_claims_and_flags_runs_at_the_plateau(tmp_path, monkeypatch):
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "down"}, "direction must be one of ['lower', 'higher']"),
     ({"claim": "c", "a": "better", "b": "better", "metric": "val_loss", "direction": "lower"}, "a and b are both"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "lower", "over": "data.seq_len"},
-     "over applies only to metrics ['critical_point_growth', 'val_loss_gap_slope', 'val_loss_gap_dependence', 'data_saving_slope']"),
+     "over applies only to metrics ['critical_point_growth', 'val_loss_gap_slope', 'val_loss_gap_dependence', 'val_loss_each_at_best_slope', 'val_loss_gap_difference', 'data_saving_slope']"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "critical_point_growth", "direction": "higher", "over": "x"},
      "claims[0].over must name a matrix key of this grid (it has no matrix), got 'x'"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "lower", "by": 1}, "unknown field(s) ['by']"),
