@@ -106,3 +106,26 @@ def test_a_gpu_slice_seeded_with_the_kept_seeds_trains_only_the_rest(tmp_path, f
         tar.extractall(tmp_path / "exports", filter="data")
     merge_export(tmp_path / "exports/ladder.tar.gz", tmp_path / "results")
     assert len(finished(tmp_path / "results/ladder")) == 2 * RUNS_A_SEED
+
+
+@pytest.mark.integration
+def test_a_queue_trains_its_entries_in_order_and_a_second_call_trains_nothing(tmp_path, fake):
+    grid = write_grid(tmp_path, LADDER)
+    queue = tmp_path / "queue.txt"
+    queue.write_text(f"# order\n{grid} resformer,*   # one arm first\n\n{grid}\n")
+    env = {**os.environ, "QUEUE": str(queue), "RUNS": str(tmp_path / "runs"), "KEPT": str(tmp_path / "kept"),
+           "RESULTS": str(tmp_path / "results"), "PYTHON": sys.executable, "PYTHONPATH": str(REPO),
+           TRAIN_COMMAND_ENV: " ".join(fake)}
+
+    def queued() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(REPO / "scripts/grid-queue.sh")], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    first = queued()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.index("(slice resformer,*)") < first.stdout.index("ladder seed(s) 0 1: training (8 of 16"), first.stdout
+    assert "every entry of" in first.stdout and len(finished(tmp_path / "results/ladder")) == 2 * RUNS_A_SEED
+    trained = list((tmp_path / "runs/ladder").glob("*/seed*/calls.jsonl"))
+    assert len(trained) == 2 * RUNS_A_SEED and all(len(path.read_text().splitlines()) == 1 for path in trained)
+    again = queued()
+    assert again.returncode == 0 and "training" not in again.stdout
