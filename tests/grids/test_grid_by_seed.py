@@ -123,7 +123,7 @@ def test_a_queue_trains_its_entries_in_order_and_a_second_call_trains_nothing(tm
 
     first = queued()
     assert first.returncode == 0, first.stdout + first.stderr
-    assert first.stdout.index("(slice resformer,*)") < first.stdout.index("ladder seed(s) 0 1: training (8 of 16"), first.stdout
+    assert first.stdout.index("(slice resformer,*)") < first.stdout.index("ladder seed(s) 0 1: training (8 of 8"), first.stdout
     assert "every entry of" in first.stdout and len(finished(tmp_path / "results/ladder")) == 2 * RUNS_A_SEED
     trained = list((tmp_path / "runs/ladder").glob("*/seed*/calls.jsonl"))
     assert len(trained) == 2 * RUNS_A_SEED and all(len(path.read_text().splitlines()) == 1 for path in trained)
