@@ -112,7 +112,8 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         raise GridError(str(e)) from None
     try:  # the grid's `claims:`, checked against its cells (and those a `select:` block will add)
         claims = [claim.to_dict() for claim in parse_claims(spec.get("claims"),
-                                                            [dataclasses.asdict(c) for c in cells] + to_be_chosen)]
+                                                            [dataclasses.asdict(c) for c in cells] + to_be_chosen,
+                                                            _select_per(spec.get("select")))]
     except ValueError as e:
         raise GridError(f"{where}: {e}") from e
     try:
@@ -278,6 +279,12 @@ def _report(spec: dict, where: str) -> dict[str, Any]:
     return {"critical_point_window": window, **({"scaling": scaling} if scaling else {})}
 
 
+def _select_per(select: Any) -> str | None:
+    """A `select:` block's `per` as written (None without one; a malformed block is parse_selection's to name)."""
+    per = select.get("per") if isinstance(select, dict) else None
+    return per if isinstance(per, str) else None
+
+
 def _at_best(select: Any, where: str) -> tuple[list, list[tuple[dict[str, Any], dict[str, Any]]]]:
     """A `select:` block's at_best as written: (its `cells` entries, the points of its matrix); nothing without one
     (a malformed block is parse_selection's to name)."""
@@ -334,7 +341,7 @@ def declared_claims(grid_file: Path, cells: Sequence[Mapping[str, Any]]) -> list
         spec = _read_grid_file(grid_file)
         return [claim.to_dict() for claim in parse_claims(spec.get("claims"), [
             {"name": c["name"], "family": c.get("family"), "coords": c.get("coords") or {}} for c in cells]
-            + _at_best_placeholders(spec.get("select"), str(grid_file)))]
+            + _at_best_placeholders(spec.get("select"), str(grid_file)), _select_per(spec.get("select")))]
     except ValueError as e:  # GridError included
         raise GridError(f"{grid_file}: {e}") from e
 

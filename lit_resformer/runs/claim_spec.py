@@ -223,13 +223,19 @@ class Claim:
     # the paper's sentence this comparison states, where it was declared or changed after its results were seen
     # (lit_resformer.verdicts.declared); it decides nothing
     quote: str | None = None
+    # where a claim at chosen points is judged when its grid's `select:` block chooses at each value of a key (its
+    # `per`, a ladder's budgets): {that key: one value}. Set by parse_claims, never written in a grid file.
+    per: dict | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
-    """Check a grid's `claims:` against its cells (dicts with name, family, coords); ValueError names the problem."""
+def parse_claims(raw: object, cells: Sequence[dict], per: str | None = None) -> list[Claim]:
+    """Check a grid's `claims:` against its cells (dicts with name, family, coords); ValueError names the problem.
+    `per`: the key at each of whose values the grid's `select:` block chooses its points apart (a ladder's budgets):
+    a claim at chosen points (val_loss_each_at_best, val_loss_at_b_best) then holds at each of its values, one claim
+    per value."""
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -248,6 +254,12 @@ def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
                              f"fields: {sorted(CLAIM_FIELDS)} (over only for {metrics_taking('over')})")
         claim = Claim(**{k: entry.get(k) for k in CLAIM_FIELDS})
         kind = _check_fields(claim, where)
+        if per is not None and claim.metric in (EACH_AT_BEST, AT_B_BEST):
+            _check_families(claim, families, where, kind)
+            values = sorted({c["coords"][per] for c in cells if c["family"] == claim.a and per in c["coords"]})
+            claims += [replace(claim, claim=f"{claim.claim} [{per.rsplit('.', 1)[-1]}={value}]", per={per: value})
+                       for value in values]
+            continue
         if "over" in kind.takes:
             _check_over_claim(claim, cells, families, where, kind)
         elif kind.across:

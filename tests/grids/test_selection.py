@@ -211,6 +211,9 @@ def test_a_ladders_rate_is_chosen_at_each_budget_and_confirmed_on_its_rung_and_t
     assert len(grid.runs()) == 2 * 3 * (1 + 3) * 2  # arms x rates x (trunk + rungs) x pilot seeds
     assert grid.pilot_cells("resformer", 20) == {lr: f"resformer,lr={lr},max_steps=20" for lr in (0.001, 0.002, 0.004)}
     assert grid.manifest()["select"]["per"] == "trainer.max_steps"
+    # the claim at chosen points holds at each budget, one comparison each
+    assert [(c["claim"], c["per"]) for c in grid.claims] == [
+        (f"tuned at each budget [max_steps={b}]", {"trainer.max_steps": b}) for b in (10, 20, 30)]
     assert Selection.from_dict(grid.manifest()["select"]).per_values == (10, 20, 30)
     grid_dir = tmp_path / "runs" / "surface"
     # vanilla is best at 2e-3 at every budget; resformer at 2e-3 at budgets 10 and 20, its rungs at 30 not finished
