@@ -327,8 +327,8 @@ def claims_command(argv: list[str]) -> None:
     from lit_resformer.grids.spec import claims_change
     from lit_resformer.verdicts import paper_claims as pc
     from lit_resformer.verdicts import transfer
-    from lit_resformer.verdicts.claims import scoreboard
     from lit_resformer.verdicts.rendering import markdown
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
 
     stale = [change for grid in grids if (change := claims_change(grid)[1])]
     if stale:
