@@ -175,7 +175,7 @@ def test_the_value_residuals_gain_shrinks_with_ten_times_the_tokens_and_no_sink_
 @pytest.mark.integration  # the scoreboard over docs/results and the configs at each results' commit (a minute or two)
 def test_every_field_that_decides_a_verdict_was_fixed_before_its_results_or_is_quoted(committed):
     try:
-        listed = declared.declaration_report(RESULTS, declared.counted_comparisons(pc.paper_claims(committed[0])))
+        listed = declared.declaration_report([RESULTS], declared.counted_comparisons(pc.paper_claims(committed[0])))
     except declared.DeclarationError as err:  # a shallow clone
         pytest.skip(str(err))
     assert declared.unjustified(listed) == [], declared.markdown(declared.unjustified(listed))
