@@ -38,7 +38,6 @@ from lit_resformer.reports.page import (
     page,
     tally_html,
 )
-from lit_resformer.verdicts.claims import Verdict, is_sub_row
 from lit_resformer.verdicts.paper_claims import (
     CLAIM_VERDICTS,
     PaperClaim,
@@ -48,6 +47,7 @@ from lit_resformer.verdicts.paper_claims import (
     headline_regime,
 )
 from lit_resformer.verdicts.transfer import TransferRow, claim_markdown, regime_label, transfer_row
+from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 from lit_resformer.writing import aligned_lines
 
 # the board page's own style and script, in files beside this one: inlined, the page stays one file

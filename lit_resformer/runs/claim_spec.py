@@ -1,5 +1,5 @@
 """The claims a grid file declares: the paper's claims for its figure, checked against the grid's cells when the
-grid is loaded (lit_resformer.grids.spec) and judged on its runs by lit_resformer.verdicts.claims.
+grid is loaded (lit_resformer.grids.spec) and judged on its runs by lit_resformer.verdicts.judges.
 
     claims:
       - claim: ResFormer ends with a lower validation loss than vanilla     # the paper's claim, in words
@@ -54,7 +54,7 @@ MARGIN: a comparison with `margin: m` tests a bound, not zero: direction higher 
 more than m"), lower claims a - b < +m. It is judged by the same two-sided interval and alpha as any other:
 reproduced when the interval lies on the claimed side of the bound, contradicted when it lies on the other side.
 
-METRICS (each judged per seed; one entry of METRIC_KINDS per kind, and lit_resformer.verdicts.claims.JUDGING
+METRICS (each judged per seed; one entry of METRIC_KINDS per kind, and lit_resformer.verdicts.judges.JUDGING
 says how each kind is judged and shown):
   val_loss, train_loss, val_loss/<domain>   the run's final values (its summary)
   critical_point_growth    slope of log2 critical step against log2 of `over` (direction higher)
@@ -138,7 +138,7 @@ AT = {"end": SUMMARY_METRICS, "warmup": SUMMARY_METRICS, "throughout": ("val_los
 @dataclass(frozen=True)
 class MetricKind:
     """One kind of claim metric: the `metric:` values it covers, what its `a` and `b` name and which optional fields
-    it takes. How it is judged and shown is lit_resformer.verdicts.claims.JUDGING[key]: the verdicts sit above the
+    it takes. How it is judged and shown is lit_resformer.verdicts.judges.JUDGING[key]: the verdicts sit above the
     grids, which check claims when a grid loads (a test checks that both tables name the same kinds)."""
 
     key: str

@@ -281,7 +281,7 @@ def grid_dirs(paths: Iterable[str | Path], kind: str = "grid run directory",
 
 def grid_index(grids: Iterable[GridDir]) -> dict[str, GridDir]:
     """Grid name (its manifest's) -> folder, for the grids given: what a comparison of shared runs may be judged in
-    (lit_resformer.verdicts.claims.Judgements). Two folders of one name are refused: which would judge is unclear."""
+    (lit_resformer.verdicts.judgements.Judgements). Two folders of one name are refused: which would judge is unclear."""
     index: dict[str, GridDir] = {}
     for grid in grids:
         name = grid.read_manifest()["name"]

@@ -1,7 +1,7 @@
 """A ladder's claim that a's data saving against b is constant across budgets (`data_saving_slope`, direction
-`flat`; lit_resformer.verdicts.claims registers it in its JUDGING table, passing its `judge` and `compared` as it
-does to lit_resformer.verdicts.tuning), judged on the per-seed slope of the saving
-against log2 budget (lit_resformer.measures.budget_ladder) and its t interval over seeds:
+`flat`; lit_resformer.verdicts.judges registers it in its JUDGING table), judged by the one judge of per-seed values
+(lit_resformer.verdicts.verdict.judge) on the per-seed slope of the saving against log2 budget
+(lit_resformer.measures.budget_ladder) and its t interval over seeds:
 
   contradicted  the interval excludes zero: the saving changes with the budget (the two-sided test of the trend);
   reproduced    otherwise, when the interval lies within +-margin: no trend larger than the margin per doubling of
@@ -12,16 +12,15 @@ against log2 budget (lit_resformer.measures.budget_ladder) and its t interval ov
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from lit_resformer.measures.budget_ladder import data_savings, rungs, slopes
 from lit_resformer.measures.stats import per_seed_t
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.results import GridResults
-from lit_resformer.verdicts.tuning import Compared, Judge
+from lit_resformer.verdicts.verdict import Verdict, compared, judge
 
 
-def judge_saving_slope(claim: Claim, results: GridResults, judge: Judge, compared: Compared) -> Any:
+def judge_saving_slope(claim: Claim, results: GridResults) -> Verdict:
     rung = rungs(results, claim.a, claim.b, claim.over)
     savings = data_savings(rung)
     per_seed = slopes(savings.per_seed)

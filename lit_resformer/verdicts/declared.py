@@ -137,18 +137,18 @@ def counted_comparisons(claims: Iterable) -> set[tuple[str, str]]:
             for grid in (e.row.grids or (e.row.grid,))}
 
 
-def declaration_report(results_root: str | Path, counted: set[tuple[str, str]] | None = None,
+def declaration_report(results_roots: Sequence[str | Path], counted: set[tuple[str, str]] | None = None,
                        repo: Path = REPO_ROOT) -> list[dict]:
-    """One row per comparison of every grid under `results_root`, per paper claim of the registry and per
-    precondition: its results' first moment, the commit its fields were checked at, what changed since (or ""), its
-    quote and its status. `counted` (counted_comparisons): the comparisons that decide a claim; a change after the
-    results of one that does not is "unjustified, shown only" (None: every comparison decides)."""
-    results_root = Path(results_root)
+    """One row per comparison of every grid under `results_roots` (grid run directories or folders of them, as the
+    board reads them), per paper claim of the registry and per precondition: its results' first moment, the commit
+    its fields were checked at, what changed since (or ""), its quote and its status. `counted`
+    (counted_comparisons): the comparisons that decide a claim; a change after the results of one that does not is
+    "unjustified, shown only" (None: every comparison decides)."""
     if _git("rev-parse", "--is-shallow-repository", repo=repo).strip() != "false":
         raise DeclarationError(f"{repo}: a shallow clone has no history to date the claims with")
     rows = []
     seen_by_text: dict[str, datetime] = {}  # a comparison's words -> when its results were first seen, anywhere
-    for grid in grid_dirs([results_root]):
+    for grid in grid_dirs(results_roots):
         manifest = grid.read_manifest()
         path = locate_grid_file(manifest.get("grid_file"), grid.path)
         if path is None:

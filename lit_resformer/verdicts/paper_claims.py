@@ -1,6 +1,7 @@
 """The paper's claims as the unit of the scoreboard: each claim of configs/claims.yaml (the paper's words, where it
-is made, its condition) with the comparisons that are its evidence (lit_resformer.verdicts.claims.scoreboard rows),
-and its verdict derived from them by one rule (the registry file's header):
+is made, its condition) with the comparisons that are its evidence (the rows of
+lit_resformer.verdicts.scoreboard_rows.scoreboard), and its verdict derived from them by one rule (the registry
+file's header):
 
 - a comparison whose question (cells, metric, measurement point, margin) is tested (any verdict but "not tested") in a
   higher tier (gpu > evidence > any other grid) is "superseded by <grid>": shown, not counted;
@@ -25,9 +26,9 @@ import yaml
 
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli
 from lit_resformer.provenance import REPO_ROOT as REPO
-from lit_resformer.verdicts.claims import Verdict, is_sub_row
 from lit_resformer.verdicts.regime import regime_text
 from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE, verdict_text
+from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 
 REGISTRY = REPO / "configs" / "claims.yaml"
 CLAIM_VERDICTS = ("reproduced", "contradicted", "mixed", "inconclusive", "not tested")

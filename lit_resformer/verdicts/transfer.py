@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lit_resformer.measures.stats import SeedTest, change_between
-from lit_resformer.verdicts.claims import Verdict
 from lit_resformer.verdicts.paper_claims import PaperClaim, derive
 from lit_resformer.verdicts.rendering import verdict_text
+from lit_resformer.verdicts.verdict import Verdict
 
 DECISIVE = ("reproduced", "contradicted")
 POINT_OPTIMIZER = re.compile(r"\boptimizer=(\w+)")

@@ -1,6 +1,5 @@
-"""Claims about tuned arms and about what a gap depends on, judged on a grid's runs (lit_resformer.verdicts.claims
-registers them in its JUDGING table, passing its own `judge`, the unadjusted verdict on per-seed values, and
-`compared`, a comparison's run identities: this module does not import it back).
+"""Claims about tuned arms and about what a gap depends on, judged on a grid's runs by the one judge of per-seed
+values (lit_resformer.verdicts.verdict.judge); lit_resformer.verdicts.judges registers them in its JUDGING table.
 
 - `val_loss_each_at_best` / `val_loss_at_b_best`: the final validation loss of a at its best point against b at its
   best (or both at b's best), as the grid's `select:` block chose those points from its pilot seeds
@@ -18,9 +17,7 @@ registers them in its JUDGING table, passing its own `judge`, the unadjusted ver
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -28,9 +25,7 @@ from lit_resformer.grids.selection import Selection, SelectionError, best_point
 from lit_resformer.measures.stats import run_data_seed, seed_design
 from lit_resformer.runs.claim_spec import EACH_AT_BEST, Claim
 from lit_resformer.runs.results import GridResults, RunResult
-
-Judge = Callable[..., Any]  # lit_resformer.verdicts.claims.judge: the unadjusted Verdict on per-seed values
-Compared = Callable[[Claim, list], dict]  # lit_resformer.verdicts.claims._compared: which runs a comparison compared
+from lit_resformer.verdicts.verdict import Verdict, compared, judge
 
 
 def chosen_points(results: GridResults) -> tuple[Selection | None, dict[str, float], dict[str, str]]:
@@ -64,7 +59,7 @@ def pilot_cells(results: GridResults, selection: Selection, arm: str) -> dict[fl
             if info.get("family") == arm and not info.get("at") and selection.over in (info.get("coords") or {})}
 
 
-def judge_at_chosen(claim: Claim, results: GridResults, judge: Judge, compared: Compared) -> Any:
+def judge_at_chosen(claim: Claim, results: GridResults) -> Verdict:
     """a at its best (EACH_AT_BEST) or at b's best against b at its best, on the confirmation seeds."""
     selection, best, missing = chosen_points(results)
     where = {claim.a: claim.a if claim.metric == EACH_AT_BEST else claim.b, claim.b: claim.b}
@@ -90,7 +85,7 @@ def _cell_at(results: GridResults, selection: Selection, arm: str, value: float)
     return next(cell for point, cell in pilot_cells(results, selection, arm).items() if math.isclose(point, value))
 
 
-def judge_gap_dependence(claim: Claim, results: GridResults, judge: Judge, compared: Compared) -> Any:
+def judge_gap_dependence(claim: Claim, results: GridResults) -> Verdict:
     """The per-seed slope of the final gap a - b against log2(`over`), two-sided (see the module docstring)."""
     pairs = _pairs(results, claim)
     runs = {cell: results.runs.get(cell, []) for pair in pairs.values() for cell in pair}

@@ -20,8 +20,10 @@ from lit_resformer.reports.grid_report import write_report
 from lit_resformer.runs.claim_spec import METRIC_KINDS, metric_kind
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.training.run_dir import RunDir
-from lit_resformer.verdicts.claims import JUDGING, evaluate_grid, scoreboard
+from lit_resformer.verdicts.judgements import evaluate_grid
+from lit_resformer.verdicts.judges import JUDGING
 from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE
+from lit_resformer.verdicts.scoreboard_rows import scoreboard
 from tests.helpers.claims_grids import (
     BASE,
     CELLS,
@@ -425,7 +427,7 @@ def test_malformed_claims_are_refused_naming_the_field(tmp_path, claim, message)
 
 def test_each_metric_kind_is_one_entry_in_each_layer():
     """A metric kind is what a claim of it may say (claim_spec.METRIC_KINDS, where grids load) and how it is judged
-    and shown (verdicts.claims.JUDGING, a layer up): both tables name the same kinds, each once, and each metric
+    and shown (verdicts.judges.JUDGING, a layer up): both tables name the same kinds, each once, and each metric
     value a kind lists is that kind's alone."""
     keys = [kind.key for kind in METRIC_KINDS]
     assert len(set(keys)) == len(keys) and set(keys) == set(JUDGING)

@@ -30,16 +30,16 @@ def commit(repo: Path, when: str, grid_claims: list[dict], registry: list[dict])
     subprocess.run(["git", "-C", str(repo), "commit", "-qm", when], check=True, env=env)
 
 
-def results(repo: Path, started: str) -> Path:
-    grid = repo / "docs/results/g"
+def results(repo: Path, started: str, name: str = "g", folder: str = "docs/results") -> Path:
+    grid = repo / folder / name
     grid.mkdir(parents=True)
-    (grid / "grid.yaml").write_text(yaml.safe_dump({"version": 2, "name": "g", "grid_file": "configs/grids/g.yaml",
+    (grid / "grid.yaml").write_text(yaml.safe_dump({"version": 2, "name": name, "grid_file": f"configs/grids/{name}.yaml",
                                                     "baseline": "vanilla", "cells": CELLS, "claims": []}))
     for cell in ("vanilla", "better", "worse"):
         (grid / cell / "seed0").mkdir(parents=True)
         (grid / cell / "seed0/summary.json").write_text(json.dumps(
             {"status": "done", "started_at": started, "wall_time_sec": 60.0}))
-    return repo / "docs/results"
+    return repo / folder
 
 
 def by_id(rows: list[dict]) -> dict[str, dict]:
@@ -55,7 +55,7 @@ def test_a_claim_changed_after_its_results_needs_the_papers_quote(tmp_path):
     root = results(repo, "2026-01-02T00:00:00+00:00")
     # after the runs: a new comparison, a margin on the old one, the registry entry re-read
     commit(repo, "2026-01-03T00:00:00+00:00", [{**LOWER, "margin": 0.01}, HIGHER], [{**entry, "reading": "later"}])
-    rows = by_id(declared.declaration_report(root, repo=repo))
+    rows = by_id(declared.declaration_report([root], repo=repo))
     assert rows["g: better ends below vanilla"]["change"] == "margin: None -> 0.01"
     assert rows["g: worse ends above vanilla"]["change"] == "not declared"
     assert rows["x"]["change"] == "reading: None -> 'later'"
@@ -66,11 +66,30 @@ def test_a_claim_changed_after_its_results_needs_the_papers_quote(tmp_path):
     # shown as such
     quote = "'only residual connections for values yield positive effects' (4.3)"
     commit(repo, "2026-01-04T00:00:00+00:00", [LOWER, {**HIGHER, "quote": quote}], [{**entry, "quote": quote}])
-    rows = by_id(declared.declaration_report(root, counted={("g", LOWER["claim"])}, repo=repo))
+    rows = by_id(declared.declaration_report([root], counted={("g", LOWER["claim"])}, repo=repo))
     assert rows["g: better ends below vanilla"]["status"] == "fixed before its results"
     assert rows["g: worse ends above vanilla"]["status"] == "changed after its results, quoted"
     assert rows["x"]["status"] == "fixed before its results"
     commit(repo, "2026-01-05T00:00:00+00:00", [LOWER, HIGHER], [entry])
-    rows = by_id(declared.declaration_report(root, counted={("g", LOWER["claim"])}, repo=repo))
+    rows = by_id(declared.declaration_report([root], counted={("g", LOWER["claim"])}, repo=repo))
     assert rows["g: worse ends above vanilla"]["status"] == "unjustified, shown only"
     assert declared.unjustified(rows.values()) == []
+
+
+def test_every_results_folder_given_is_dated(tmp_path):
+    """Grids in two results folders (`claims A B --preconditions`): the comparisons of both are dated, each
+    against its own grid file."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "configs/grids").mkdir(parents=True)
+    (repo / "configs/grids/h.yaml").write_text(yaml.safe_dump({"name": "h", "base": "none.yaml", "baseline": "vanilla",
+                                                                "cells": {c["name"]: {} for c in CELLS},
+                                                                "claims": [HIGHER]}))
+    commit(repo, "2026-01-01T00:00:00+00:00", [LOWER], [])
+    first = results(repo, "2026-01-02T00:00:00+00:00")
+    second = results(repo, "2026-01-02T00:00:00+00:00", "h", "elsewhere")
+    rows = by_id(declared.declaration_report([first, second], repo=repo))
+    assert {k: r["status"] for k, r in rows.items() if r["kind"] == "comparison"} == {
+        "g: better ends below vanilla": "fixed before its results", "h: worse ends above vanilla": "fixed before its results"}
+    assert by_id(declared.declaration_report([second], repo=repo)).keys() == {"h: worse ends above vanilla"}

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from lit_resformer.verdicts.claims import scoreboard
 from lit_resformer.verdicts.findings import (
     FINDINGS,
     FINDINGS_END,
@@ -16,6 +15,7 @@ from lit_resformer.verdicts.findings import (
     findings_markdown,
     with_findings,
 )
+from lit_resformer.verdicts.scoreboard_rows import scoreboard
 from tests.helpers.claims_grids import row
 
 REPO = Path(__file__).resolve().parents[2]

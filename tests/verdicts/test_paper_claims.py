@@ -17,8 +17,10 @@ from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import grid_dirs, grid_index
 from lit_resformer.verdicts import declared
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.verdicts.claims import Judgements, Verdict, judge, scoreboard
+from lit_resformer.verdicts.judgements import Judgements
 from lit_resformer.verdicts.rendering import table, verdict_text
+from lit_resformer.verdicts.scoreboard_rows import scoreboard
+from lit_resformer.verdicts.verdict import Verdict, judge
 from tests.helpers.claims_grids import row
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +137,7 @@ def test_every_committed_comparison_has_one_verdict_in_its_grid_report_and_on_th
             for w in same:  # what the grid's report renders (claims_table of evaluate_grid) is this verdict
                 assert w.verdict == v.verdict, (grid, v.claim.claim)
                 holm_ps += [w.p_holm] if w.p_holm is not None else []
-        # one comparison, one Holm p: every grid that shows it shows its owner's (lit_resformer.verdicts.claims.Judgements)
+        # one comparison, one Holm p: every grid that shows it shows its owner's (lit_resformer.verdicts.judgements.Judgements)
         assert len(set(holm_ps)) <= 1 and v.p_holm == (holm_ps[0] if holm_ps else None), v.claim.claim
 
 
@@ -173,7 +175,7 @@ def test_the_value_residuals_gain_shrinks_with_ten_times_the_tokens_and_no_sink_
 @pytest.mark.integration  # the scoreboard over docs/results and the configs at each results' commit (a minute or two)
 def test_every_field_that_decides_a_verdict_was_fixed_before_its_results_or_is_quoted(committed):
     try:
-        listed = declared.declaration_report(RESULTS, declared.counted_comparisons(pc.paper_claims(committed[0])))
+        listed = declared.declaration_report([RESULTS], declared.counted_comparisons(pc.paper_claims(committed[0])))
     except declared.DeclarationError as err:  # a shallow clone
         pytest.skip(str(err))
     assert declared.unjustified(listed) == [], declared.markdown(declared.unjustified(listed))
