@@ -167,6 +167,44 @@ def judge(claim: Claim, per_seed_a: dict[int, float], per_seed_b: dict[int, floa
                    unadjusted=decided, evidence=not stuck, df=two_sided.df)
 
 
+def flat_verdict(claim: Claim, per_seed: dict[int, float], runs: Sequence[RunResult], grid: str, note: str,
+                 not_tested: str, sides: list[dict]) -> Verdict:
+    """A claim that a per-seed quantity (a slope, a difference of gaps) is zero within ±margin (direction `flat`), by
+    the suite's margin rule (claim_spec's MARGIN) applied to both bounds, on the two-sided 95% interval of its mean:
+
+      reproduced    the interval lies within ±margin (the two one-sided tests at its level; their larger p, doubled
+                    to the interval's two-sided level, is the one adjusted);
+      contradicted  the interval lies clear of the margin: wholly above +margin or below −margin (the test against
+                    the nearer bound, two-sided); without a margin, when it excludes zero;
+      inconclusive  otherwise: an interval that reaches into the margin without lying inside it is neither."""
+    judged = judge(replace(claim, direction="lower", margin=None), per_seed, None, runs, grid, note,
+                   not_tested=not_tested)
+    decided, p_two = judged.unadjusted, judged.p_two_sided
+    if decided in ("reproduced", "contradicted", "inconclusive") and judged.low is not None and judged.evidence:
+        values = list(per_seed.values())
+        margin = claim.margin
+        if margin is None:
+            decided = "contradicted" if decided != "inconclusive" else decided
+        elif judged.low > margin or judged.high < -margin:
+            decided = "contradicted"
+            bound = margin if judged.low > margin else -margin
+            p_two = per_seed_t([v - bound for v in values], "two-sided").p
+            judged = replace(judged, note=f"{judged.note}; clear of the margin ±{margin:g} (against {bound:+g}, "
+                                          f"p {p_two:.3g})")
+        elif -margin < judged.low and judged.high < margin:
+            decided = "reproduced"
+            p_two = min(1.0, 2 * max(per_seed_t([v - margin for v in values], "less").p,
+                                     per_seed_t([v + margin for v in values], "greater").p))
+            judged = replace(judged, note=f"{judged.note}; within the margin ±{margin:g} (two one-sided tests, "
+                                          f"p {p_two:.3g})")
+        else:
+            decided = "inconclusive"
+            judged = replace(judged, note=f"{judged.note}; the interval reaches into the margin ±{margin:g} without "
+                                          "lying inside it")
+    return replace(judged, claim=claim, verdict=decided, unadjusted=decided, p_two_sided=p_two, p_raw=p_two,
+                   **compared(claim, sides))
+
+
 def corpus_mismatch(runs: Iterable[RunResult]) -> str:
     """Why runs of different corpora cannot be compared ("" when they can): each run records its corpus's content
     hash (summary `corpus_hash`, lit_resformer.training.run_dir's corpus.json); a run that recorded none (trained
