@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lit_resformer.verdicts.judges import judging
+from lit_resformer.verdicts.paper_claims import grid_tier
 from lit_resformer.verdicts.rendering import verdict_text
 from lit_resformer.verdicts.verdict import Verdict
 from lit_resformer.writing import markdown_table
@@ -29,7 +30,22 @@ class Finding:
     point: str = ""  # and their end: a matrix point's " [key=value]"
 
 
-FINDINGS = (
+LADDER = "AdamW, WSD, pinned corpus, `tiny`"
+LADDER_SCALE = "1.4-8.2 tokens a parameter, 0.07-0.41× a Chinchilla budget"
+OLD_RATES = "rates chosen at 4.1M tokens under cosine (vanilla 2e-3, ResFormer 4e-3), not re-tuned for the budget"
+FINDINGS = (  # a finding whose grid has not landed is left out: the surface's rows lead once they are there
+    Finding("ResFormer − vanilla at the end of decay, each at its own best rate for the budget, largest budget",
+            f"{LADDER}, 18.4M tokens (8.2 a parameter, 0.41× Chinchilla)", "transfer-lr-budget-surface",
+            "ResFormer ends its decay with a lower validation loss than vanilla, each arm at its own best",
+            "[max_steps=9000]"),
+    Finding("the tuned gap's trend against the budget (a finding beyond the paper)", f"{LADDER}, 3.1M-18.4M tokens",
+            "transfer-lr-budget-surface", "ResFormer's gain over vanilla, each at its own best learning rate"),
+    Finding("ResFormer − vanilla at the end of decay, both at 2e-3 (the paper's protocol), largest budget",
+            f"{LADDER}, 18.4M tokens", "transfer-budget-ladder-shared-rate",
+            "ResFormer ends its decay with a lower validation loss than vanilla, both at the shared",
+            "[max_steps=9000]"),
+    Finding("the gap under cosine − the gap under WSD, both at 2e-3", "AdamW, 18.4M tokens, pinned corpus",
+            "transfer-schedule-control", "ResFormer's gap to vanilla at 18.4M tokens (both at 2e-3) is the same"),
     Finding("ResFormer − vanilla, final validation loss", "AdamW, `tiny`, 2M tokens, embedded corpus (evidence tier)",
             "fig7-evidence", "ResFormer ends with a lower validation loss than vanilla"),
     Finding("ResFormer − vanilla", "AdamW, 20.5M tokens, the schedule stretched 10×, pinned corpus",
@@ -38,9 +54,10 @@ FINDINGS = (
             "ResFormer ends with a lower validation loss than vanilla", "[optimizer=muon]"),
     Finding("ResFormer − vanilla, each at its own best learning rate", "AdamW, 4.1M tokens, pinned corpus",
             "transfer-lr-sweep", "ResFormer beats vanilla with each at its own best learning rate"),
-    Finding("ResFormer − vanilla at the end of its own decay, largest budget", "AdamW, WSD, 18.4M tokens, pinned",
+    Finding("ResFormer − vanilla at the end of its own decay, largest budget", f"{LADDER}, 18.4M tokens; {OLD_RATES}",
             "transfer-budget-ladder", "ResFormer's gain at the end of decay is non-zero at 18.4M tokens"),
-    Finding("ResFormer's data saving, its trend against the budget", "AdamW, WSD, 3.1M-18.4M tokens, pinned",
+    Finding("ResFormer's data saving, its trend against the budget",
+            f"{LADDER}, 3.1M-18.4M tokens ({LADDER_SCALE}); {OLD_RATES}",
             "transfer-budget-ladder", "ResFormer's data saving at the end of decay is constant across budgets"),
     Finding("ResFormer's data saving to vanilla's final loss", "AdamW, 2M tokens, embedded corpus", "fig7-evidence",
             "ResFormer reaches vanilla's final validation loss with less data"),
@@ -64,6 +81,14 @@ def found(finding: Finding, rows: Sequence[Verdict]) -> Verdict | None:
                          for t in (v.texts or (v.claim.claim,)))), None)
 
 
+def tally(v: Verdict) -> str:
+    """Which tally a row counts in: the paper's, the claims beyond it, or none (a transfer grid's rows are shown
+    beside the paper's condition and read in the transfer table, never counted: paper_claims' rule)."""
+    if grid_tier(v.grid) == "transfer":
+        return "transfer: shown, not counted"
+    return "beyond the paper" if v.claim.beyond_paper else "the paper's"
+
+
 def findings_markdown(rows: Sequence[Verdict], reports: str = "docs/results") -> str:
     """The findings as a markdown table, from the board's rows (lit_resformer.verdicts.scoreboard_rows.scoreboard)."""
     table = []
@@ -75,8 +100,8 @@ def findings_markdown(rows: Sequence[Verdict], reports: str = "docs/results") ->
         interval = "–" if v.low is None else f"[{fmt(v.low)}, {fmt(v.high)}]"
         p = "" if v.p_holm is None else f", Holm p {v.p_holm:.3g}"
         table.append([finding.question, finding.regime, f"{fmt(v.delta)} {interval}", verdict_text(v) + p,
-                      f"[{finding.grid}]({reports}/{finding.grid}/report.md)"])
-    header = ["what", "regime", "Δ (a − b) [95% CI, unadjusted]", "verdict, Holm-adjusted p", "report"]
+                      tally(v), f"[{finding.grid}]({reports}/{finding.grid}/report.md)"])
+    header = ["what", "regime", "Δ (a − b) [95% CI, unadjusted]", "verdict, Holm-adjusted p", "tally", "report"]
     return markdown_table(header, table) + "\n"
 
 

@@ -185,22 +185,19 @@ def flat_verdict(claim: Claim, per_seed: dict[int, float], runs: Sequence[RunRes
         margin = claim.margin
         if margin is None:
             decided = "contradicted" if decided != "inconclusive" else decided
-        elif judged.low > margin or judged.high < -margin:
-            decided = "contradicted"
-            bound = margin if judged.low > margin else -margin
-            p_two = per_seed_t([v - bound for v in values], "two-sided").p
-            judged = replace(judged, note=f"{judged.note}; clear of the margin ±{margin:g} (against {bound:+g}, "
-                                          f"p {p_two:.3g})")
-        elif -margin < judged.low and judged.high < margin:
-            decided = "reproduced"
-            p_two = min(1.0, 2 * max(per_seed_t([v - margin for v in values], "less").p,
-                                     per_seed_t([v + margin for v in values], "greater").p))
-            judged = replace(judged, note=f"{judged.note}; within the margin ±{margin:g} (two one-sided tests, "
-                                          f"p {p_two:.3g})")
         else:
-            decided = "inconclusive"
-            judged = replace(judged, note=f"{judged.note}; the interval reaches into the margin ±{margin:g} without "
-                                          "lying inside it")
+            bound = margin if judged.delta > 0 else -margin
+            p_clear = per_seed_t([v - bound for v in values], "two-sided").p  # against the nearer bound
+            p_within = min(1.0, 2 * max(per_seed_t([v - margin for v in values], "less").p,
+                                        per_seed_t([v + margin for v in values], "greater").p))
+            if judged.low > margin or judged.high < -margin:
+                decided, p_two, how = "contradicted", p_clear, f"clear of the margin ±{margin:g} (against {bound:+g})"
+            elif -margin < judged.low and judged.high < margin:
+                decided, p_two, how = "reproduced", p_within, f"within the margin ±{margin:g} (two one-sided tests)"
+            else:  # neither test decides; the nearer to deciding is the one shown
+                decided, p_two = "inconclusive", min(p_clear, p_within)
+                how = f"the interval reaches into the margin ±{margin:g} without lying inside it"
+            judged = replace(judged, note=f"{judged.note}; {how}, p {p_two:.3g}")
     return replace(judged, claim=claim, verdict=decided, unadjusted=decided, p_two_sided=p_two, p_raw=p_two,
                    **compared(claim, sides))
 
