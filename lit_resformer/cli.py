@@ -2,7 +2,7 @@
 subcommands, each importing its package only when it runs.
 
 One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`), laid out as
-`lit_resformer.training.run_dir` describes. Every config problem is reported before anything is written there.
+`lit_resformer.runs.run_dir` describes. Every config problem is reported before anything is written there.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lit_resformer.config.files import expand_config_args
 from lit_resformer.config.options import OptionParser
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.training.runtime import retain_freed_memory
 
 # Every command checks its arguments before it imports what does the work (torch, Lightning, pandas, matplotlib: 2 to
@@ -219,7 +219,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
-    from lit_resformer.training.run_dir import RunConflict
+    from lit_resformer.runs.run_dir import RunConflict
 
     slurm = dict(partition=args.partition, time_min=args.time, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
                  account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues)

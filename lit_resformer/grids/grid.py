@@ -18,7 +18,7 @@ from lit_resformer.grids.selection import Choice, Selection
 from lit_resformer.runs import identity
 from lit_resformer.runs.directory import FolderState, check_run_config, run_state
 from lit_resformer.runs.identity import Twins
-from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
+from lit_resformer.runs.run_dir import FINISHED, RunConflict, RunDir
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
     from lit_resformer.training.config_checker import ConfigChecker

@@ -40,7 +40,7 @@ from lit_resformer.provenance import collect as collect_provenance
 from lit_resformer.runs.directory import (
     GridDir,
 )
-from lit_resformer.training.run_dir import FINISHED
+from lit_resformer.runs.run_dir import FINISHED
 
 
 @dataclass

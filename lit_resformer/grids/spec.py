@@ -180,7 +180,7 @@ class Ladder:
     are that run's). So its run identity is a straight run's (the trunk is how it is computed, not what it is), it
     differs by budget, and a grid that trains the same rung another way shares it. The runner trains the trunks first
     and starts a rung once its trunk has kept the checkpoint at the rung's decay start
-    (lit_resformer.training.run_dir.RunDir.start_branch), which then resumes (`--ckpt_path last`) exactly as a run
+    (lit_resformer.runs.run_dir.RunDir.start_branch), which then resumes (`--ckpt_path last`) exactly as a run
     killed at that step resumes; a rung killed later resumes from its own checkpoints."""
 
     budgets: tuple[int, ...]  # ascending

@@ -2,7 +2,7 @@
 
     RUNS/<grid>/
       grid.yaml                 the manifest: the expanded grid (cells, baseline, seeds, claims) and where it ran
-      <cell>/seed<k>/           one run (lit_resformer.training.run_dir.RunDir owns what is inside), or a relative link to
+      <cell>/seed<k>/           one run (lit_resformer.runs.run_dir.RunDir owns what is inside), or a relative link to
                                 the same run trained in another grid of the runs folder (GridDir.share)
       provenance.json           in a results folder: one entry per export merged into it (lit_resformer.runs.archive)
       report.md, index.html, plots/
@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from lit_resformer.config.diff import config_differences
-from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
+from lit_resformer.runs.run_dir import FINISHED, RunConflict, RunDir
 from lit_resformer.writing import atomic_write
 
 MANIFEST = "grid.yaml"

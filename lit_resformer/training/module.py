@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from lit_resformer.data.tokenizer import token_byte_lengths
 from lit_resformer.model import ModelConfig, Transformer
 from lit_resformer.model.config import mixing_settings
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 
 # Rates of the throughput monitor span at least this many optimizer steps.
 THROUGHPUT_WINDOW_STEPS = 10

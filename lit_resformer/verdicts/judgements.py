@@ -22,7 +22,7 @@ from lit_resformer.measures.stats import adjusted_verdict, holm
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import GridDir
 from lit_resformer.runs.results import GridResults, load_results
-from lit_resformer.training.run_dir import FINISHED
+from lit_resformer.runs.run_dir import FINISHED
 from lit_resformer.verdicts.judges import judging, scaling_verdicts
 from lit_resformer.verdicts.regime import grid_regime
 from lit_resformer.verdicts.verdict import Verdict

@@ -204,7 +204,7 @@ def flat_verdict(claim: Claim, per_seed: dict[int, float], runs: Sequence[RunRes
 
 def corpus_mismatch(runs: Iterable[RunResult]) -> str:
     """Why runs of different corpora cannot be compared ("" when they can): each run records its corpus's content
-    hash (summary `corpus_hash`, lit_resformer.training.run_dir's corpus.json); a run that recorded none (trained
+    hash (summary `corpus_hash`, lit_resformer.runs.run_dir's corpus.json); a run that recorded none (trained
     before runs did) pairs with any."""
     hashes = sorted({h for r in runs if (h := r.summary.get("corpus_hash"))})
     if len(hashes) < 2:

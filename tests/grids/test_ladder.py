@@ -10,7 +10,7 @@ import yaml
 
 from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
 from lit_resformer.grids.spec import parse_ladder
-from lit_resformer.training.run_dir import BRANCH_FILE, RunDir, kept_checkpoint
+from lit_resformer.runs.run_dir import BRANCH_FILE, RunDir, kept_checkpoint
 from tests.helpers.experiments import fit, fit_killed_at, read_metrics, tiny_experiment
 from tests.helpers.fake_trainer import calls, summary
 from tests.helpers.ladder_grids import LADDER, write_grid

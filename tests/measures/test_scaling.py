@@ -33,8 +33,8 @@ from lit_resformer.measures.scaling import (
 from lit_resformer.measures.stats import verdict
 from lit_resformer.model import ModelConfig
 from lit_resformer.reports.grid_report import write_report
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.runs.summary import epoch_tokens
-from lit_resformer.training.run_dir import RunDir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -15,8 +15,8 @@ import yaml
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
 from lit_resformer.model import ModelConfig
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.training.module import warmup_cosine, warmup_stable_decay
-from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import (
     experiment,
     fit,

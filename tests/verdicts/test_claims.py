@@ -19,7 +19,7 @@ from lit_resformer.measures.stats import holm
 from lit_resformer.reports.grid_report import write_report
 from lit_resformer.runs.claim_spec import METRIC_KINDS, metric_kind
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.verdicts.judgements import evaluate_grid
 from lit_resformer.verdicts.judges import JUDGING
 from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE

@@ -19,6 +19,12 @@
 
 No other module builds these paths: code that needs one asks a `RunDir`. Where a grid keeps its runs is the grid's
 business (lit_resformer.runs.directory); a run knows its grid only from what its summary records.
+
+Where it stands: in the runs/ room, which owns what a run is, but on the floor below training/ (tests/test_imports.py
+LAYERS), with lit_resformer.runs.checkpoint_reading, the one module it reads with (which checkpoint can resume).
+Training writes these files (the resolved config, checkpoints, logs, the corpus and divergence records) and everything
+above it reads them, so their one owner must sit where both can import it; the rest of runs/ (a grid's folder,
+summaries, results) reads finished runs and stays above training. Neither module imports anything of training/.
 """
 
 from __future__ import annotations
@@ -40,10 +46,12 @@ from typing import Any
 
 import yaml
 
-from lit_resformer.training.checkpoint_reading import LAST_CHECKPOINT, checkpoint_problem
+from lit_resformer.runs.checkpoint_reading import checkpoint_problem
 from lit_resformer.writing import atomic_write, atomic_write_json
 
 CHECKPOINTS = "checkpoints"
+LAST_CHECKPOINT = "last.ckpt"  # the checkpoint `--ckpt_path last` resumes from (Lightning's save_last)
+SUMMARY = "summary.json"
 CSV_LOGS = "csv"  # CSVLogger name: csv/version_<k>/metrics.csv
 METRICS, COMPRESSED_METRICS = "metrics.csv", "metrics.csv.gz"
 TB_LOGS = "tb"
@@ -125,7 +133,7 @@ class RunDir:
         self.path = Path(path)
         self.config_file = self.path / "config.yaml"
         self.experiment_file = self.path / "experiment.yaml"
-        self.summary_file = self.path / "summary.json"
+        self.summary_file = self.path / SUMMARY
         self.divergence_file = self.path / "divergence.json"
         self.corpus_file = self.path / "corpus.json"
         # the uncommitted changes of the checkout it trained from, when there were any (provenance git_diff_sha256)
@@ -357,6 +365,15 @@ class RunDir:
             yield fd
         finally:
             os.close(fd)
+
+
+def runs_under(path: str | Path) -> list[RunDir]:
+    """The run at `path` when it is one (it holds a summary), else every run with a summary below it (a cell's or a
+    grid's folder), in path order."""
+    path = Path(path)
+    if RunDir(path).summary_file.is_file():
+        return [RunDir(path)]
+    return [RunDir(summary.parent) for summary in sorted(path.rglob(SUMMARY))]
 
 
 def _last_logged_step(path: Path) -> int | None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_resformer.training.checkpoint_reading import checkpoint_problem
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.checkpoint_reading import checkpoint_problem
+from lit_resformer.runs.run_dir import RunDir
 
 
 def save_training_checkpoint(path: Path, step: int, mtime: float) -> Path:

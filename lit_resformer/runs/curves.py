@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lit_resformer.training.run_dir import (
+from lit_resformer.runs.run_dir import (
     TOKENS_SEEN as TOKENS_SEEN,  # one of the metric names below, defined with the run
 )
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 
 TRAIN_LOSS = "train/loss"
 VAL_LOSS = "val/loss"

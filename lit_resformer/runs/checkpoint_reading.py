@@ -1,6 +1,6 @@
 """A run's checkpoint files, in one place: reading one safely (`read_checkpoint`, `checkpoint_problem`) and loading
 one as (Transformer, tokenizer) without Lightning or the training data (so that eval, analysis and export import no
-trainer); where they lie in a run's folder is lit_resformer.training.run_dir's. Writing them during training is
+trainer); where they lie in a run's folder is lit_resformer.runs.run_dir's. Writing them during training is
 `lit_resformer.training.checkpoint_saving` (Lightning's ModelCheckpoint, tidied)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-LAST_CHECKPOINT = "last.ckpt"
 # Lightning keys of a training checkpoint: without them the file cannot resume a run.
 CHECKPOINT_KEYS = ("state_dict", "global_step", "loops")
 
