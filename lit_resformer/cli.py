@@ -324,7 +324,7 @@ def claims_command(argv: list[str]) -> None:
     modes.add_argument("--preconditions", action="store_true",
                        help="whether every field that decides a verdict (each comparison's, each paper claim's, each "
                             "precondition) was fixed before its results were seen (git), each change with its quote or "
-                            "'unjustified' (lit_resformer/verdicts/declared.py), over every RUNS_DIR given")
+                            "'unjustified' (lit_resformer/board/declared.py), over every RUNS_DIR given")
     modes.add_argument("--html", type=Path, metavar="OUT.html",
                        help="write one self-contained page: the tally, the claims in a table that filters by verdict, "
                             "grid and regime and sorts by any column, a forest plot across regimes per claim judged in "
@@ -378,11 +378,11 @@ def claims_command(argv: list[str]) -> None:
 def claims_text(mode: str | None, as_json: bool, runs_dirs: list[Path], out: Path | None, rows: list, claims: list) -> str:
     """The claims command's output in one mode (None: the board), as text or JSON."""
     from lit_resformer.board import scoreboard as board
+    from lit_resformer.board import transfer
     from lit_resformer.verdicts import paper_claims as pc
-    from lit_resformer.verdicts import transfer
 
     if mode == "preconditions":
-        from lit_resformer.verdicts import declared
+        from lit_resformer.board import declared
 
         listed = declared.declaration_report(runs_dirs, declared.counted_comparisons(claims))
         return declared.as_json(listed) if as_json else declared.markdown(listed)
@@ -395,7 +395,7 @@ def claims_text(mode: str | None, as_json: bool, runs_dirs: list[Path], out: Pat
 
         return json.dumps([v.to_dict() for v in rows], indent=2) + "\n" if as_json else markdown(rows)
     if mode == "findings":
-        from lit_resformer.verdicts.findings import findings_markdown, with_findings
+        from lit_resformer.board.findings import findings_markdown, with_findings
 
         text = findings_markdown(rows)
         # a document holding the markers: only the table changes

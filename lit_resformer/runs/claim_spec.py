@@ -221,7 +221,7 @@ class Claim:
     margin: float | None = None  # nats: the claim is a bound -margin (higher) / +margin (lower), not zero (MARGIN)
     target: float | None = None  # time_to_target only: the loss to reach (None: each seed's b final loss)
     # the paper's sentence this comparison states, where it was declared or changed after its results were seen
-    # (lit_resformer.verdicts.declared); it decides nothing
+    # (lit_resformer.board.declared); it decides nothing
     quote: str | None = None
     # where a claim at chosen points is judged when its grid's `select:` block chooses at each value of a key (its
     # `per`, a ladder's budgets): {that key: one value}. Set by parse_claims, never written in a grid file.

@@ -6,7 +6,7 @@ file's header):
 - a comparison whose question (cells, metric, measurement point, margin) is tested (any verdict but "not tested") in a
   higher tier (gpu > evidence > any other grid) is "superseded by <grid>": shown, not counted;
 - a comparison of a transfer grid (configs/grids/transfer/: another optimizer, budget, size or corpus than the paper's
-  condition) is shown, not counted, and read in the transfer table (lit_resformer.verdicts.transfer);
+  condition) is shown, not counted, and read in the transfer table (lit_resformer.board.transfer);
 - of the counted comparisons: all reproduced -> reproduced; some contradicted and none reproduced -> contradicted;
   both -> mixed; all not tested -> not tested; otherwise inconclusive;
 - a claim no comparison measures is "not tested", with what would test it (`not_tested:`).

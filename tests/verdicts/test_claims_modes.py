@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from lit_resformer.board import declared, transfer
 from lit_resformer.board import scoreboard as board
+from lit_resformer.board.findings import findings_markdown
 from lit_resformer.cli import CLAIMS_MODES, JSON_MODES, main
-from lit_resformer.verdicts import declared, transfer
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.verdicts.findings import findings_markdown
 from lit_resformer.verdicts.rendering import markdown
 from lit_resformer.verdicts.scoreboard_rows import scoreboard
 from tests.helpers.claims_grids import judged_grid
@@ -95,7 +95,7 @@ def test_the_modes_that_take_json_and_those_that_do_not_are_all_the_modes():
 
 def test_preconditions_read_every_runs_folder_given(tmp_path, monkeypatch, capsys):
     """`claims A B --preconditions` dates the declarations of the grids of A and of B (each folder handed on; what
-    one folder yields is tests/verdicts/test_declared.py's)."""
+    one folder yields is tests/board/test_declared.py's)."""
     first, second = judged_grid(tmp_path / "a", "g"), judged_grid(tmp_path / "b", "h")
     handed = []
 

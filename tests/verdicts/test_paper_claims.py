@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from lit_resformer.board import declared
 from lit_resformer.grids.rederivation import unrecorded_dirty_runs
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli, fragile
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import grid_dirs, grid_index
-from lit_resformer.verdicts import declared
 from lit_resformer.verdicts import paper_claims as pc
 from lit_resformer.verdicts.judgements import Judgements
 from lit_resformer.verdicts.rendering import table, verdict_text
@@ -159,7 +159,7 @@ def test_the_value_residuals_gain_shrinks_with_ten_times_the_tokens_and_no_sink_
     """The transfer tier's first finding as committed: ResFormer - vanilla is -0.146 at 2M tokens (counted) and
     -0.016 at 20.5M (transfer-tokens-x10-fig7-table5), a change whose interval leaves out zero; vanilla still shows
     no first-token sink there, so Fig. 2's claim stays not tested in that regime too."""
-    from lit_resformer.verdicts.transfer import transfer_rows
+    from lit_resformer.board.transfer import transfer_rows
 
     rows, _ = committed
     table = {r.claim.id: r for r in transfer_rows(pc.paper_claims(rows))[1]}

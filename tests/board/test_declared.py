@@ -1,4 +1,4 @@
-"""The post-hoc check (lit_resformer.verdicts.declared) on a small repository whose history we write: a field fixed
+"""The post-hoc check (lit_resformer.board.declared) on a small repository whose history we write: a field fixed
 before the results passes, one changed after them is unjustified until it carries the paper's quote, and restoring
 what stood when the results came is no change."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from lit_resformer.verdicts import declared
+from lit_resformer.board import declared
 
 CELLS = [{"name": n, "family": n, "coords": {}} for n in ("vanilla", "better", "worse")]
 LOWER = {"claim": "better ends below vanilla", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "lower"}

@@ -1,7 +1,7 @@
 """What the suite found, in the README's words and the board's numbers: the headline comparisons by regime, each
 with its difference, interval, verdict and Holm p as the board shows them, and a link to the report of the grid
 that judged it (`lit-resformer claims docs/results --findings` prints it; README.md holds it between the markers
-FINDINGS_START and FINDINGS_END, and tests/verdicts/test_findings.py fails when the two differ).
+FINDINGS_START and FINDINGS_END, and tests/board/test_findings.py fails when the two differ).
 
 A finding names a grid and the words of one of its comparisons; one whose grid is not among the results is left
 out (a grid still training), never shown with a number from elsewhere."""

@@ -1,4 +1,4 @@
-"""The transfer table (lit_resformer.verdicts.transfer): a paper claim's comparisons set side by side by regime, the
+"""The transfer table (lit_resformer.board.transfer): a paper claim's comparisons set side by side by regime, the
 regime read from the runs compared (a matrix point's optimizer, tokens, parameters, corpus); transfer rows shown
 beneath their claim and never counted in its verdict; a verdict decisive in opposite directions named a flip."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from lit_resformer.board.transfer import claim_markdown, markdown, regime_label, transfer_rows
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.verdicts.transfer import claim_markdown, markdown, regime_label, transfer_rows
 from tests.helpers.claims_grids import row
 
 EVIDENCE = {"optimizer": ["adamw"], "tokens": [2_048_000, 2_048_000], "params": [2_250_000, 2_250_000], "size": ["tiny"],

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_resformer.verdicts.findings import (
+from lit_resformer.board.findings import (
     FINDINGS,
     FINDINGS_END,
     FINDINGS_START,
@@ -23,11 +23,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_a_finding_shows_its_rows_numbers_and_leaves_out_a_grid_not_there():
     first = FINDINGS[0]
-    shown = row(first.grid, "reproduced", first.comparison + " (Table 5)")
+    shown = row(first.grid, "reproduced", f"{first.comparison} (Table 5) {first.point}".rstrip())
     table = findings_markdown([shown])
     assert table.count("\n") == 3  # the header, its rule and one row: the other findings' grids are not there
     assert "−0.1000 [−0.2000, −0.0500]" in table.replace("-", "−") and "Holm p 0.01" in table
     assert f"[{first.grid}](docs/results/{first.grid}/report.md)" in table
+    assert "| transfer: shown, not counted |" in table  # a transfer grid's row says it is outside the tally
 
 
 def test_the_table_is_replaced_between_the_markers_only():
