@@ -39,8 +39,10 @@ grid is loaded (lit_resformer.grids.spec) and judged on its runs by lit_resforme
         paper_claim: fig9-only-values   # the paper claim (configs/claims.yaml) this comparison is evidence for
       - claim: SVFormer with more anchors is better
         ...
-        quote: "increasing the number of anchors improves performance (4.5)"   # optional: the paper's sentence;
-                                # needed where the comparison was declared or changed after its results were seen
+        quote: '“we find that increasing the number of "anchors" improves performance” (review l. ≈522–524)'
+                                # optional: the paper's words in “…”, each followed by its location, as in
+                                # configs/claims.yaml (for a claim beyond the paper, its source's words); needed where
+                                # the comparison was declared or changed after its results were seen
       - claim: ResFormer reaches vanilla's final validation loss with less data
         a: resformer
         b: vanilla

@@ -1,6 +1,6 @@
 """The paper claim as the unit of the scoreboard (lit_resformer.verdicts.paper_claims, configs/claims.yaml): the
-derivation rule, one verdict per comparison wherever it is shown, the preconditions' dates, and the counts the
-documents print."""
+derivation rule, one verdict per comparison wherever it is shown, the paper's words each claim quotes, the
+preconditions' dates, and the counts the documents print."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lit_resformer.board import declared
 from lit_resformer.grids.rederivation import unrecorded_dirty_runs
@@ -113,6 +114,73 @@ def test_a_margin_claim_is_judged_against_its_bound_by_the_same_interval():
     assert small.verdict == "reproduced" and small.low > -0.05 and small.delta == pytest.approx(-0.006)
     assert big.verdict == "contradicted" and big.high < -0.05
     assert "bound -0.0500" in small.note
+
+
+def test_every_claim_of_the_paper_quotes_its_words_with_their_location_and_says_where_it_reads_beyond_them():
+    """Each claim of the paper in configs/claims.yaml: its quote is the paper's words in “…”, each with its location;
+    its basis says whether the text states it (verbatim), only a caption does, or it is a reading of a figure; and
+    beyond verbatim a reading says how. Whether the words are verbatim is checked against the paper's text while
+    writing them (../shared/paper/verify_quotes.py): the project does not ship the paper."""
+    claims = pc.load_registry()["claims"]
+    paper = [c for c in claims if not c.get("beyond_paper")]
+    assert paper and all(c["basis"] in pc.BASES and not pc.quote_problem(c["quote"]) for c in paper)
+    assert all(c.get("reading") for c in paper if c["basis"] != "verbatim")
+    assert not any("basis" in c for c in claims if c.get("beyond_paper"))
+    # no sentence of the paper says that sharing both keys and values (CLA) hurts, or ranks it: out of its tally
+    by_id = {c["id"]: c for c in claims}
+    assert by_id["fig5-cla-most"].get("beyond_paper") and by_id["fig5-cla-hurts"].get("beyond_paper")
+    assert by_id["fig5-sharing-k-hurts"]["comparisons"] == ["sharing keys every two layers hurts"]
+    assert not by_id["fig5-v-less-than-k"].get("beyond_paper")
+
+
+@pytest.mark.parametrize(("quote", "problem"), [
+    ("“sharing values has less negative impact compared with sharing keys” (review l. 287–288)", ""),
+    ("“Left: Model with nearly 1/2 KV cache.” (v5 caption of its Fig. 10 = review Fig. 13)", ""),
+    ("“a” (review l. 1); “b” (review, Table 5)", ""),
+    ("Fig. 5: sharing both (CLA) hurts most", "needs the paper's words"),  # a summary, not the text
+    ("“sharing values has less negative impact compared with sharing keys”", "1 quoted span(s) without a location"),
+    ("“a” (review l. 1); “b”", "1 quoted span(s) without a location"),
+    ("“a” (PAPER_FACTS l. 67)", "1 quoted span(s) without a location"),
+    (None, "needs the paper's words"),
+])
+def test_a_quote_is_the_papers_words_each_with_its_location(quote, problem):
+    assert pc.quote_problem(quote).startswith(problem) and bool(pc.quote_problem(quote)) == bool(problem)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"quote": "Fig. 5: sharing values hurts less"}, "quote needs the paper's words"),
+    ({"basis": None}, "basis must be one of verbatim, caption, reading, got None"),
+    ({"basis": "summary"}, "basis must be one of verbatim, caption, reading, got 'summary'"),
+    ({"basis": "reading"}, "basis reading needs a reading"),
+    ({"beyond_paper": True, "basis": "verbatim"}, "basis is for claims of the paper"),
+])
+def test_a_registry_claim_without_its_quote_basis_or_reading_is_refused_in_one_line(tmp_path, change, message):
+    claim = {"id": "c", "statement": "s", "where": "Fig. 5", "comparisons": ["x"], "basis": "verbatim",
+             "quote": "“sharing values has less negative impact compared with sharing keys” (review l. 287–288)"}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [claim]}, allow_unicode=True))
+    assert pc.load_registry(path)["claims"] == [claim]
+    path.write_text(yaml.safe_dump({"claims": [{**claim, **change}]}, allow_unicode=True))
+    with pytest.raises(ValueError, match=re.escape(f"claim 'c': {message}")):
+        pc.load_registry(path)
+
+
+# Grid files that others are rewriting as this check lands: their quote is the paper's sentence without “…” and
+# location (lr-budget-surface: review l. 134–135) or a summary (demo: the Fig. 14 sentence is review l. 474–475).
+QUOTES_BEING_REWRITTEN = {"configs/grids/demo.yaml", "configs/grids/transfer/lr-budget-surface.yaml"}
+
+
+def test_every_comparison_a_grid_file_quotes_from_the_paper_quotes_its_words_with_their_location():
+    """A grid file's `quote:` on a comparison of the paper (not `beyond_paper`) is the paper's words with their
+    location, as in configs/claims.yaml: the files whose quotes are not are exactly those being rewritten."""
+    unlocated = set()
+    for path in sorted((REPO / "configs").rglob("*.yaml")):
+        raw = yaml.safe_load(path.read_text())
+        comparisons = raw.get("claims") if isinstance(raw, dict) and path.name != "claims.yaml" else None
+        for c in comparisons if isinstance(comparisons, list) else []:
+            if "quote" in c and not c.get("beyond_paper") and pc.quote_problem(c["quote"]):
+                unlocated.add(path.relative_to(REPO).as_posix())
+    assert unlocated == QUOTES_BEING_REWRITTEN
 
 
 @pytest.fixture(scope="module")
