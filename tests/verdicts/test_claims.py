@@ -187,8 +187,9 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert ADJUSTMENT_NOTE in board  # which of the interval and the p is adjusted
     assert "4 reproduced, 2 contradicted, 2 inconclusive, 0 not tested of 8 claims" in board
     # each grid's regime: 12 runs of one size (the summaries record no parameters or tokens), final losses 4.55-5.40
-    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; within one epoch), adamw, final "
-            "validation loss 4.550–5.400 against the references unigram 7.000, bigram 5.900 (12 of 12 runs end below it)\n") in board
+    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter, –× a Chinchilla budget; within "
+            "one epoch), adamw, final validation loss 4.550–5.400 against the references unigram 7.000, bigram 5.900 "
+            "(12 of 12 runs end below it)\n") in board
     assert board.endswith("Where the runs trained:\n- second: GPU box; not recorded\n")
 
     main(["claims", "--comparisons", str(runs), "--json"])
