@@ -408,21 +408,22 @@ def tensorboard_command(argv: list[str]) -> None:
     parser = OptionParser(
         prog="lit-resformer tensorboard",
         description="Write TensorBoard event files from finished runs' metrics (a results folder keeps them as CSV): "
-                    "one TensorBoard run per grid/cell/seed<k>, every metric against the step, the loss curves also "
-                    "against training tokens (tags tokens/...), the run's hyperparameters for the HParams dashboard. "
-                    "Idempotent. Then: tensorboard --logdir OUT")
+                    "one TensorBoard run per grid/cell/seed<k> with the loss and validation curves against the step "
+                    "and against training tokens (tags tokens/...), at most the 1,000 points a tag TensorBoard keeps, "
+                    "and the run's hyperparameters for the HParams dashboard (lit_resformer/runs/tensorboard_events.py). "
+                    "Progress on stderr, a grid at a time. Idempotent: runs already written are kept. Then: "
+                    "tensorboard --logdir OUT")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="a grid's run directory or a folder of them, e.g. docs/results")
-    parser.add_argument("--out", type=Path, help="where the event files go (default: PATH/tensorboard)")
+    parser.add_argument("--out", type=Path,
+                        help="where the event files go (default: PATH/tensorboard, which git ignores)")
     args = parser.parse_args(argv)
     from lit_resformer.runs.directory import grid_dirs
 
     grid_dirs(args.paths)
     from lit_resformer.runs.tensorboard_events import write_tensorboard
 
-    out, lines = write_tensorboard(args.paths, args.out)
-    for line in lines:
-        print(line)
+    out, _ = write_tensorboard(args.paths, args.out, progress=lambda line: print(line, file=sys.stderr, flush=True))
     print(f"TensorBoard runs in {out}; view them with: tensorboard --logdir {out}")
 
 
