@@ -12,7 +12,9 @@ import difflib
 import json
 import math
 import os
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 from lit_resformer.config.files import expand_config_args
@@ -280,13 +282,17 @@ def merge_results_command(argv: list[str]) -> None:
 
 def report_command(argv: list[str]) -> None:
     parser = OptionParser(prog="lit-resformer report",
-                                     description="report.md + index.html with plots for RUNS_DIR/<grid>.")
+                          description="report.md + index.html with plots for RUNS_DIR/<grid>, and its verdicts printed, "
+                                      "sized to the terminal. The report of the same runs is the same, byte for byte: "
+                                      "reading a committed grid (docs/results/<grid>) changes no tracked file; its "
+                                      "index.html is ignored by git.")
     parser.add_argument("grid_dir", type=Path)
     args = parser.parse_args(argv)
     grid_run_directory(args.grid_dir)
     from lit_resformer.reports.grid_report import write_report
 
-    print(write_report(args.grid_dir))
+    index = write_report(args.grid_dir)
+    print(f"report: {index}, with report.md beside it")
 
 
 def claims_command(argv: list[str]) -> None:
@@ -423,7 +429,9 @@ def tensorboard_command(argv: list[str]) -> None:
     grid_dirs(args.paths)
     from lit_resformer.runs.tensorboard_events import write_tensorboard
 
-    out, _ = write_tensorboard(args.paths, args.out, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    width = shutil.get_terminal_size().columns  # a line each, cut to the terminal's width, the counts first
+    out, _ = write_tensorboard(args.paths, args.out, progress=lambda line: print(
+        textwrap.shorten(line, max(width, 40), placeholder="…"), file=sys.stderr, flush=True))
     print(f"TensorBoard runs in {out}; view them with: tensorboard --logdir {out}")
 
 

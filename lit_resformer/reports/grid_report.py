@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,7 +54,7 @@ from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.reports.forest import forest_plot
 from lit_resformer.reports.kv_frontier import kv_frontier_section
 from lit_resformer.reports.ladder_section import ladder_section
-from lit_resformer.reports.lead import grid_lead
+from lit_resformer.reports.lead import grid_lead, terminal_verdicts
 from lit_resformer.reports.learning_rate_section import learning_rate_section
 from lit_resformer.reports.scaling_section import scaling_section
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
@@ -212,6 +213,8 @@ def write_report(grid_dir: str | Path) -> Path:
     atomic_write(results.grid_dir.report_file, text)
     index = results.grid_dir.index_file
     atomic_write(index, doc.html())
+    if verdicts:  # the answer where the report was asked for (`report`, the end of `grid`), sized to the terminal
+        print(terminal_verdicts(verdicts, shutil.get_terminal_size().columns), end="")
     return index
 
 

@@ -224,5 +224,5 @@ def write_tensorboard(paths: Iterable[str | Path], out: str | Path | None = None
         written, kept = write_grid(grid, out)
         done += written + kept
         lines.append(f"{grid.name}: {written} run(s) written, {kept} up to date")
-        progress(f"grid {number}/{len(grids)}, runs {done}/{total}, {time.monotonic() - start:.0f} s: {lines[-1]}")
+        progress(f"runs {done}/{total}, grid {number}/{len(grids)}, {time.monotonic() - start:.0f} s: {lines[-1]}")
     return out, lines

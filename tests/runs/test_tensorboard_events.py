@@ -145,7 +145,14 @@ def test_the_command_writes_beside_the_results_by_default_and_tells_its_progress
     printed = capsys.readouterr()
     assert printed.out == f"TensorBoard runs in {grid_dir / 'tensorboard'}; view them with: tensorboard --logdir " \
                           f"{grid_dir / 'tensorboard'}\n"
-    assert re.fullmatch(r"grid 1/1, runs 4/4, \d+ s: g: 4 run\(s\) written, 0 up to date\n", printed.err)
+    assert re.fullmatch(r"runs 4/4, grid 1/1, \d+ s: g: 4 run\(s\) written, 0 up to date\n", printed.err)
+
+
+def test_progress_lines_fit_the_terminal(grid_dir, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    main(["tensorboard", str(grid_dir)])
+    line = capsys.readouterr().err.rstrip("\n")
+    assert len(line) <= 40 and line.startswith("runs 4/4, grid 1/1,") and line.endswith("…")
     assert (grid_dir / "tensorboard/g/vanilla/seed0").is_dir()
 
 
