@@ -226,8 +226,8 @@ def test_a_forest_plot_names_its_rows_as_asked_and_prints_their_numbers_beside_t
     rows = [row("g", "reproduced", "a beats b"), replace(row("transfer-g", "inconclusive", "a beats b"), low=None)]
     forest.forest_plot(rows, tmp_path / "plain.png", "a")
     forest.forest_plot(rows, tmp_path / "across.png", "a", lambda v: f"regime of {v.grid}", numbers=True)
-    assert texts == [[["a beats b", "a beats b"]],
-                     [["regime of g", "regime of transfer-g", "✓ -0.1000 [-0.2000, -0.0500]", "~ -0.1000"]]]
+    assert texts == [[["a beats b", "a beats b"]],  # each row's words above it, then its numbers at the line's end
+                     [["regime of g", "✓ -0.1000 [-0.2000, -0.0500]", "regime of transfer-g", "~ -0.1000"]]]
 
 
 def test_a_forest_plot_s_legend_names_the_paper_s_effect_only_where_it_marks_one(tmp_path, monkeypatch):
