@@ -9,7 +9,7 @@ cell and seed, with what TensorBoard shows of them and nothing more:
   bigram references) and the learned mixing weights (`mix/...`); the schedule (whose settings are hyperparameters,
   below), the gradient norm and the throughput and bookkeeping columns stay in the CSV;
 - the loss curves again against training tokens, under `tokens/<tag>` (step = the tokens seen by that step, read from
-  the run's own `train/tokens_seen`: lit_resformer.training.run_dir.tokens_seen_by), since runs of different batch
+  the run's own `train/tokens_seen`: lit_resformer.runs.run_dir.tokens_seen_by), since runs of different batch
   sizes or sequence lengths compare by tokens;
 - at most POINTS_PER_TAG points of a curve, evenly spaced, its first and last kept: TensorBoard keeps no more of a
   scalar tag by default (it samples the rest away on loading), so more would cost disk and time and show nothing;
@@ -43,7 +43,7 @@ import numpy as np
 import yaml
 
 from lit_resformer.runs.directory import GridDir, grid_dirs
-from lit_resformer.training.run_dir import RunDir, tokens_seen_by
+from lit_resformer.runs.run_dir import RunDir, tokens_seen_by
 
 DEFAULT_OUT = "tensorboard"  # beside the results: PATH/tensorboard
 SOURCE_STAMP = "source.json"  # in each TensorBoard run's folder: what it was written from

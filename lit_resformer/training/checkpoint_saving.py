@@ -23,7 +23,7 @@ import torch
 from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_resformer.training.run_dir import KEPT_PREFIX, kept_checkpoint, step_checkpoints_in
+from lit_resformer.runs.run_dir import KEPT_PREFIX, kept_checkpoint, step_checkpoints_in
 from lit_resformer.writing import TEMPORARY_SUFFIX, atomic_open
 
 

@@ -14,7 +14,7 @@ from lit_resformer.config.diff import config_differences
 from lit_resformer.data import LMDataModule
 from lit_resformer.data.tokenizer import load_tokenizer, parse_tokenizer_spec, tokenizer_fingerprint
 from lit_resformer.model import ModelConfig
-from lit_resformer.training.checkpoint_reading import read_checkpoint
+from lit_resformer.runs.checkpoint_reading import read_checkpoint
 from lit_resformer.training.module import LitResFormer
 
 
