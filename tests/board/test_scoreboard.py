@@ -118,7 +118,7 @@ def test_each_grid_links_to_its_page_where_written_else_to_its_report_md_saying_
     import re
 
     from lit_resformer.board.scoreboard import html_page
-    from lit_resformer.verdicts.claims import scoreboard
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
     from tests.helpers.claims_grids import judged_grid
 
     monkeypatch.setenv("LIT_RESFORMER_VERDICT_CACHE", str(tmp_path / "cache"))
