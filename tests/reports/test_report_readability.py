@@ -310,7 +310,7 @@ def test_the_board_draws_a_forest_plot_once_and_reads_it_back_until_its_rows_cha
 def test_the_report_prints_its_verdicts_sized_to_the_terminal(tmp_path, monkeypatch, capsys, columns):
     """`report` and the end of `grid` print the lead's verdicts: no line wider than the terminal, each comparison's
     words whole once the lines are joined."""
-    from lit_resformer.verdicts.claims import evaluate_grid
+    from lit_resformer.verdicts.judgements import evaluate_grid
 
     grid_dir = judged_grid(tmp_path)
     monkeypatch.setenv("COLUMNS", str(columns))
