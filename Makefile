@@ -114,6 +114,8 @@ ablation-grid: install $(if $(EVAL),eval-data)
 	$(if $(EVAL),LIT_RESFORMER_EVAL_DATA=$(abspath $(EVAL_DATA))) $(CLI) grid $(GRID) --runs-dir $(RUNS) \
 		--executor $(EXECUTOR) --cpu-slots $(CPU_SLOTS) $(if $(EVAL),--eval) $(if $(ANALYZE),--analyze) $(GRID_ARGS)
 
+# The first look (configs/grids/demo.yaml): ResFormer + NeuTRENO against ResFormer, three seeds each, judged on Fig.
+# 7's claim; its verdict is printed at the end and its report written to $(RUNS)/demo/index.html (report.md beside it).
 demo: install
 	$(MAKE) ablation-grid GRID=configs/grids/demo.yaml
 
