@@ -108,13 +108,16 @@ test-slurm: install
 
 # The main job: an ablation grid, trained unattended and resumably, then reported (report.md, index.html).
 # EVAL=1 adds zero-shot lm-eval scores (offline data in $(EVAL_DATA)), ANALYZE=1 the attention analysis.
+# Everything it writes goes under $(RUNS) (ignored by git), so the checkout stays clean; from a checkout with
+# uncommitted changes a run is refused unless GRID_ARGS=--allow-dirty (each run then keeps the patch).
 ablation-grid: install $(if $(EVAL),eval-data)
 	$(if $(EVAL),LIT_RESFORMER_EVAL_DATA=$(abspath $(EVAL_DATA))) $(CLI) grid $(GRID) --runs-dir $(RUNS) \
 		--executor $(EXECUTOR) --cpu-slots $(CPU_SLOTS) $(if $(EVAL),--eval) $(if $(ANALYZE),--analyze) $(GRID_ARGS)
 
+# The first look (configs/grids/demo.yaml): ResFormer + NeuTRENO against ResFormer, three seeds each, judged on Fig.
+# 7's claim; its verdict is printed at the end and its report written to $(RUNS)/demo/index.html (report.md beside it).
 demo: install
 	$(MAKE) ablation-grid GRID=configs/grids/demo.yaml
-	@echo "report: $(RUNS)/demo/report.md and $(RUNS)/demo/index.html"
 
 report: install
 	$(CLI) report $(RUNS)/$(GRID_NAME)

@@ -12,7 +12,9 @@ import difflib
 import json
 import math
 import os
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 from lit_resformer.config.files import expand_config_args
@@ -284,13 +286,17 @@ def merge_results_command(argv: list[str]) -> None:
 
 def report_command(argv: list[str]) -> None:
     parser = OptionParser(prog="lit-resformer report",
-                                     description="report.md + index.html with plots for RUNS_DIR/<grid>.")
+                          description="report.md + index.html with plots for RUNS_DIR/<grid>, and its verdicts printed, "
+                                      "sized to the terminal. The report of the same runs is the same, byte for byte: "
+                                      "reading a committed grid (docs/results/<grid>) changes no tracked file; its "
+                                      "index.html is ignored by git.")
     parser.add_argument("grid_dir", type=Path)
     args = parser.parse_args(argv)
     grid_run_directory(args.grid_dir)
     from lit_resformer.reports.grid_report import write_report
 
-    print(write_report(args.grid_dir))
+    index = write_report(args.grid_dir)
+    print(f"report: {index}, with report.md beside it")
 
 
 # the claims command's output modes: each call prints one of them; --json is a format of those in JSON_MODES
@@ -434,21 +440,24 @@ def tensorboard_command(argv: list[str]) -> None:
     parser = OptionParser(
         prog="lit-resformer tensorboard",
         description="Write TensorBoard event files from finished runs' metrics (a results folder keeps them as CSV): "
-                    "one TensorBoard run per grid/cell/seed<k>, every metric against the step, the loss curves also "
-                    "against training tokens (tags tokens/...), the run's hyperparameters for the HParams dashboard. "
-                    "Idempotent. Then: tensorboard --logdir OUT")
+                    "one TensorBoard run per grid/cell/seed<k> with the loss and validation curves against the step "
+                    "and against training tokens (tags tokens/...), at most the 1,000 points a tag TensorBoard keeps, "
+                    "and the run's hyperparameters for the HParams dashboard (lit_resformer/runs/tensorboard_events.py). "
+                    "Progress on stderr, a grid at a time. Idempotent: runs already written are kept. Then: "
+                    "tensorboard --logdir OUT")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="a grid's run directory or a folder of them, e.g. docs/results")
-    parser.add_argument("--out", type=Path, help="where the event files go (default: PATH/tensorboard)")
+    parser.add_argument("--out", type=Path,
+                        help="where the event files go (default: PATH/tensorboard, which git ignores)")
     args = parser.parse_args(argv)
     from lit_resformer.runs.directory import grid_dirs
 
     grid_dirs(args.paths)
     from lit_resformer.runs.tensorboard_events import write_tensorboard
 
-    out, lines = write_tensorboard(args.paths, args.out)
-    for line in lines:
-        print(line)
+    width = shutil.get_terminal_size().columns  # a line each, cut to the terminal's width, the counts first
+    out, _ = write_tensorboard(args.paths, args.out, progress=lambda line: print(
+        textwrap.shorten(line, max(width, 40), placeholder="…"), file=sys.stderr, flush=True))
     print(f"TensorBoard runs in {out}; view them with: tensorboard --logdir {out}")
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.writing import BROWSER_MISSING
+from lit_resformer.writing import BROWSER_MISSING, markdown_to_html
+from tests.helpers import chromium
 from tests.helpers.claims_grids import row
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,3 +67,24 @@ def test_the_screenshots_show_the_boards_tally(screenshots):
         for width in screenshots.WIDTHS:
             png = (screenshots.FIGURES / screenshots.picture_name(page, width)).read_bytes()
             assert struct.unpack(">II", png[16:24]) == (width, screenshots.HEIGHT), (page, width)
+
+
+def test_the_readmes_two_commands_come_first():
+    """The README opens with what the project is, then the two commands: its first section."""
+    readme = (REPO / "README.md").read_text()
+    sections = [line for line in readme.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Two commands"
+    first = readme.split("## Two commands\n", 1)[1].split("\n## ", 1)[0]
+    assert "make demo" in first and "make test" in first
+
+
+def test_the_readmes_two_commands_are_on_its_first_screen(tmp_path):
+    """Rendered as markdown at 1,400 x 900 (a desktop window), the two commands' block ends within the first screen."""
+    page = tmp_path / "README.html"
+    page.write_text(markdown_to_html((REPO / "README.md").read_text(), REPO, "README"))
+    found = chromium.probed(page, tmp_path, """
+const heading = Array.from(frame.querySelectorAll("h2")).find(h => h.textContent === "Two commands");
+const block = heading.nextElementSibling;
+return {bottom: block.getBoundingClientRect().bottom, text: block.textContent, height: view.innerHeight};""")
+    assert "make demo" in found["text"] and "make test" in found["text"]
+    assert found["bottom"] <= found["height"] == 900, found

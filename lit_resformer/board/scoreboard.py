@@ -171,10 +171,26 @@ def terminal_text(claims: Sequence[PaperClaim], width: int) -> str:
 
 
 def _grid_link(grid_dir: Path, out: Path) -> str:
-    """A link from the page to a grid's report: its index.html where it was written, else report.md."""
+    """A link from the page to a grid's report: its page (index.html) where `lit-resformer report` wrote it, else its
+    report.md. The pages of committed grids are not committed (git ignores them: each holds its plots inlined), so in
+    a fresh clone the links go to report.md until the reader writes a grid's page (GRID_PAGES says how)."""
     target = grid_dir / "index.html"
     target = target if target.is_file() else grid_dir / "report.md"
     return os.path.relpath(target.resolve(), out.parent.resolve())
+
+
+def _grid_pages_note(grid_dirs: Iterable[Path]) -> str:
+    """How many of the grids linked below link to their page and how the others get one (a grid linked to its
+    report.md reads as text in a browser)."""
+    folders = list(grid_dirs)
+    without = [folder for folder in folders if not (folder / "index.html").is_file()]
+    if not without:
+        return "<p>Each grid's name links to its report's page.</p>"
+    example = html.escape(str(without[0]))
+    return (f"<p>Each grid's name links to its report's page where it has been written ({len(folders) - len(without)} "
+            f"of {len(folders)}), else to its report.md, which a browser shows as text. "
+            f"<code>lit-resformer report {example}</code> writes a grid's page (index.html, beside its report.md; git "
+            "ignores it, and nothing tracked changes); then write this page again.</p>")
 
 
 def _filtered_by(verdicts: Iterable[str], grids: Iterable[str], regimes: Iterable[str]) -> str:
@@ -300,7 +316,9 @@ def html_page(claims: Sequence[PaperClaim], rows: Sequence[Verdict], grid_dirs: 
                          f"{_filtered_by(verdicts, [grid], map(regime_label, by_grid[grid]))}>"
                          f"<summary><h3>{link}</h3> {tally}</summary>{body}</details>")
         sections.append(Section("Forest plot of each grid", "<p>Folded: open a grid to see its plot (choosing a grid "
-                                "above opens it).</p>" + "\n".join(parts)))
+                                "above opens it).</p>"
+                                + _grid_pages_note(grid_dirs[grid] for grid in sorted(by_grid) if grid in grid_dirs)
+                                + "\n".join(parts)))
     return page("Scoreboard of the paper's claims", "".join(lead), sections, BOARD_STYLE, BOARD_SCRIPT)
 
 

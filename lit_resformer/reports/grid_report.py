@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,7 +54,7 @@ from lit_resformer.reports.document import Document, Plotter
 from lit_resformer.reports.forest import forest_plot
 from lit_resformer.reports.kv_frontier import kv_frontier_section
 from lit_resformer.reports.ladder_section import ladder_section
-from lit_resformer.reports.lead import grid_lead
+from lit_resformer.reports.lead import grid_lead, terminal_verdicts
 from lit_resformer.reports.learning_rate_section import learning_rate_section
 from lit_resformer.reports.scaling_section import scaling_section
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
@@ -205,16 +206,28 @@ def write_report(grid_dir: str | Path) -> Path:
     # what a reader looks up rather than reads: the cells and provenance are folded in index.html
     _runs_section(doc, runs)
     _cells_section(doc, manifest)
-    _provenance_section(doc, results, f"Generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{grid_dir}`. "
-                                      f"Base experiment `{manifest.get('base')}`, baseline **{manifest['baseline']}**, "
-                                      f"{len(cells)} cells, seeds {manifest.get('seeds')}. Aggregates use finished "
-                                      "(done) runs only.")
+    _provenance_section(doc, results, f"{_written_from(results)} Base experiment `{manifest.get('base')}`, baseline "
+                                      f"**{manifest['baseline']}**, {len(cells)} cells, seeds {manifest.get('seeds')}. "
+                                      "Aggregates use finished (done) runs only.")
 
     text = doc.markdown()
     atomic_write(results.grid_dir.report_file, text)
     index = results.grid_dir.index_file
     atomic_write(index, doc.html())
+    if verdicts:  # the answer where the report was asked for (`report`, the end of `grid`), sized to the terminal
+        print(terminal_verdicts(verdicts, shutil.get_terminal_size().columns), end="")
     return index
+
+
+def _written_from(results: GridResults) -> str:
+    """What the report was written from, dated by its runs (the last one to finish), never by the clock or the folder's
+    path: the same runs give the same report, byte for byte, wherever and whenever it is written, so that reading a
+    committed grid (`lit-resformer report docs/results/<grid>`) leaves its tracked report.md as it was."""
+    finished = [end for records in results.runs.values() for r in records if (end := r.recorded.get("finished_at"))]
+    if not finished:
+        return "Written from the grid's runs; none has finished yet."
+    last = max(datetime.fromisoformat(end) for end in finished).astimezone(timezone.utc)
+    return f"Written from the grid's runs as they stood when the last of them finished, {last:%Y-%m-%d %H:%M} UTC."
 
 
 def _cells_section(doc, manifest) -> None:

@@ -1,10 +1,11 @@
 """What a grid's report answers first: what the grid compares, its regime, the tally of verdicts and each comparison
-in one line (verdict, Δ with its interval, the paper's effect). Written twice from the same
-rows, as markdown (report.md) and as HTML with verdict chips (index.html)."""
+in one line (verdict, Δ with its interval, the paper's effect). Written from the same rows as markdown (report.md), as
+HTML with verdict chips (index.html) and, its verdicts, as text for the terminal that wrote the report."""
 
 from __future__ import annotations
 
 import html
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,6 +28,28 @@ def effect_text(row: dict[str, str]) -> str:
     return text + ("" if row["paper"] == "–" else f"; paper: {row['paper']}")
 
 
+def verdict_line(v: Verdict, row: dict[str, str]) -> str:
+    """A comparison in one line: its verdict, its words, its effect."""
+    return f"{'↳ ' if is_sub_row(v) else ''}{chip_text(v.verdict, v.fragile)}: {v.claim.claim} — {effect_text(row)}"
+
+
+def tally_text(verdicts: Sequence[Verdict]) -> tuple[str, str]:
+    """("Verdicts (3 claims)", "✓ 2 reproduced, – 1 not tested")."""
+    counts = tally(verdicts)
+    return (f"Verdicts ({sum(counts.values())} claims)",
+            ", ".join(chip_text(v, count=n) for v, n in counts.items() if n))
+
+
+def terminal_verdicts(verdicts: Sequence[Verdict], width: int) -> str:
+    """The lead's tally and comparisons as a terminal `width` columns wide shows them: each comparison wrapped beneath
+    its verdict, no line longer than the width (a line of 40 columns at least)."""
+    width = max(width, 40)
+    lines = textwrap.wrap(": ".join(tally_text(verdicts)), width, subsequent_indent="  ")
+    for v, row in zip(verdicts, comparison_cells(verdicts), strict=True):
+        lines += textwrap.wrap(verdict_line(v, row), width, initial_indent="- ", subsequent_indent="  ")
+    return "\n".join(lines) + "\n"
+
+
 def tally(verdicts: Sequence[Verdict]) -> dict[str, int]:
     claims = [v for v in verdicts if not is_sub_row(v)]
     return {name: sum(v.verdict == name for v in claims) for name in VERDICTS}
@@ -44,13 +67,13 @@ def grid_lead(sentence: str, regime: str, verdicts: Sequence[Verdict], warnings:
     page += [markdown_body(w, base) for w in warnings]
     if verdicts:
         counts = tally(verdicts)
-        words = f"{sum(counts.values())} claims"
-        md.append(f"**Verdicts ({words}):** " + ", ".join(chip_text(v, count=n) for v, n in counts.items() if n) + ".")
-        page.append(tally_html(counts, f"Verdicts ({words})"))
+        words, counted = tally_text(verdicts)
+        md.append(f"**{words}:** {counted}.")
+        page.append(tally_html(counts, words))
         items_md, items_html = [], []
         for v, row in zip(verdicts, comparison_cells(verdicts), strict=True):
             sub = "↳ " if is_sub_row(v) else ""
-            items_md.append(f"- {sub}{chip_text(v.verdict, v.fragile)}: {v.claim.claim} — {effect_text(row)}")
+            items_md.append(f"- {verdict_line(v, row)}")
             items_html.append(f"<li>{sub}{chip(v.verdict, v.fragile)} {html.escape(v.claim.claim)}<br>"
                               f'<span class="effect">{html.escape(effect_text(row))}</span></li>')
         md.append("\n".join(items_md))

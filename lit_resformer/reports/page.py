@@ -1,9 +1,9 @@
 """The HTML pages of the reports (a grid's index.html, the scoreboard page): one self-contained file each, laid out
 to answer first. A page opens with its lead (what it compares, the verdicts), then a table of contents, then its
 sections, each with an anchor; sections a reader rarely needs (cells, runs, provenance) and the prose on how a
-number is computed are folded (`<details>`). It fits a phone: a viewport tag, tables that scroll inside their own
-box (a grid report's claims table turns each row into a card instead), text that wraps. Every verdict is shown as a
-chip of its own colour and symbol, so it reads without colour too.
+number is computed are folded (`<details>`). It fits a phone: a viewport tag, tables that turn each row into a card
+on a narrow screen (a wide one scrolls inside its own box), text that wraps, plots that scale to the width. Every
+verdict is shown as a chip of its own colour and symbol, so it reads without colour too.
 
 The markdown of each part is rendered by lit_resformer.writing.markdown_to_html, whose escaping and link filtering
 apply unchanged; only HTML written here (chips, the layout) is added around it.
@@ -67,7 +67,24 @@ VERDICT_TABLE_STYLE = "".join([
 ])
 # ---- end of the tables of verdicts -------------------------------------------------------------------------------------
 
-PAGE_STYLE = HTML_STYLE + VERDICT_TABLE_STYLE + (
+# ---- Every other table of a report on a narrow screen ---------------------------------------------------------------------
+# Up to NARROW_PX a table of a grid report (final losses, cost, runs, cells, ...) would scroll sideways in its box and
+# hide its Δ columns; there each row is a card instead: its first cell (what the row is: a cell, a run) on a line of
+# its own, then every other cell on a line under its column's name (the data-label markdown_to_html gives each cell),
+# empty cells left out. The verdicts' own cards and the board's table (board.css) keep their layouts.
+NARROW_PX = 700
+_TABLE = ".wide:not(.verdicts)>table:not(.board)"
+NARROW_TABLE_STYLE = "".join([
+    f"@media (max-width:{NARROW_PX}px){{",
+    f"{_TABLE},{_TABLE}>tbody,{_TABLE} tr,{_TABLE} td{{display:block}}{_TABLE}>thead{{display:none}}",
+    f"{_TABLE} tr{{border:1px solid #bbb;margin:.5em 0;padding:.15em 0}}",
+    f"{_TABLE} td{{border:0;text-align:left;padding:.1em .6em;overflow-wrap:anywhere}}",
+    f"{_TABLE} td:first-child{{font-weight:600}}{_TABLE} td:empty{{display:none}}",
+    f"{_TABLE} td:not(:first-child)::before{{content:attr(data-label) \": \";color:#555}}",
+    "}",
+])
+
+PAGE_STYLE = HTML_STYLE + VERDICT_TABLE_STYLE + NARROW_TABLE_STYLE + (
     "body{line-height:1.45}p,li,summary{overflow-wrap:anywhere}"
     ".wide{overflow-x:auto;max-width:100%}"
     "td,th,td:first-child,th:first-child{text-align:left;vertical-align:top}td{font-variant-numeric:tabular-nums}"

@@ -112,3 +112,33 @@ def test_the_board_page_is_one_file_with_every_claim_filterable_and_a_plot_acros
 
     assert html_page(claims, rows, {"g": evidence, "transfer-g": transfer}, tmp_path / "board.html") == page
     assert len(drawn) == 3  # the second page read every plot back from the cache
+
+
+def test_each_grid_links_to_its_page_where_written_else_to_its_report_md_saying_how_to_write_it(tmp_path, monkeypatch):
+    import re
+
+    from lit_resformer.board.scoreboard import html_page
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
+    from tests.helpers.claims_grids import judged_grid
+
+    monkeypatch.setenv("LIT_RESFORMER_VERDICT_CACHE", str(tmp_path / "cache"))
+    grids = {name: judged_grid(tmp_path, name, paper_claim="table5-lower-loss") for name in ("g", "h")}
+    rows = scoreboard([grids["g"].parent])
+    claims = pc.paper_claims(rows)
+
+    def page_and_links() -> tuple[str, dict[str, str]]:
+        """The page and its grid links, grid -> where it goes."""
+        page = html_page(claims, rows, grids, tmp_path / "pages" / "board.html")
+        return page, {grid: href for href, grid in re.findall(r'<summary><h3><a href="([^"]*)">([^<]*)</a>', page)}
+
+    page, links = page_and_links()
+    assert links == {"g": "../runs/g/report.md", "h": "../runs/h/report.md"}
+    assert (f"(0 of 2), else to its report.md, which a browser shows as text. <code>lit-resformer report "
+            f"{grids['g']}</code> writes a grid's page") in page
+    (grids["h"] / "index.html").write_text("<html></html>")
+    page, links = page_and_links()
+    assert links == {"g": "../runs/g/report.md", "h": "../runs/h/index.html"} and "(1 of 2)" in page
+    (grids["g"] / "index.html").write_text("<html></html>")
+    page, links = page_and_links()
+    assert set(links.values()) == {"../runs/g/index.html", "../runs/h/index.html"}
+    assert "<p>Each grid's name links to its report's page.</p>" in page

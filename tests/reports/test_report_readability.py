@@ -226,8 +226,8 @@ def test_a_forest_plot_names_its_rows_as_asked_and_prints_their_numbers_beside_t
     rows = [row("g", "reproduced", "a beats b"), replace(row("transfer-g", "inconclusive", "a beats b"), low=None)]
     forest.forest_plot(rows, tmp_path / "plain.png", "a")
     forest.forest_plot(rows, tmp_path / "across.png", "a", lambda v: f"regime of {v.grid}", numbers=True)
-    assert texts == [[["a beats b", "a beats b"]],
-                     [["regime of g", "regime of transfer-g", "✓ -0.1000 [-0.2000, -0.0500]", "~ -0.1000"]]]
+    assert texts == [[["a beats b", "a beats b"]],  # each row's words above it, then its numbers at the line's end
+                     [["regime of g", "✓ -0.1000 [-0.2000, -0.0500]", "regime of transfer-g", "~ -0.1000"]]]
 
 
 def test_a_forest_plot_s_legend_names_the_paper_s_effect_only_where_it_marks_one(tmp_path, monkeypatch):
@@ -304,3 +304,22 @@ def test_the_board_draws_a_forest_plot_once_and_reads_it_back_until_its_rows_cha
     forest.cached_forest_plot(rows, tmp_path / "numbered.png", "g", numbers=True)
     assert drawn == ["g", "g", "h", "g", "g"]
     assert forest.cached_forest_plot([replace(rows[0], delta=None)], tmp_path / "none.png", "g") is None
+
+
+@pytest.mark.parametrize("columns", [80, 132])
+def test_the_report_prints_its_verdicts_sized_to_the_terminal(tmp_path, monkeypatch, capsys, columns):
+    """`report` and the end of `grid` print the lead's verdicts: no line wider than the terminal, each comparison's
+    words whole once the lines are joined."""
+    from lit_resformer.verdicts.judgements import evaluate_grid
+
+    grid_dir = judged_grid(tmp_path)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    write_report(grid_dir)
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    assert lines and max(map(len, lines)) <= columns
+    assert lines[0].startswith("Verdicts (")
+    joined = " ".join(line.strip() for line in lines)
+    verdicts = evaluate_grid(judged_grid(tmp_path / "again"))
+    assert all(v.claim.claim in joined for v in verdicts)
+    assert sum(line.startswith("- ") for line in lines) == len(verdicts)  # each comparison starts a line

@@ -51,3 +51,36 @@ def test_verdict_and_delta_of_the_first_row_are_on_a_phones_screen(reports, name
         assert cell["shown"] and cell["width"] > 0 and cell["height"] > 0, (column, seen)
         assert 0 <= cell["left"] and cell["right"] <= seen["width"], (column, seen)  # on screen, no sideways scroll
     assert seen["columns"]["verdict"]["index"] == 0
+
+
+# Every table of the page at a phone's width: its width against the box it would scroll in, and for a table of cards
+# (not the verdicts' own) whether every cell but the row's first is shown under its column's name; each image's shown
+# width against its own.
+PHONE_PROBE = """
+const tables = Array.from(frame.querySelectorAll("table")).map(table => {
+  let box = table.parentElement;
+  while (box !== frame.body && !/auto|scroll/.test(view.getComputedStyle(box).overflowX)) box = box.parentElement;
+  const cells = Array.from(table.querySelectorAll("tbody td")).filter(td => td.cellIndex > 0 && td.textContent);
+  return {section: (table.closest("section,details") || {}).id, width: table.scrollWidth, box: box.clientWidth,
+          verdicts: table.closest(".verdicts") !== null,
+          unnamed: cells.filter(td => view.getComputedStyle(td, "::before").content !==
+                                      JSON.stringify(td.dataset.label + ": ")).length};
+});
+const images = Array.from(frame.images);
+await Promise.all(images.map(i => { i.loading = "eager";
+                                    return i.complete ? null : new Promise(done => { i.onload = i.onerror = done; }); }));
+const shown = images.map(i => ({alt: i.alt, scale: i.getBoundingClientRect().width / i.naturalWidth}));
+return {width: view.innerWidth, pageWidth: frame.documentElement.scrollWidth, tables: tables, images: shown};
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["judged", COMMITTED])
+def test_on_a_phone_no_table_is_wider_than_its_box_and_the_forest_plot_keeps_its_words_legible(reports, name, tmp_path):
+    seen = chromium.probed(reports[name], tmp_path, PHONE_PROBE, size=(420, 800))
+    assert seen["pageWidth"] <= seen["width"] == 420, seen
+    assert len(seen["tables"]) >= 4, seen  # the claims, final losses, runs, provenance at least
+    assert [t for t in seen["tables"] if t["width"] > t["box"]] == [], seen  # nothing scrolls sideways in its box
+    assert [t for t in seen["tables"] if not t["verdicts"] and t["unnamed"]] == [], seen  # each value under its name
+    forest = next(image for image in seen["images"] if image["alt"].startswith("Forest plot"))
+    assert forest["scale"] >= 0.65, forest  # its 10-point words at least 10 px tall (110 dpi)

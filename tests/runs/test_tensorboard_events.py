@@ -3,33 +3,37 @@ EventAccumulator, the reader `tensorboard --logdir` serves from."""
 
 import csv
 import json
+import random
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tensorboard_masked_crc32c
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from lit_resformer.cli import main
-from lit_resformer.runs.tensorboard_events import write_tensorboard
+from lit_resformer.runs.tensorboard_events import POINTS_PER_TAG, masked_crc32c, thinned, write_tensorboard
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENS_PER_STEP = 512
 
 
-def write_run(grid_dir: Path, cell: str, seed: int, status: str = "done", offset: float = 0.0) -> Path:
+def write_run(grid_dir: Path, cell: str, seed: int, status: str = "done", offset: float = 0.0, steps: int = 20) -> Path:
     """A finished run as a results folder keeps it: metrics in Lightning's CSV layout (training rows with the tokens
-    seen, validation on rows of their own, the references at step 0), config.yaml and summary.json."""
+    seen and the step's time, validation on rows of their own, the references at step 0), config.yaml and
+    summary.json."""
     run = grid_dir / cell / f"seed{seed}"
     (run / "csv/version_0").mkdir(parents=True)
     with open(run / "csv/version_0/metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["epoch", "step", "train/loss", "train/tokens_seen", "val/loss",
-                                               "val/loss/code", "val/unigram_loss"])
+        writer = csv.DictWriter(f, fieldnames=["epoch", "step", "train/loss", "train/tokens_seen", "train/time",
+                                               "val/loss", "val/loss/code", "val/unigram_loss"])
         writer.writeheader()
         writer.writerow({"step": 0, "val/loss": 8.0 + offset, "val/loss/code": 8.1, "val/unigram_loss": 7.0})
-        for step in range(1, 21):
+        for step in range(1, steps + 1):
             writer.writerow({"epoch": 0, "step": step, "train/loss": 6 - step / 10 + offset,
-                             "train/tokens_seen": step * TOKENS_PER_STEP})
+                             "train/tokens_seen": step * TOKENS_PER_STEP, "train/time": 0.1})
             if step % 10 == 0:
                 writer.writerow({"step": step, "val/loss": 5 - step / 20 + offset, "val/loss/code": 5.1 - step / 20})
     config = {"seed_everything": seed, "trainer": {"max_steps": 20, "precision": "32-true", "logger": [{"x": 1}]},
@@ -78,9 +82,8 @@ def test_scalars_read_back_equal_the_csv_against_steps_and_tokens(grid_dir, tmp_
     out, _ = write_tensorboard([grid_dir], tmp_path / "tb")
     accumulator = events(out / "g/vanilla/seed1")
     tags = set(accumulator.Tags()["scalars"])
-    assert {"train/loss", "train/tokens_seen", "val/loss", "val/loss/code", "val/unigram_loss",
-            "tokens/train/loss", "tokens/val/loss", "tokens/val/loss/code"} <= tags
-    assert "tokens/val/unigram_loss" not in tags  # only the loss curves are drawn against tokens
+    assert tags == {"train/loss", "val/loss", "val/loss/code", "val/unigram_loss", "tokens/train/loss",
+                    "tokens/val/loss", "tokens/val/loss/code"}  # only the loss curves against tokens; no bookkeeping
     train = [(e.step, e.value) for e in accumulator.Scalars("train/loss")]
     assert train == [(step, pytest.approx(6 - step / 10 + 0.01)) for step in range(1, 21)]
     val = [(e.step, e.value) for e in accumulator.Scalars("val/loss")]
@@ -90,6 +93,25 @@ def test_scalars_read_back_equal_the_csv_against_steps_and_tokens(grid_dir, tmp_
     assert by_tokens == [(0, pytest.approx(8.01)), (10 * TOKENS_PER_STEP, pytest.approx(4.51)),
                          (20 * TOKENS_PER_STEP, pytest.approx(4.01))]
     assert [e.step for e in accumulator.Scalars("tokens/train/loss")] == [s * TOKENS_PER_STEP for s in range(1, 21)]
+
+
+def test_a_long_curve_keeps_the_points_tensorboard_keeps_evenly_spaced_with_its_first_and_last(tmp_path):
+    grid = tmp_path / "results/g"
+    grid.mkdir(parents=True)
+    (grid / "grid.yaml").write_text("version: 2\nname: g\ncells: []\n")
+    steps = POINTS_PER_TAG * 2 + 500
+    write_run(grid, "vanilla", 0, steps=steps)
+    out, _ = write_tensorboard([grid], tmp_path / "tb")
+    shown = [e.step for e in events(out / "g/vanilla/seed0").Scalars("train/loss")]
+    assert len(shown) == POINTS_PER_TAG and shown[0] == 1 and shown[-1] == steps
+    gaps = {b - a for a, b in zip(shown, shown[1:], strict=False)}
+    assert gaps <= {2, 3}  # evenly spaced: 2,500 steps in 999 gaps of 2 or 3
+    assert thinned([(1, 1.0), (2, 2.0)], limit=5) == [(1, 1.0), (2, 2.0)]
+
+
+def test_the_record_checksum_is_tensorboards():
+    records = [bytes(random.Random(n).randrange(256) for _ in range(n % 70)) for n in range(500)]
+    assert masked_crc32c(records).tolist() == [tensorboard_masked_crc32c(r) for r in records]
 
 
 def test_the_run_carries_its_hyperparameters(grid_dir, tmp_path):
@@ -118,10 +140,19 @@ def test_rerunning_rewrites_nothing_that_is_up_to_date_and_never_duplicates_even
     assert not (out / "g/resformer/seed1").exists()
 
 
-def test_the_command_writes_beside_the_results_by_default(grid_dir, capsys):
+def test_the_command_writes_beside_the_results_by_default_and_tells_its_progress(grid_dir, capsys):
     main(["tensorboard", str(grid_dir)])
-    printed = capsys.readouterr().out
-    assert f"tensorboard --logdir {grid_dir / 'tensorboard'}" in printed
+    printed = capsys.readouterr()
+    assert printed.out == f"TensorBoard runs in {grid_dir / 'tensorboard'}; view them with: tensorboard --logdir " \
+                          f"{grid_dir / 'tensorboard'}\n"
+    assert re.fullmatch(r"runs 4/4, grid 1/1, \d+ s: g: 4 run\(s\) written, 0 up to date\n", printed.err)
+
+
+def test_progress_lines_fit_the_terminal(grid_dir, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "40")
+    main(["tensorboard", str(grid_dir)])
+    line = capsys.readouterr().err.rstrip("\n")
+    assert len(line) <= 40 and line.startswith("runs 4/4, grid 1/1,") and line.endswith("…")
     assert (grid_dir / "tensorboard/g/vanilla/seed0").is_dir()
 
 

@@ -165,14 +165,9 @@ def test_a_registry_claim_without_its_quote_basis_or_reading_is_refused_in_one_l
         pc.load_registry(path)
 
 
-# Grid files that others are rewriting as this check lands: their quote is the paper's sentence without “…” and
-# location (lr-budget-surface: review l. 134–135) or a summary (demo: the Fig. 14 sentence is review l. 474–475).
-QUOTES_BEING_REWRITTEN = {"configs/grids/demo.yaml"}
-
-
 def test_every_comparison_a_grid_file_quotes_from_the_paper_quotes_its_words_with_their_location():
     """A grid file's `quote:` on a comparison of the paper (not `beyond_paper`) is the paper's words with their
-    location, as in configs/claims.yaml: the files whose quotes are not are exactly those being rewritten."""
+    location, as in configs/claims.yaml: no file's quote is a summary or unlocated."""
     unlocated = set()
     for path in sorted((REPO / "configs").rglob("*.yaml")):
         raw = yaml.safe_load(path.read_text())
@@ -180,7 +175,7 @@ def test_every_comparison_a_grid_file_quotes_from_the_paper_quotes_its_words_wit
         for c in comparisons if isinstance(comparisons, list) else []:
             if "quote" in c and not c.get("beyond_paper") and pc.quote_problem(c["quote"]):
                 unlocated.add(path.relative_to(REPO).as_posix())
-    assert unlocated == QUOTES_BEING_REWRITTEN
+    assert unlocated == set()
 
 
 @pytest.fixture(scope="module")
