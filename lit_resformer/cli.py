@@ -15,7 +15,6 @@ import os
 import sys
 from pathlib import Path
 
-from lit_resformer.config.files import expand_config_args
 from lit_resformer.config.options import OptionParser
 from lit_resformer.training.run_dir import RunDir
 from lit_resformer.training.runtime import retain_freed_memory
@@ -572,9 +571,11 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, FileNotFoundError, ConnectionError) as err:
             sys.exit(f"lit-resformer {args[0]}: error: {err}")
         return
-    try:  # the config files exist and compose, checked before Lightning is imported
-        expand_config_args(args[1:])
-    except (ValueError, FileNotFoundError) as err:  # as fit's parser refuses a config: on stderr, exit status 2
+    from lit_resformer.config.quick_check import quick_check
+
+    try:  # fit's parser and checks on its recorded fields, before Lightning is imported
+        quick_check(args[0], args[1:])
+    except (ValueError, FileNotFoundError) as err:  # as fit's parser refuses a config: one line on stderr, exit 2
         print(f"lit-resformer {args[0]}: error: {err}", file=sys.stderr)
         sys.exit(2)
     from lit_resformer.training.lightning_cli import (

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -11,9 +12,10 @@ from typing import Any
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from lit_resformer.config.files import config_name, expand_config_args
-from lit_resformer.config.messages import ConfigParser, config_file_keys
+from lit_resformer.config.messages import Fields, config_file_keys, explain_parser_error
 from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG, check_objects
 from lit_resformer.data import LMDataModule
 from lit_resformer.data.tokenizer import TokenizerMismatch
@@ -23,6 +25,18 @@ from lit_resformer.training.config_rules import check_checkpoint_matches, check_
 from lit_resformer.training.module import LitResFormer
 from lit_resformer.training.run_dir import CSV_LOGS, TB_LOGS, RunDir
 from lit_resformer.writing import atomic_write
+
+
+class ConfigParser(LightningArgumentParser):
+    """fit's parser. A mistake on the command line or in a config file is one line naming the field, with the
+    closest valid ones for an unknown key, instead of the whole usage (~130 lines) followed by the error."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            return super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        command = parser.prog.replace(" [options]", "")  # "lit-resformer fit"
+        self.exit(2, f"{command}: error: {explain_parser_error(Fields.of(parser), message)}\n")
 
 
 class RunConfig(SaveConfigCallback):
@@ -49,7 +63,8 @@ CLI_SETTINGS = dict(
     auto_configure_optimizers=False,
 )
 # options are taken only as written: argparse would read `--trainer.max_step` as `--trainer.max_steps`
-PARSER_SETTINGS = {"parser_mode": "omegaconf", "allow_abbrev": False}
+# (a subcommand's parser is named "lit-resformer fit", which every refusal starts with)
+PARSER_SETTINGS = {"prog": "lit-resformer", "parser_mode": "omegaconf", "allow_abbrev": False}
 
 
 class ResFormerCLI(LightningCLI):
@@ -81,19 +96,26 @@ class ResFormerCLI(LightningCLI):
                 self.config = parser.parse_args(expand_config_args(args))
             self._check_arguments()
         except ValueError as err:  # a config mistake: one clear line, before anything is written
-            parser.exit(2, f"lit-resformer: error: {err}\n")
+            self.refuse(err)
 
     def instantiate_classes(self) -> None:
         try:
             super().instantiate_classes()
         except ValueError as err:  # bad data or model settings found while building them
-            self.parser.exit(2, f"lit-resformer: error: {err}\n")
+            self.refuse(err)
+        except MisconfigurationException as err:  # a trainer setting Lightning refuses (its own words name it)
+            self.refuse(f"the trainer's settings: {err}")
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
             super()._run_subcommand(subcommand)
         except TokenizerMismatch as err:  # found when the checkpoint is restored, before any step
-            self.parser.exit(2, f"lit-resformer: error: {err}\n")
+            self.refuse(err)
+
+    def refuse(self, problem: object) -> None:
+        """A config fit cannot run: one line on stderr naming the command, exit status 2."""
+        command = self.config.get("subcommand") if isinstance(getattr(self, "config", None), Namespace) else None
+        self.parser.exit(2, f"{self.parser.prog}{f' {command}' if command else ''}: error: {problem}\n")
 
     def _check_arguments(self) -> None:
         sub = self.config.get("subcommand")
