@@ -88,11 +88,12 @@ def decode_type(encoded: Any) -> Any:
 # --------------------------------------------------------------------------------------------- is it current
 def signature_parts(path: Path) -> list[tuple[str | None, ast.AST]]:
     """What of a source file shapes fit's parser, as (the class it belongs to, or None at module level, the node):
-    the module-level imports and assignments (type aliases, the defaults signatures name), each class's bases and
-    decorators, fields and `__init__` signature, and the CLI's PARSER_METHODS whole."""
+    each class's bases and decorators, fields and `__init__` signature, and the CLI's PARSER_METHODS whole; the
+    module-level assignments (type aliases, defaults, the CLI's settings); and the imports of the names these use."""
+    tree = ast.parse(path.read_text(), filename=str(path))
     parts: list[tuple[str | None, ast.AST]] = []
-    for node in ast.parse(path.read_text(), filename=str(path)).body:
-        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)):
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
             parts.append((None, node))
         elif isinstance(node, ast.ClassDef):
             parts.append((node.name, ast.Tuple(elts=[*node.bases, *node.decorator_list])))
@@ -102,6 +103,13 @@ def signature_parts(path: Path) -> list[tuple[str | None, ast.AST]]:
                     parts.append((node.name, item))
                 elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
                     parts.append((node.name, item.args))
+    used = {name.id for _, node in parts for name in ast.walk(node) if isinstance(name, ast.Name)}
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [alias for alias in node.names if (alias.asname or alias.name).split(".")[0] in used]
+            if names:
+                parts.append((None, ast.ImportFrom(module=getattr(node, "module", None), names=names,
+                                                   level=getattr(node, "level", 0))))
     return parts
 
 
