@@ -108,8 +108,8 @@ def signature_parts(path: Path) -> list[tuple[str | None, ast.AST]]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [alias for alias in node.names if (alias.asname or alias.name).split(".")[0] in used]
             if names:
-                parts.append((None, ast.ImportFrom(module=getattr(node, "module", None), names=names,
-                                                   level=getattr(node, "level", 0))))
+                where = {"module": node.module, "level": node.level} if isinstance(node, ast.ImportFrom) else {}
+                parts.append((None, type(node)(names=names, **where)))
     return parts
 
 

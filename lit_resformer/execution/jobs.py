@@ -340,9 +340,9 @@ def _read_from(path: Path, offset: int) -> str:
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
-    """Stop the training process as Ctrl-C would (Lightning shuts down cleanly, without a checkpoint: the run resumes
-    from its last one); kill it if that takes longer than `grace_s`. The signal goes to its process group, so the
-    processes a multi-device strategy started stop with it."""
+    """Stop the training process as Ctrl-C would (Lightning shuts down cleanly, saving what it trained since its last
+    checkpoint where that resumes exactly: InterruptCheckpoint); kill it if that takes longer than `grace_s`. The
+    signal goes to its process group, so the processes a multi-device strategy started stop with it."""
     if process.poll() is not None:
         return
     _signal_group(process, signal.SIGINT)

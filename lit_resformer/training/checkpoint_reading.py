@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     import torch
 
 LAST_CHECKPOINT = "last.ckpt"
+# saved when training stops on an exception (Ctrl-C, SIGTERM, an error): Lightning's OnExceptionCheckpoint's name
+INTERRUPT_CHECKPOINT = "on_exception.ckpt"
 # Lightning keys of a training checkpoint: without them the file cannot resume a run.
 CHECKPOINT_KEYS = ("state_dict", "global_step", "loops")
 

@@ -192,7 +192,8 @@ def signature_sources(files: Iterable[Path]) -> list[Path]:
                  for name in ast.walk(node) if isinstance(name, ast.Name)}
         package = ".".join(path.relative_to(PACKAGE_ROOT).parts[:-1])
         for _, node in parts:
-            if isinstance(node, ast.ImportFrom) and any(alias.name in named for alias in node.names):
+            if isinstance(node, ast.ImportFrom) and (node.module or node.level) and any(
+                    alias.name in named for alias in node.names):
                 spec = importlib.util.find_spec("." * node.level + (node.module or ""), package)
                 if spec is not None and spec.origin and Path(spec.origin).resolve().is_relative_to(PACKAGE_ROOT):
                     pending.append(Path(spec.origin).resolve())

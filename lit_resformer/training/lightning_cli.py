@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace
+from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -20,7 +21,7 @@ from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG, check_objects
 from lit_resformer.data import LMDataModule
 from lit_resformer.data.tokenizer import TokenizerMismatch
 from lit_resformer.training.checkpoint_reading import checkpoint_problem
-from lit_resformer.training.checkpoint_saving import RunCheckpoint
+from lit_resformer.training.checkpoint_saving import InterruptCheckpoint, RunCheckpoint
 from lit_resformer.training.config_rules import check_checkpoint_matches, check_experiment
 from lit_resformer.training.module import LitResFormer
 from lit_resformer.training.run_dir import CSV_LOGS, TB_LOGS, RunDir
@@ -106,6 +107,35 @@ class ResFormerCLI(LightningCLI):
         except MisconfigurationException as err:  # a trainer setting Lightning refuses (its own words name it)
             self.refuse(f"the trainer's settings: {err}")
 
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Trainer:
+        if self.subcommand == "fit":  # nothing trained is lost to Ctrl-C or an error
+            callbacks = [*callbacks, InterruptCheckpoint(self.config.fit.checkpoint.dirpath)]
+        return super()._instantiate_trainer(config, callbacks)
+
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+        """`--ckpt_path last` as RunDir.resume_point resolved it (Lightning's own search would pass over a damaged
+        last.ckpt, and say that no checkpoint is a misconfiguration of ModelCheckpoint)."""
+        kwargs = super()._prepare_subcommand_kwargs(subcommand)
+        if kwargs.get("ckpt_path") == "last":
+            resume = getattr(self, "resume_point", None)
+            kwargs["ckpt_path"] = str(resume.path) if resume else None
+        return kwargs
+
+    def before_fit(self) -> None:
+        if self.trainer.is_global_zero:
+            root, ckpt = self.trainer.default_root_dir, self.config.fit.ckpt_path
+            resume = getattr(self, "resume_point", None)
+            start = (f"resuming from {resume.path}" if resume else
+                     "no checkpoint yet, starting at step 0" if ckpt == "last" else
+                     f"starting from {ckpt}" if ckpt else "starting at step 0")
+            print(f"run directory: {root} ({start})", flush=True)
+
+    def after_fit(self) -> None:
+        if self.trainer.is_global_zero:
+            run = RunDir(self.trainer.default_root_dir)
+            saved = f"checkpoint: {run.last_checkpoint}" if run.last_checkpoint.is_file() else "no checkpoint saved"
+            print(f"run directory: {run.path} (trained to step {self.trainer.global_step}); {saved}", flush=True)
+
     def _run_subcommand(self, subcommand: str) -> None:
         try:
             super()._run_subcommand(subcommand)
@@ -131,6 +161,8 @@ class ResFormerCLI(LightningCLI):
         if ckpt == "last":
             self.resume_point = run.resume_point()
             ckpt = self.resume_point.path if self.resume_point else None
+            if ckpt is None and sub != "fit":
+                raise ValueError(f"--ckpt_path last: {run.checkpoints_dir} holds no checkpoint to {sub}")
         elif ckpt is not None:
             problem = checkpoint_problem(ckpt)
             if problem:
@@ -148,7 +180,6 @@ class ResFormerCLI(LightningCLI):
         resume = getattr(self, "resume_point", None)
         if resume is not None and resume.fallback_reason:
             rank_zero_warn(f"resuming from {resume.path}: {resume.fallback_reason}")
-            cfg.ckpt_path = str(resume.path)
         if self.subcommand == "fit" and cfg.ckpt_path is not None:
             # a resumed run's checkpoint folder holds its earlier checkpoints by design
             warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")

@@ -2,7 +2,8 @@
 
     <run>/
       config.yaml                   the resolved config, written by `lit-resformer fit` before training
-      checkpoints/                  a step checkpoint every N steps, and last.ckpt (Lightning's ModelCheckpoint)
+      checkpoints/                  a step checkpoint every N steps, and last.ckpt (Lightning's ModelCheckpoint);
+                                    on_exception.ckpt where training stopped on Ctrl-C or an error (InterruptCheckpoint)
       csv/version_<k>/metrics.csv   the logged metrics, one CSVLogger version per (re)start of the run
                                     (metrics.csv.gz in exported results: `compressed_metrics`)
       tb/                           TensorBoard events
@@ -40,7 +41,11 @@ from typing import Any
 
 import yaml
 
-from lit_resformer.training.checkpoint_reading import LAST_CHECKPOINT, checkpoint_problem
+from lit_resformer.training.checkpoint_reading import (
+    INTERRUPT_CHECKPOINT,
+    LAST_CHECKPOINT,
+    checkpoint_problem,
+)
 from lit_resformer.writing import atomic_write, atomic_write_json
 
 CHECKPOINTS = "checkpoints"
@@ -80,11 +85,11 @@ def kept_checkpoint(folder: str | Path, step: int) -> Path:
 
 
 def step_checkpoints_in(folder: str | Path) -> list[Path]:
-    """Every checkpoint file in `folder` but last.ckpt, newest first."""
+    """Every checkpoint file in `folder` but last.ckpt and the interrupt's, newest first."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found = [p for p in folder.glob("*.ckpt") if p.name != LAST_CHECKPOINT and p.is_file()]
+    found = [p for p in folder.glob("*.ckpt") if p.name not in (LAST_CHECKPOINT, INTERRUPT_CHECKPOINT) and p.is_file()]
     return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
 
 
@@ -132,6 +137,7 @@ class RunDir:
         self.diff_file = self.path / "git.diff"
         self.checkpoints_dir = self.path / CHECKPOINTS
         self.last_checkpoint = self.checkpoints_dir / LAST_CHECKPOINT
+        self.interrupt_checkpoint = self.checkpoints_dir / INTERRUPT_CHECKPOINT
         self.csv_dir = self.path / CSV_LOGS
         self.tb_dir = self.path / TB_LOGS
         self.eval_dir = self.path / "eval"
@@ -186,14 +192,16 @@ class RunDir:
 
     def has_checkpoint(self) -> bool:
         """Whether any checkpoint file exists (cheap: nothing is read)."""
-        return self.last_checkpoint.is_file() or bool(self.step_checkpoints())
+        return self.last_checkpoint.is_file() or self.interrupt_checkpoint.is_file() or bool(self.step_checkpoints())
 
     def resume_point(self) -> ResumePoint | None:
-        """What `--ckpt_path last` resumes from: last.ckpt when it reads as a training checkpoint, else the newest
-        intact step checkpoint (a run killed while writing last.ckpt keeps the previous one), with the reason
-        for the caller to log. None when the run has no checkpoint; ValueError when none of them is intact."""
+        """What `--ckpt_path last` resumes from: the newer of last.ckpt and the interrupt's checkpoint when it reads as
+        a training checkpoint, else the other, else the newest intact step checkpoint (a run killed while writing
+        last.ckpt keeps the previous one), with the reason for the caller to log. None when the run has no
+        checkpoint; ValueError when none of them is intact."""
         problems = []
-        candidates = [self.last_checkpoint] if self.last_checkpoint.is_file() else []
+        latest = [p for p in (self.last_checkpoint, self.interrupt_checkpoint) if p.is_file()]
+        candidates = sorted(latest, key=lambda p: p.stat().st_mtime_ns, reverse=True)
         for path in candidates + self.step_checkpoints():
             problem = checkpoint_problem(path)
             if problem is None:
