@@ -95,6 +95,39 @@ def export_command(argv: list[str]) -> None:
           f"AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True)")
 
 
+def generate_command(argv: list[str]) -> None:
+    """`lit-resformer generate --ckpt PATH --prompt TEXT`: a trained run's continuation of a prompt."""
+    from lit_resformer.training.checkpoint_reading import DEFAULT_NEW_TOKENS, continue_prompt
+
+    parser = OptionParser(
+        prog="lit-resformer generate",
+        description="Continue a prompt with a trained run's model (lit_resformer.load_checkpoint, then "
+                    "Transformer.generate through the KV cache): greedy by default, sampled with --temperature; "
+                    "stops at the run's end-of-document token. Prints the prompt and its continuation.")
+    parser.add_argument("--ckpt", required=True, help="a lit-resformer Lightning checkpoint")
+    parser.add_argument("--prompt", required=True, help="the text to continue")
+    parser.add_argument("--max-new-tokens", type=int, metavar="N",
+                        help=f"tokens to add (default {DEFAULT_NEW_TOKENS}, or what the model's context leaves)")
+    parser.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                        help="0 (the default): greedy; above 0: sample from softmax(logits / T)")
+    parser.add_argument("--top-k", type=int, metavar="K", help="sample only from the K likeliest tokens")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args(argv)
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be an integer >= 1, got {args.max_new_tokens}")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise ValueError(f"--temperature must be a number >= 0 (0: greedy), got {args.temperature:g}")
+    if args.top_k is not None and (args.top_k < 1 or args.temperature == 0):
+        raise ValueError(f"--top-k must be an integer >= 1 and sample (--temperature > 0), got --top-k "
+                         f"{args.top_k} with --temperature {args.temperature:g}")
+    if not args.prompt:
+        raise ValueError("--prompt is empty: give the text to continue")
+    ckpt = existing_checkpoint(args.ckpt)
+    print(continue_prompt(ckpt, args.prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                          seed=args.seed, device=args.device))
+
+
 def lm_eval_command(argv: list[str]) -> None:
     """`lit-resformer lm-eval ARGS`: lm-eval's own CLI with the model "lit-resformer" registered."""
     from lit_resformer.eval.lm_eval_cli import main as lm_eval_main
@@ -512,7 +545,8 @@ def fit_stacked_command(argv: list[str]) -> None:
 
 
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
-SUITE_COMMANDS = {"fit-stacked": fit_stacked_command, "eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
+SUITE_COMMANDS = {"fit-stacked": fit_stacked_command, "generate": generate_command, "eval": eval_command,
+                  "lm-eval": lm_eval_command, "export": export_command,
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
                   "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
                   "merge-results": merge_results_command, "add-references": add_references_command,
@@ -526,6 +560,7 @@ COMMAND_SUMMARIES = {
     "fit-stacked": "train runs of one recipe in one process, stacked into one model",
     "validate": "validation loss of a checkpoint, per domain (--ckpt_path)",
     "test": "test-split loss of a checkpoint, per domain (--ckpt_path)",
+    "generate": "continue a prompt with a checkpoint's model (greedy, or sampled with --temperature / --top-k)",
     "grid": "train every run of an ablation grid (idempotent, resumable), then write its report",
     "report": "report.md + index.html with plots for a grid's run directory",
     "claims": "scoreboard of the paper's claims (each with its comparisons) across grid run directories",

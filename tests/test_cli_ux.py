@@ -247,6 +247,7 @@ ABBREVIATED = {
     "tensorboard": (["docs/results/fig7-evidence", "--ou", "out"], "--out"),
     "prepare-corpus": (["out", "--min", "5"], "--min-chars"),
     "fit-stacked": (["--ru", "a.yaml", "runs/a"], "--run"),
+    "generate": (["--ckpt", "x.ckpt", "--prompt", "a", "--max-new", "4"], "--max-new-tokens"),
 }
 
 
