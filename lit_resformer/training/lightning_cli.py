@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -38,6 +41,41 @@ class ConfigParser(LightningArgumentParser):
         parser = getattr(ex, "subcommand_parser", None) or self
         command = parser.prog.replace(" [options]", "")  # "lit-resformer fit"
         self.exit(2, f"{command}: error: {explain_parser_error(Fields.of(parser), message)}\n")
+
+
+class PlainProgress(ProgressBar):
+    """Lightning's progress bar where the output is no terminal (a grid run's logs/stdout.log, a pipe): a plain line
+    at every twentieth of the steps to train, where a bar would be redrawn in place with carriage returns and escape
+    codes (~200 KB of them in a run's log)."""
+
+    LINES = 20
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._enabled = True
+        self._start: tuple[float, int] | None = None  # (clock, step) when training started
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start = (time.monotonic(), trainer.global_step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        step, total = trainer.global_step, trainer.max_steps
+        every = max(1, math.ceil(total / self.LINES)) if total and total > 0 else 100
+        if not self._enabled or self._start is None or step == self._start[1] or step % every:
+            return
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:  # the step's later micro-batches see it too
+            return
+        seconds, start_step = time.monotonic() - self._start[0], self._start[1]
+        loss = trainer.callback_metrics.get("train/loss")
+        self.print(f"step {step}{f'/{total}' if total and total > 0 else ''}"
+                   + (f"  train/loss {loss.item():.4f}" if loss is not None else "")
+                   + f"  {(step - start_step) / seconds:.2f} steps/s", flush=True)
 
 
 class RunConfig(SaveConfigCallback):
@@ -110,6 +148,10 @@ class ResFormerCLI(LightningCLI):
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Trainer:
         if self.subcommand == "fit":  # nothing trained is lost to Ctrl-C or an error
             callbacks = [*callbacks, InterruptCheckpoint(self.config.fit.checkpoint.dirpath)]
+        chosen = [*(config.get("callbacks") or []), *callbacks]
+        if (config.get("enable_progress_bar") is not False and not sys.stdout.isatty()
+                and not any(isinstance(callback, ProgressBar) for callback in chosen)):
+            callbacks = [*callbacks, PlainProgress()]  # Lightning's default bar, drawn for a terminal
         return super()._instantiate_trainer(config, callbacks)
 
     def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
