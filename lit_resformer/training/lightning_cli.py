@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -17,6 +18,7 @@ from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
 from lit_resformer.config.files import config_name, expand_config_args
 from lit_resformer.config.messages import Fields, config_file_keys, explain_parser_error
@@ -250,6 +252,40 @@ def _class_name(spec: Any) -> str:
     return str(spec.get("class_path")).rsplit(".", 1)[-1] if hasattr(spec, "get") else type(spec).__name__
 
 
+# What third parties print into every run's output that says nothing about it: (message, category) of the warnings
+# and the start of Lightning's info lines, each silenced by itself.
+THIRD_PARTY_WARNINGS = (
+    # Lightning: num_workers 0 is the data module's choice (its data is packed in memory, data.num_workers)
+    (r"The '\w+' does not have many workers", PossibleUserWarning),
+    # torch's deprecation of its pytree LeafSpec, which Lightning's own pytree code constructs
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),
+    # torch's deprecation of torch.set_vital, which torchdata's StatefulDataLoader calls
+    (r"'set_vital' is deprecated", UserWarning),
+)
+# Lightning's hint where `srun` is on the PATH: silenced outside a Slurm job (a login node, a workstation with Slurm
+# installed; the grid's Slurm executor runs its trainer as a plain process, lit_resformer/execution/jobs.py), kept
+# inside one, where a multi-process run started without srun would hang.
+SRUN_HINT = (r"The `srun` command is available on your system but is not used", PossibleUserWarning)
+THIRD_PARTY_INFO = ("💡 Tip: For seamless cloud logging",)  # Lightning's advertisement of its cloud logger
+
+
+class _ThirdPartyInfo(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(THIRD_PARTY_INFO)
+
+
+def quiet_third_parties() -> None:
+    """Silence THIRD_PARTY_WARNINGS, THIRD_PARTY_INFO and, outside a Slurm job, SRUN_HINT, each by its words; every
+    other warning still shows."""
+    outside_slurm = "SLURM_JOB_ID" not in os.environ
+    for message, category in (*THIRD_PARTY_WARNINGS, *([SRUN_HINT] if outside_slurm else [])):
+        warnings.filterwarnings("ignore", message=message, category=category)
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _ThirdPartyInfo) for f in rank_zero.filters):
+        rank_zero.addFilter(_ThirdPartyInfo())
+
+
 def run_cli(args: list[str] | None = None) -> None:
     """`lit-resformer fit|validate|test ...` (args None: sys.argv)."""
+    quiet_third_parties()
     ResFormerCLI(LitResFormer, LMDataModule, args=args, **CLI_SETTINGS, parser_kwargs=PARSER_SETTINGS)
