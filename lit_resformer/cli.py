@@ -88,11 +88,10 @@ def export_command(argv: list[str]) -> None:
     parser.add_argument("--to-hf", required=True, metavar="DIR", help="the folder to write")
     args = parser.parse_args(argv)
     ckpt = existing_checkpoint(args.ckpt)
-    from lit_resformer.export import export_hf
+    from lit_resformer.export import export_hf, loading_code
 
     out = export_hf(ckpt, args.to_hf)
-    print(f"Hugging Face model written to {out}; load it with "
-          f"AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True)")
+    print(f"Hugging Face model written to {out}; load it and its tokenizer with transformers:\n{loading_code(out)}")
 
 
 def generate_command(argv: list[str]) -> None:
