@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from lit_resformer.config.options import OptionParser
-from lit_resformer.training.run_dir import RunDir
 from lit_resformer.training.runtime import retain_freed_memory
 
 # Every command checks its arguments before it imports what does the work (torch, Lightning, pandas, matplotlib: 2 to
@@ -70,6 +69,7 @@ def eval_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     ckpt = existing_checkpoint(args.ckpt)
     from lit_resformer.eval.run import run_eval
+    from lit_resformer.training.run_dir import RunDir
 
     run = RunDir.from_checkpoint(ckpt)
     out = Path(args.out) if args.out else run.eval_dir if run else ckpt.parent / "eval"

@@ -167,12 +167,11 @@ class ResFormerCLI(LightningCLI):
 
     def before_fit(self) -> None:
         if self.trainer.is_global_zero:
-            root, ckpt = self.trainer.default_root_dir, self.config.fit.ckpt_path
             resume = getattr(self, "resume_point", None)
-            start = (f"resuming from {resume.path}" if resume else
-                     "no checkpoint yet, starting at step 0" if ckpt == "last" else
-                     f"starting from {ckpt}" if ckpt else "starting at step 0")
-            print(f"run directory: {root} ({start})", flush=True)
+            ckpt = resume.path if resume else self.config.fit.ckpt_path
+            start = ("no checkpoint yet, starting at step 0" if ckpt == "last" else
+                     f"resuming from {ckpt}" if ckpt else "starting at step 0")
+            print(f"run directory: {self.trainer.default_root_dir} ({start})", flush=True)
 
     def after_fit(self) -> None:
         if self.trainer.is_global_zero:
