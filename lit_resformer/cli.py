@@ -2,7 +2,7 @@
 subcommands, each importing its package only when it runs.
 
 One run lives in one directory (`--trainer.default_root_dir`, default `runs/<config name>`), laid out as
-`lit_resformer.training.run_dir` describes. Every config problem is reported before anything is written there.
+`lit_resformer.runs.run_dir` describes. Every config problem is reported before anything is written there.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def eval_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     ckpt = existing_checkpoint(args.ckpt)
     from lit_resformer.eval.run import run_eval
-    from lit_resformer.training.run_dir import RunDir
+    from lit_resformer.runs.run_dir import RunDir
 
     run = RunDir.from_checkpoint(ckpt)
     out = Path(args.out) if args.out else run.eval_dir if run else ckpt.parent / "eval"
@@ -96,7 +96,7 @@ def export_command(argv: list[str]) -> None:
 
 def generate_command(argv: list[str]) -> None:
     """`lit-resformer generate --ckpt PATH --prompt TEXT`: a trained run's continuation of a prompt."""
-    from lit_resformer.training.checkpoint_reading import DEFAULT_NEW_TOKENS, continue_prompt
+    from lit_resformer.runs.checkpoint_reading import DEFAULT_NEW_TOKENS, continue_prompt
 
     parser = OptionParser(
         prog="lit-resformer generate",
@@ -175,6 +175,10 @@ def grid_parser() -> OptionParser:
     parser.add_argument("--executor", choices=["local", "slurm"], default="local")
     parser.add_argument("--dry-run", action="store_true", help="list what would run and what is skipped")
     parser.add_argument("--seeds", type=int, nargs="+", help="replace the grid's seeds")
+    parser.add_argument("--cells", nargs="+", metavar="PATTERN", default=(),
+                        help="train only the runs of the cells whose names match one of these shell-style patterns "
+                             "(e.g. 'resformer,lr=0.001,*': one ladder's trunk and rungs): a slice of the grid, the "
+                             "others left as they are")
     parser.add_argument("--eval", action="store_true", help="zero-shot eval of every finished run")
     parser.add_argument("--analyze", action="store_true", help="attention analysis of every finished run")
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
@@ -246,7 +250,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from lit_resformer.grids.runner import GridOptions, PoolOptions, run_grid
-    from lit_resformer.training.run_dir import RunConflict
+    from lit_resformer.runs.run_dir import RunConflict
 
     slurm = dict(partition=args.partition, time_min=args.time, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
                  account=args.account, qos=args.qos, constraint=args.constraint, max_requeues=args.max_requeues)
@@ -257,7 +261,7 @@ def run_grid_from_args(args: argparse.Namespace) -> int:
                           report=None if args.no_report else write_grid_report, dry_run=args.dry_run,
                           post_training=tuple(kind for kind, wanted in (("eval", args.eval), ("analyze", args.analyze))
                                               if wanted),
-                          pool=pool)
+                          pool=pool, cells=tuple(args.cells))
     try:
         outcome = run_grid(grid, options)
     except (GridError, RunConflict, RuntimeError, FileNotFoundError) as e:
@@ -320,6 +324,11 @@ def report_command(argv: list[str]) -> None:
     print(write_report(args.grid_dir))
 
 
+# the claims command's output modes: each call prints one of them; --json is a format of those in JSON_MODES
+CLAIMS_MODES = ("markdown", "findings", "comparisons", "transfer", "preconditions", "html")
+JSON_MODES = (None, "comparisons", "transfer", "preconditions")
+
+
 def claims_command(argv: list[str]) -> None:
     parser = OptionParser(
         prog="lit-resformer claims",
@@ -328,38 +337,47 @@ def claims_command(argv: list[str]) -> None:
                     "comparisons (the grid files' `claims:`), each shown with its grid, tier, difference, 95% CI, n, "
                     "two-sided and Holm-adjusted p (its grid's verdict) and regime. Without an option: the tally, then "
                     "each tested claim (decisive verdicts first) with its id, Δ, interval, Holm p and grid, and beneath "
-                    "its words, sized to the terminal; and the claims not tested counted by reason.")
+                    "its words, sized to the terminal; and the claims not tested counted by reason. One output mode a "
+                    "call (--markdown, --findings, --comparisons, --transfer, --preconditions, --html); --json writes "
+                    "the board, --comparisons, --transfer or --preconditions as JSON.")
     parser.add_argument("runs_dirs", nargs="+", type=Path, metavar="RUNS_DIR",
                         help="a grid's run directory (RUNS/<grid>) or a folder of them")
-    parser.add_argument("--json", action="store_true", help="print the claims (with their comparisons) as JSON")
-    parser.add_argument("--markdown", action="store_true", help="the scoreboard as a markdown page (docs/SCOREBOARD.md)")
-    parser.add_argument("--findings", action="store_true",
-                        help="the headline comparisons by regime, as README.md's 'What we found' table (the board's "
-                             "numbers; with --out README.md, the table between its markers is replaced)")
-    parser.add_argument("--comparisons", action="store_true", help="the flat table of comparisons instead of claims")
-    parser.add_argument("--transfer", action="store_true",
-                        help="the transfer table: each claim's verdict and effect in each regime (optimizer, tokens, "
-                             "parameters, corpus) side by side, how far each transfer effect moved from the counted "
-                             "one (with an interval), flips named; with --json, its rows as JSON")
-    parser.add_argument("--preconditions", action="store_true",
-                        help="whether every field that decides a verdict (each comparison's, each paper claim's, each "
-                             "precondition) was fixed before its results were seen (git), each change with its quote or "
-                             "'unjustified' (lit_resformer/verdicts/declared.py); with --json, as JSON")
-    parser.add_argument("--html", type=Path, metavar="OUT.html",
-                        help="write one self-contained page: the tally, the claims in a table that filters by verdict, "
-                             "grid and regime and sorts by any column, a forest plot across regimes per claim judged in "
-                             "several, a forest plot per grid and links to each grid's report")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--markdown", action="store_true", help="the scoreboard as a markdown page (docs/SCOREBOARD.md)")
+    modes.add_argument("--findings", action="store_true",
+                       help="the headline comparisons by regime, as README.md's 'What we found' table (the board's "
+                            "numbers; with --out README.md, the table between its markers is replaced)")
+    modes.add_argument("--comparisons", action="store_true", help="the flat table of comparisons instead of claims")
+    modes.add_argument("--transfer", action="store_true",
+                       help="the transfer table: each claim's verdict and effect in each regime (optimizer, tokens, "
+                            "parameters, corpus) side by side, how far each transfer effect moved from the counted "
+                            "one (with an interval), flips named")
+    modes.add_argument("--preconditions", action="store_true",
+                       help="whether every field that decides a verdict (each comparison's, each paper claim's, each "
+                            "precondition) was fixed before its results were seen (git), each change with its quote or "
+                            "'unjustified' (lit_resformer/board/declared.py), over every RUNS_DIR given")
+    modes.add_argument("--html", type=Path, metavar="OUT.html",
+                       help="write one self-contained page: the tally, the claims in a table that filters by verdict, "
+                            "grid and regime and sorts by any column, a forest plot across regimes per claim judged in "
+                            "several, a forest plot per grid and links to each grid's report")
+    parser.add_argument("--json", action="store_true",
+                        help="as JSON: the claims (with their comparisons), or the rows of --comparisons, --transfer or "
+                             "--preconditions")
     parser.add_argument("--out", type=Path, help="write the output to this file instead of printing it")
     args = parser.parse_args(argv)
+    mode = next((m for m in CLAIMS_MODES if getattr(args, m)), None)
+    if args.json and mode not in JSON_MODES:
+        parser.error(f"argument --json: not allowed with argument --{mode} (JSON is a format of the board, "
+                     "--comparisons, --transfer and --preconditions)")
+    if args.html and args.out:
+        parser.error("argument --out: not allowed with argument --html (the page is written where --html says)")
     from lit_resformer.runs.directory import grid_dirs
 
     grids = grid_dirs(args.runs_dirs)
     from lit_resformer.board import scoreboard as board
     from lit_resformer.grids.spec import claims_change
     from lit_resformer.verdicts import paper_claims as pc
-    from lit_resformer.verdicts import transfer
-    from lit_resformer.verdicts.claims import scoreboard
-    from lit_resformer.verdicts.rendering import markdown
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
 
     stale = [change for grid in grids if (change := claims_change(grid)[1])]
     if stale:
@@ -368,50 +386,58 @@ def claims_command(argv: list[str]) -> None:
     rows = scoreboard(args.runs_dirs)
     claims = pc.paper_claims(rows)
     counts = pc.claim_counts(claims)
-    if args.preconditions:
-        from lit_resformer.verdicts import declared
-
-        listed = declared.declaration_report(args.runs_dirs[0], declared.counted_comparisons(claims))
-        text = declared.as_json(listed) if args.json else declared.markdown(listed)
-    elif args.json and args.transfer:
-        text = json.dumps([r.to_dict() for r in transfer.transfer_rows(claims)[1]], indent=2, default=str) + "\n"
-    elif args.json and args.comparisons:
-        text = json.dumps([v.to_dict() for v in rows], indent=2) + "\n"
-    elif args.json:
-        text = json.dumps({"counts": counts, "headline_regime": pc.headline_regime(claims),
-                           "claims": [c.to_dict() for c in claims]}, indent=2, default=str) + "\n"
-    elif args.comparisons:
-        text = markdown(rows)
-    elif args.transfer:
-        text = transfer.markdown(claims) or "no claim is measured in a transfer regime or decided anywhere\n"
-    elif args.findings:
-        from lit_resformer.verdicts.findings import findings_markdown, with_findings
-
-        text = findings_markdown(rows)
-        if args.out is not None and args.out.is_file():  # a document holding the markers: only the table changes
-            text = with_findings(args.out.read_text(), text)
-    elif args.markdown:
-        table = transfer.markdown(claims)
-        text = pc.markdown(claims) + (f"\n## Transfer: each verdict by regime\n\n{table}" if table else "")
-    elif args.html:
+    if mode == "html":
         from lit_resformer.writing import atomic_write
 
         atomic_write(args.html, board.html_page(claims, rows, {grid.path.name: grid.path for grid in grids}, args.html))
         print(f"{args.html} written: {pc.counts_line(counts, 'paper')}")
         return
-    elif args.out:
-        text = board.terminal_text(claims, width=120)
-    else:  # Rich sizes it to the terminal (COLUMNS where the output is not one)
+    if mode is None and not args.json and args.out is None:  # Rich sizes it to the terminal (COLUMNS if none)
         from rich.console import Console
 
         console = Console()
         console.print(board.terminal(claims, console.width))
         return
+    text = claims_text(mode, args.json, args.runs_dirs, args.out, rows, claims)
     if args.out:
         args.out.write_text(text)
         print(f"{args.out} written: {pc.counts_line(counts, 'paper')}")
     else:
         print(text, end="")
+
+
+def claims_text(mode: str | None, as_json: bool, runs_dirs: list[Path], out: Path | None, rows: list, claims: list) -> str:
+    """The claims command's output in one mode (None: the board), as text or JSON."""
+    from lit_resformer.board import scoreboard as board
+    from lit_resformer.board import transfer
+    from lit_resformer.verdicts import paper_claims as pc
+
+    if mode == "preconditions":
+        from lit_resformer.board import declared
+
+        listed = declared.declaration_report(runs_dirs, declared.counted_comparisons(claims))
+        return declared.as_json(listed) if as_json else declared.markdown(listed)
+    if mode == "transfer":
+        if as_json:
+            return json.dumps([r.to_dict() for r in transfer.transfer_rows(claims)[1]], indent=2, default=str) + "\n"
+        return transfer.markdown(claims) or "no claim is measured in a transfer regime or decided anywhere\n"
+    if mode == "comparisons":
+        from lit_resformer.verdicts.rendering import markdown
+
+        return json.dumps([v.to_dict() for v in rows], indent=2) + "\n" if as_json else markdown(rows)
+    if mode == "findings":
+        from lit_resformer.board.findings import findings_markdown, with_findings
+
+        text = findings_markdown(rows)
+        # a document holding the markers: only the table changes
+        return with_findings(out.read_text(), text) if out is not None and out.is_file() else text
+    if mode == "markdown":
+        table = transfer.markdown(claims)
+        return pc.markdown(claims) + (f"\n## Transfer: each verdict by regime\n\n{table}" if table else "")
+    if as_json:
+        return json.dumps({"counts": pc.claim_counts(claims), "headline_regime": pc.headline_regime(claims),
+                           "claims": [c.to_dict() for c in claims]}, indent=2, default=str) + "\n"
+    return board.terminal_text(claims, width=120)
 
 
 def plan_command(argv: list[str]) -> None:

@@ -28,6 +28,11 @@ THREADS=${THREADS:-1}
 # Seeds trained in one call: 2 keeps both slots busy on a grid where one seed has a single run to train at a time (a
 # ladder whose other arm is shared: its rungs wait for the one trunk); each is kept once the call ends.
 TOGETHER=${TOGETHER:-1}
+# A slice of the grid: shell-style patterns of cell names (`grid --cells`), e.g. SLICE='resformer,lr=0.001,*' for one
+# ladder's trunk and rungs; only they train and count, and the grid reaches $RESULTS from a call without SLICE.
+read -r -a SLICE_PATTERNS <<<"${SLICE:-}"
+SLICE_ARGS=()
+((${#SLICE_PATTERNS[@]} == 0)) || SLICE_ARGS=(--cells "${SLICE_PATTERNS[@]}")
 PY=${PYTHON:-$(command -v python)}
 CLI=${CLI:-$(dirname "$PY")/lit-resformer}
 NOTE=${NOTE:-"CPU, $(nproc) cores, seed by seed (scripts/grid-by-seed.sh)"}
@@ -44,10 +49,21 @@ print(grid.name, ','.join(map(str, grid.seeds)), *(c.name for c in grid.cells), 
 SEEDS=${SEEDS:-${FILE_SEEDS//,/ }}
 IFS=$'\t' read -r -a CELL_LIST <<<"$CELLS"  # a cell's name may hold commas
 
-# How many of the grid's cells are not done at seed $1 in folder $2.
+in_slice() {  # whether cell $1 is in the slice (every cell without SLICE)
+    local pattern
+    ((${#SLICE_PATTERNS[@]} == 0)) && return 0
+    for pattern in "${SLICE_PATTERNS[@]}"; do
+        # shellcheck disable=SC2053  # the pattern is a glob on purpose
+        [[ $1 == $pattern ]] && return 0
+    done
+    return 1
+}
+
+# How many of the grid's cells (of the slice) are not done at seed $1 in folder $2.
 unfinished() {
     local cell left=0
     for cell in "${CELL_LIST[@]}"; do
+        in_slice "$cell" || continue
         grep -qs '"status": "done"' "$2/$cell/seed$1/summary.json" || ((left += 1))
     done
     echo "$left"
@@ -64,6 +80,8 @@ export_into() {  # export the runs folder's finished runs of the grid and merge 
         && "$CLI" merge-results "$RUNS/.exports/$NAME.tar.gz" "$1" >/dev/null
 }
 
+SLICE_SIZE=0
+for cell in "${CELL_LIST[@]}"; do in_slice "$cell" && ((SLICE_SIZE += 1)); done
 done_seeds=()
 read -r -a SEED_LIST <<<"$SEEDS"
 for ((first = 0; first < ${#SEED_LIST[@]}; first += TOGETHER)); do
@@ -72,26 +90,26 @@ for ((first = 0; first < ${#SEED_LIST[@]}; first += TOGETHER)); do
     left=0
     for seed in "${batch[@]}"; do ((left += $(unfinished "$seed" "$RUNS/$NAME"))); done
     if ((left > 0)); then
-        log "$NAME seed(s) ${batch[*]}: training ($left of $((${#CELL_LIST[@]} * ${#batch[@]})) runs left)"
+        log "$NAME seed(s) ${batch[*]}: training ($left of $((SLICE_SIZE * ${#batch[@]})) runs left)"
         "$CLI" grid "$GRID" --runs-dir "$RUNS" --cpu-slots "$SLOTS" --threads-per-run "$THREADS" \
-            --seeds "${done_seeds[@]}" --no-report
+            --seeds "${done_seeds[@]}" --no-report "${SLICE_ARGS[@]}"
         status=$?
         ((status == 0)) || { log "$NAME seed(s) ${batch[*]}: runner exit $status; call again to resume"; exit "$status"; }
         for seed in "${batch[@]}"; do
             left=$(unfinished "$seed" "$RUNS/$NAME")
-            ((left == 0)) || { log "$NAME seed $seed: $left run(s) could not start here; train it again"; exit 1; }
+            ((left == 0)) || { log "$NAME seed $seed: $left run(s) could not start here; train this seed again"; exit 1; }
         done
     fi
-    for seed in "${batch[@]}"; do
-        if (($(unfinished "$seed" "$KEPT/$NAME") > 0)); then
-            export_into "$KEPT" || { log "$NAME seed $seed: export into $KEPT failed"; exit 1; }
-            log "$NAME seed $seed: kept in $KEPT/$NAME (commit it)"
-        fi
-    done
+    left=0
+    for seed in "${batch[@]}"; do ((left += $(unfinished "$seed" "$KEPT/$NAME"))); done
+    if ((left > 0)); then
+        export_into "$KEPT" || { log "$NAME seed(s) ${batch[*]}: export into $KEPT failed"; exit 1; }
+        log "$NAME seed(s) ${batch[*]}: kept in $KEPT/$NAME (commit it)"
+    fi
 done
 
-if [[ "${done_seeds[*]}" != "${FILE_SEEDS//,/ }" ]]; then
-    log "$NAME: seeds ${done_seeds[*]} kept; the grid's seeds are ${FILE_SEEDS//,/ }"
+if [[ -n ${SLICE:-} || "${done_seeds[*]}" != "${FILE_SEEDS//,/ }" ]]; then
+    log "$NAME: seeds ${done_seeds[*]} kept${SLICE:+ of the cells $SLICE}; the grid's seeds are ${FILE_SEEDS//,/ }"
     exit 0
 fi
 export_into "$RESULTS" && "$CLI" report "$RESULTS/$NAME" >/dev/null \

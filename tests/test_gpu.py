@@ -21,8 +21,8 @@ from lit_resformer.cli import main
 from lit_resformer.model import ModelConfig, Transformer
 from lit_resformer.model.decoding import GraphedDecodeStep
 from lit_resformer.model.loss import linear_cross_entropy
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.training.module import LitResFormer
-from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment
 from tests.helpers.models import DECODE_VARIANTS, loss_inputs, reference, small, spy_on_loss_paths, tokens
 

@@ -24,6 +24,8 @@ LAYERS = (
     ("lit_resformer.config", "lit_resformer.model", "lit_resformer.corpora", "lit_resformer.writing",
      "lit_resformer.provenance"),
     ("lit_resformer.data",),
+    # a run's own files, in the runs room but below training, which writes them (lit_resformer/runs/run_dir.py says why)
+    ("lit_resformer.runs.run_dir", "lit_resformer.runs.checkpoint_reading"),
     ("lit_resformer.training",),
     ("lit_resformer.runs",),
     ("lit_resformer.analysis", "lit_resformer.eval", "lit_resformer.export"),
@@ -97,13 +99,14 @@ def graph() -> dict[str, set[str]]:
 def test_the_graph_is_read(graph):
     """The reading itself: known imports are found, relative ones resolved, a circle is seen."""
     assert "lit_resformer.runs.results" in graph["lit_resformer.reports.grid_report"]  # from .results import ...
-    assert "lit_resformer.writing" in graph["lit_resformer.training.run_dir"]  # from .reporting import ...
+    assert "lit_resformer.writing" in graph["lit_resformer.runs.run_dir"]  # from .reporting import ...
     assert "lit_resformer.config.files" in graph["lit_resformer.grids.spec"]  # from lit_resformer.config.files import ...
     assert "lit_resformer.reports.attention" in graph["lit_resformer.reports.grid_report"]  # inside a function
     assert "lit_resformer.export.hf_remote.configuration_resformer" in graph[
         "lit_resformer.export.hf_remote.modeling_resformer"]  # relative
     assert "lit_resformer.eval.run" in graph[COMMAND_LINE]  # inside the eval subcommand
-    assert is_core("lit_resformer.model.transformer") and is_core("lit_resformer.training.run_dir")
+    assert is_core("lit_resformer.model.transformer") and is_core("lit_resformer.runs.run_dir")
+    assert layer("lit_resformer.runs.run_dir") < layer("lit_resformer.training.module") < layer("lit_resformer.runs.results")
     assert not any(map(is_core, ("lit_resformer.eval.run", "lit_resformer.export", COMMAND_LINE, "lit_resformer.execution.jobs")))
     with pytest.raises(graphlib.CycleError):
         tuple(graphlib.TopologicalSorter({**graph, "lit_resformer.writing": {"lit_resformer.reports.grid_report"}}).static_order())
@@ -118,7 +121,7 @@ def test_no_import_circle(graph):
 
 def layer(module: str) -> int:
     if module == "lit_resformer":  # the package's face: load_checkpoint
-        return layer("lit_resformer.training")
+        return layer("lit_resformer.runs.checkpoint_reading")
     return next(i for i, packages in enumerate(LAYERS) if within(module, packages))
 
 
@@ -148,7 +151,7 @@ def test_the_core_imports_the_periphery_only_from_its_command_line(graph):
 def test_the_command_line_imports_the_periphery_only_when_a_command_runs(graph):
     modules = module_files()
     on_import = imported_modules(COMMAND_LINE, modules[COMMAND_LINE], modules, on_import_only=True)
-    assert {"lit_resformer.training.run_dir", "lit_resformer.training.runtime"} <= on_import  # what it does import up front
+    assert {"lit_resformer.config.options", "lit_resformer.training.runtime"} <= on_import  # what it does import up front
     assert {m for m in graph[COMMAND_LINE] if within(m, PERIPHERY)} >= {"lit_resformer.eval.run", "lit_resformer.export"}
     assert sorted(m for m in on_import if within(m, PERIPHERY)) == []
 
@@ -171,6 +174,7 @@ def test_only_the_project_s_own_names_are_installed():
     assert {"lit_resformer.eval", "lit_resformer.export"} <= installed
     assert setuptools_config["package-data"] == {"lit_resformer.eval": ["tasks_data/**/*"],
                                                  "lit_resformer.corpora": ["pinned_corpus.json"],
+                                                 "lit_resformer.config": ["fit_fields.json"],
                                                  "lit_resformer.board": ["board.css", "board.js"],
                                                  "lit_resformer.export": ["hf_remote/*.py"]}
     assert (REPO / "lit_resformer/eval/tasks_data").is_dir() and (REPO / "lit_resformer/export/hf_remote").is_dir()

@@ -55,7 +55,7 @@ def test_without_chromium_the_script_refuses_in_one_line():
 
 @pytest.mark.integration  # the scoreboard over docs/results (about 40 s without the verdict cache)
 def test_the_screenshots_show_the_boards_tally(screenshots):
-    from lit_resformer.verdicts.claims import scoreboard
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
 
     recorded = json.loads(screenshots.RECORD.read_text())
     board = screenshots.tally_of(pc.claim_counts(pc.paper_claims(scoreboard([screenshots.RESULTS]))))

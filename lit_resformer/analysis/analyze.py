@@ -63,8 +63,8 @@ import torch
 from lit_resformer.analysis.plots import write_plots
 from lit_resformer.analysis.trace import DEFAULT_ATTENTION_BUDGET, AnalysisTrace
 from lit_resformer.model import Transformer
-from lit_resformer.training.checkpoint_reading import read_checkpoint
-from lit_resformer.training.run_dir import ANALYSIS_RESULTS, RunDir
+from lit_resformer.runs.checkpoint_reading import read_checkpoint
+from lit_resformer.runs.run_dir import ANALYSIS_RESULTS, RunDir
 from lit_resformer.writing import atomic_write_json
 
 SCHEMA_VERSION = 2  # 2: Eq. 12 uncentred per sequence; Fig. 4 against m = n-1 and m = 1

@@ -26,6 +26,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from lit_resformer.board.transfer import TransferRow, claim_markdown, regime_label, transfer_row
 from lit_resformer.reports.forest import cached_forest_plot, short_claim
 from lit_resformer.reports.lead import comparison_cells
 from lit_resformer.reports.page import (
@@ -38,7 +39,6 @@ from lit_resformer.reports.page import (
     page,
     tally_html,
 )
-from lit_resformer.verdicts.claims import Verdict, is_sub_row
 from lit_resformer.verdicts.paper_claims import (
     CLAIM_VERDICTS,
     PaperClaim,
@@ -47,7 +47,7 @@ from lit_resformer.verdicts.paper_claims import (
     counts_line,
     headline_regime,
 )
-from lit_resformer.verdicts.transfer import TransferRow, claim_markdown, regime_label, transfer_row
+from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 from lit_resformer.writing import aligned_lines
 
 # the board page's own style and script, in files beside this one: inlined, the page stays one file

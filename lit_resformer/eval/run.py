@@ -34,7 +34,7 @@ from lm_eval.utils import handle_non_serializable
 from lit_resformer.eval.lm_eval_model import DEFAULT_BATCH_SIZE, LitResFormerLM
 from lit_resformer.eval.report import write_report
 from lit_resformer.eval.tasks import build_task_manager, load_manifest, project_task_names, resolve_tasks
-from lit_resformer.training.run_dir import EVAL_RESULTS, RunDir
+from lit_resformer.runs.run_dir import EVAL_RESULTS, RunDir
 from lit_resformer.writing import atomic_write, atomic_write_json
 
 

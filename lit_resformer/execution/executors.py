@@ -25,7 +25,7 @@ from tqdm import tqdm
 from lit_resformer.execution.jobs import RunJob, execute
 from lit_resformer.execution.stack_jobs import StackJob, execute_job, stacked_runs
 from lit_resformer.provenance import RUNS_SHARING_ENV
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 
 # on_done(job, summary, error): summary is None when the job could not run at all (error says why).
 OnDone = Callable[[RunJob, dict | None, str | None], None]

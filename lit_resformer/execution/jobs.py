@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lit_resformer.provenance import device_use, git_patch, run_provenance
+from lit_resformer.runs.run_dir import FINISHED, RunBusy, RunDir
 from lit_resformer.runs.summary import error_lines, now, results
-from lit_resformer.training.run_dir import FINISHED, RunBusy, RunDir
 from lit_resformer.writing import atomic_write
 
 TRAIN_COMMAND_ENV = "LIT_RESFORMER_TRAIN_CMD"

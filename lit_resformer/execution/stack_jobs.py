@@ -29,9 +29,9 @@ from lit_resformer.execution.jobs import (
     train_in_one_process,
 )
 from lit_resformer.provenance import RUNS_SHARING_ENV
+from lit_resformer.runs.checkpoint_reading import read_checkpoint
+from lit_resformer.runs.run_dir import FINISHED, RunBusy, RunDir
 from lit_resformer.stacking.rules import stack_key, stack_problem
-from lit_resformer.training.checkpoint_reading import read_checkpoint
-from lit_resformer.training.run_dir import FINISHED, RunBusy, RunDir
 
 STACKED_COMMAND = "fit-stacked"
 # `--stack auto` on a GPU: the share of the card's memory the stacked runs may plan to fill (the rest: the CUDA

@@ -18,7 +18,7 @@ from lit_resformer.grids.selection import Choice, Selection
 from lit_resformer.runs import identity
 from lit_resformer.runs.directory import FolderState, check_run_config, run_state
 from lit_resformer.runs.identity import Twins
-from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
+from lit_resformer.runs.run_dir import FINISHED, RunConflict, RunDir
 
 if TYPE_CHECKING:  # Lightning's parser, imported by load_grid only: reading a grid's claims needs none of it
     from lit_resformer.training.config_checker import ConfigChecker
@@ -186,17 +186,20 @@ class Grid:
         """Where a ladder rung leaves its trunk (None: the cell is no rung)."""
         return self.branch_points.get(cell)
 
-    def pilot_cells(self, arm: str) -> dict[Any, str]:
-        """A `select:` arm's cells, by their value of the selected key (the grid's one matrix key)."""
-        return dict(self.selection.cells[arm])
+    def pilot_cells(self, arm: str, per_value: Any = None) -> dict[Any, str]:
+        """A `select:` arm's cells, by their value of the selected key (the grid's one matrix key; with the block's
+        `per`, at `per_value` of it)."""
+        selection = self.selection if self.selection.per is None else self.selection.at(per_value)
+        return dict(selection.cells[arm])
 
     def chosen_runs(self, choice: Choice) -> list[Run]:
         """The runs a `select:` block's choice adds (Selection.choose), in a stable order: the confirmation seeds at
-        each point that can train, then the at_best cells at the chosen value (each added to the grid the first time,
-        its config resolved and checked as load_grid checks every cell)."""
+        each point that can train (a ladder rung's after its trunk's), then the at_best cells at the chosen value (each
+        added to the grid the first time, its config resolved and checked as load_grid checks every cell)."""
         runs: dict[str, Run] = {}
-        for arm, value in choice.confirm:
-            runs.update((run.name, run) for run in self.runs(self.selection.seeds, [self.selection.cells[arm][value]]))
+        for cell in choice.confirm:
+            trunk = [self.branch_points[cell].trunk] if cell in self.branch_points else []
+            runs.update((run.name, run) for run in self.runs(self.selection.seeds, [*trunk, cell]))
         if choice.at_best is not None:
             cells = self._add_at_best(choice.at_best)
             runs.update((run.name, run) for run in self.runs(self.selection.at_best.seeds, cells))

@@ -21,8 +21,8 @@ from pathlib import Path
 from lit_resformer.execution.jobs import RunJob, default_train_command
 from lit_resformer.grids.runner import PoolOptions, make_executor
 from lit_resformer.provenance import git_state
-from lit_resformer.runs.directory import MANIFEST
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.directory import SEED_PREFIX, GridDir
+from lit_resformer.runs.run_dir import SUMMARY, RunDir, runs_under
 from lit_resformer.writing import atomic_write, atomic_write_json
 
 # What a run ends with, compared (the summary's fields; per-domain ones are expanded from the committed summary).
@@ -53,11 +53,10 @@ def committed_runs(paths: Iterable[str | Path], cells: Sequence[str] | None = No
     """The finished runs under each path (a run directory, a cell's or a grid's), those of `cells` and `seeds` only."""
     found: dict[str, CommittedRun] = {}
     for path in map(Path, paths):
-        summaries = [path / "summary.json"] if (path / "summary.json").is_file() else sorted(path.rglob("summary.json"))
-        if not summaries:
+        runs = runs_under(path)
+        if not runs:
             raise RederivationError(f"{path}: no run under it (a run directory holds summary.json and experiment.yaml)")
-        for summary_file in summaries:
-            run = RunDir(summary_file.parent)
+        for run in runs:
             summary = run.read_summary()
             if summary.get("status") != "done" or not run.experiment_file.is_file():
                 continue
@@ -83,11 +82,11 @@ def rederive(runs: Sequence[CommittedRun], runs_dir: str | Path, pool: PoolOptio
     jobs = []
     for committed in runs:
         # the committed grid's manifest beside the runs, so that `report` and `claims` read them as that grid
-        manifest = committed.run.path.parent.parent / MANIFEST
-        if manifest.is_file() and not (Path(runs_dir) / committed.grid / MANIFEST).is_file():
-            (Path(runs_dir) / committed.grid).mkdir(parents=True, exist_ok=True)
-            atomic_write(Path(runs_dir) / committed.grid / MANIFEST, manifest.read_text())
-        target = RunDir(Path(runs_dir) / committed.grid / committed.cell / f"seed{committed.seed}")
+        committed_grid, grid = GridDir(committed.run.path.parent.parent), GridDir.of(runs_dir, committed.grid)
+        if committed_grid.is_grid() and not grid.is_grid():
+            grid.path.mkdir(parents=True, exist_ok=True)
+            atomic_write(grid.manifest_file, committed_grid.manifest_file.read_text())
+        target = grid.run_dir(committed.cell, committed.seed)
         recorded = committed.run.read_experiment()
         if target.experiment_file.is_file() and target.read_experiment() != recorded:
             raise RederivationError(f"{target.path} holds another config than {committed.run.experiment_file}; "
@@ -181,7 +180,7 @@ def unrecorded_dirty_runs(results_root: str | Path) -> list[dict]:
     checkout with uncommitted changes and kept no record of them (no `git_diff_sha256`): what it ran is unknown, so
     it is to be re-derived from a clean commit (`lit-resformer rederive`), and until then its comparisons say so."""
     found = []
-    for summary_file in sorted(Path(results_root).glob("*/*/seed*/summary.json")):
+    for summary_file in sorted(Path(results_root).glob(f"*/*/{SEED_PREFIX}*/{SUMMARY}")):
         run = RunDir(summary_file.parent)
         if run.path.is_symlink():
             continue

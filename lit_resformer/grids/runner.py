@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from lit_resformer.provenance import collect as collect_provenance
 from lit_resformer.runs.directory import (
     GridDir,
 )
-from lit_resformer.training.run_dir import FINISHED
+from lit_resformer.runs.run_dir import FINISHED
 
 
 @dataclass
@@ -110,11 +111,16 @@ class GridOptions:
     # the training command before `--config YAML --trainer.default_root_dir RUN_DIR [--ckpt_path last]`
     # (None: `lit-resformer fit`, or $LIT_RESFORMER_TRAIN_CMD)
     train_command: Sequence[str] | None = None
+    # shell-style patterns of cell names: only their runs train in this call (a slice of the grid); () trains all
+    cells: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.post_training) - set(POST_TRAINING))
         if unknown:
             raise GridError(f"post_training: unknown step(s) {unknown}; choose from {sorted(POST_TRAINING)}")
+
+    def in_slice(self, cell: str) -> bool:
+        return not self.cells or any(fnmatch.fnmatchcase(cell, pattern) for pattern in self.cells)
 
 
 def make_executor(pool: PoolOptions):
@@ -148,6 +154,11 @@ def run_grid(spec: Grid, options: GridOptions = GridOptions(), *, progress: bool
     command = list(options.train_command) if options.train_command is not None else default_train_command()
     if options.allow_any_class:
         command.append(ALLOW_ANY_CLASS_FLAG)
+    unmatched = [pattern for pattern in options.cells
+                 if not any(fnmatch.fnmatchcase(cell, pattern) for cell, _ in spec.run_keys)]
+    if unmatched:
+        raise GridError(f"--cells {' '.join(unmatched)}: no cell of {spec.name} matches; its cells: "
+                        f"{', '.join(dict.fromkeys(cell for cell, _ in spec.run_keys))}")
     folder = GridDir.of(options.runs_dir, spec.name)
     outcome = GridOutcome(spec, folder.path)
     attempted: set[str] = set()
@@ -190,7 +201,8 @@ def _round(spec: Grid, folder: GridDir, options: GridOptions, pool, command: lis
         raise GridError(str(e)) from None
     jobs = [RunJob(p.run.grid, p.run.cell, p.run.seed, p.run_dir.path, command, train=p.train,
                    post_training=tuple(p.post_training))
-            for p in plan.runs if (p.train or p.post_training) and p.run.name not in attempted and not p.waits]
+            for p in plan.runs if (p.train or p.post_training) and p.run.name not in attempted and not p.waits
+            and options.in_slice(p.run.cell)]
     resolved = {p.run_dir.path: p.run.resolved for p in plan.runs}
     try:
         jobs = pack(jobs, lambda job: resolved[job.run_dir], options.pool.stack, options.pool.executor, pool)
@@ -209,7 +221,9 @@ def _round(spec: Grid, folder: GridDir, options: GridOptions, pool, command: lis
                                                               else "")
               for p in plan.runs if first or p.run.name in starting]
     if choice is not None and (first or jobs):
-        chosen = ", ".join(f"{arm} {spec.selection.over}={value:g}" for arm, value in choice.best.items())
+        chosen = ", ".join(f"{arm} {spec.selection.over}={value:g}" if not isinstance(value, dict) else
+                           f"{arm} {spec.selection.over} " + " ".join(f"{v:g}@{per:g}" for per, v in value.items())
+                           for arm, value in choice.best.items())
         lines.append(f"select: best {spec.selection.over} per arm: {chosen or 'none chosen yet'}")
         lines += [f"  waiting: {line}" for line in choice.waiting]
     if options.dry_run:

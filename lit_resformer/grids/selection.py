@@ -11,6 +11,7 @@ the grid file before any run, and the runs that then train at the chosen points.
       confirm:                             # arm -> the points of `over` that train the confirmation seeds:
         vanilla: [best, 2.0e-3]            #   best: the arm's own best; best:<arm>: that arm's; a value of the matrix
         resformer: [best, best:vanilla, 2.0e-3]
+      per: trainer.max_steps               # optional, a ladder's grid: the point is chosen at each budget apart
       at_best:                             # optional: cells that exist only at a chosen point (e.g. a warm-up axis)
         of: vanilla                        #   whose best point of `over` they train at
         cells: [vanilla, svformer]         #   `cells` entries
@@ -24,6 +25,11 @@ come in. Its best point must be interior: at either end of the swept range the o
 grid fails (BracketError names the arm, its best point and the range) until the range is widened (new cells; the
 finished pilot runs keep their identities).
 
+With `per` (a ladder's budgets, lit_resformer.grids.spec.Ladder: the grid's other matrix key), each arm's point is
+chosen at each value of `per` on its own, by the same rule and bracket check: the best peak learning rate falls as
+the token budget grows, so a rate chosen at one budget is not the best at another. The confirmation seeds then train,
+at each budget, the rung at the arm's point chosen there (and its trunk).
+
 The confirmation seeds are not the pilot seeds that chose the point, so a comparison of arms at their chosen points
 on the confirmation seeds is not biased by the choice (the winner's curse of the pilot's noise).
 """
@@ -32,12 +38,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lit_resformer.runs.claim_spec import EACH_AT_BEST, SELECTED_METRICS
+from lit_resformer.runs.claim_spec import AT_B_BEST, EACH_AT_BEST_SLOPE, SELECTED_METRICS
 
-SELECT_FIELDS = {"over", "arms", "seeds", "confirm", "at_best"}
+SELECT_FIELDS = {"over", "arms", "seeds", "confirm", "at_best", "per"}
 AT_BEST_FIELDS = {"of", "cells", "matrix", "seeds"}
 BEST = "best"
 SELECTION_RULE = ("the value with the lowest mean final validation loss over the pilot seeds (a diverged run counts "
@@ -66,8 +72,9 @@ class AtBest:
 class Choice:
     """What a `select:` block adds once its pilot runs are finished (Selection.choose)."""
 
-    best: dict[str, Any]  # arm -> its chosen value of `over`, for the arms chosen so far
-    confirm: list[tuple[str, Any]]  # (arm, swept value): the cells that train the confirmation seeds now
+    # arm -> its chosen value of `over`, for the arms chosen so far; with `per`: arm -> value of per -> chosen value
+    best: dict[str, Any]
+    confirm: list[str]  # the cells that train the confirmation seeds now
     at_best: Any = None  # the value the at_best cells train at (None: not chosen yet, or no at_best)
     waiting: list[str] = field(default_factory=list)  # a line for each addition still waiting, saying for what
 
@@ -81,14 +88,29 @@ class Selection:
     pilot_seeds: tuple[int, ...]
     at_best: AtBest | None = None
     values: tuple = field(default=())  # the swept values of `over`, ascending
-    # arm -> swept value -> its pilot cell (set by load_grid; a manifest's selection has none)
+    # arm -> swept value -> its pilot cell (set by load_grid; a manifest's selection has none); with `per`:
+    # value of per -> arm -> swept value -> its pilot cell there (`cells` then empty)
     cells: Mapping[str, Mapping[Any, str]] = field(default_factory=dict, compare=False, repr=False)
+    per: str | None = None  # the matrix key at each of whose values the point is chosen apart (a ladder's budgets)
+    per_values: tuple = field(default=())  # its values, ascending
+    cells_per: Mapping[Any, Mapping[str, Mapping[Any, str]]] = field(default_factory=dict, compare=False, repr=False)
+
+    def at(self, per_value: Any) -> Selection:
+        """The selection at one value of `per`: a selection without `per` over the cells there."""
+        return replace(self, per=None, per_values=(), cells=self.cells_per[per_value], cells_per={})
+
+    def candidate_cells(self, arm: str) -> list[str]:
+        """Every cell of `arm` a choice may train the confirmation seeds in."""
+        if self.per is None:
+            return list(self.cells[arm].values())
+        return [cell for by_arm in self.cells_per.values() for cell in by_arm[arm].values()]
 
     def to_dict(self) -> dict:
         """As a grid's manifest records it (from_dict reads it back)."""
         return {"over": self.over, "arms": list(self.arms), "seeds": list(self.seeds),
                 "pilot_seeds": list(self.pilot_seeds), "values": list(self.values), "rule": SELECTION_RULE,
                 "confirm": {arm: list(points) for arm, points in self.confirm.items()},
+                **({"per": self.per, "per_values": list(self.per_values)} if self.per else {}),
                 **({"at_best": {"of": self.at_best.of, "cells": list(self.at_best.families),
                                 "matrix": self.at_best.matrix, "seeds": list(self.at_best.seeds)}}
                    if self.at_best else {})}
@@ -99,12 +121,30 @@ class Selection:
         return cls(raw["over"], tuple(raw["arms"]), tuple(raw["seeds"]),
                    {arm: tuple(points) for arm, points in raw["confirm"].items()}, tuple(raw["pilot_seeds"]),
                    AtBest(at_best["of"], tuple(at_best["cells"]), at_best["matrix"], tuple(at_best["seeds"]))
-                   if at_best else None, tuple(raw["values"]))
+                   if at_best else None, tuple(raw["values"]), per=raw.get("per"),
+                   per_values=tuple(raw.get("per_values") or ()))
 
     def choose(self, finals: Mapping[str, Mapping[int, float | None]]) -> Choice:
         """What the block adds given its pilot runs (`finals`: cell -> seed -> final validation loss of each finished
         run, None for a diverged one): each arm's best point once its pilot is finished (best_point; BracketError at
-        an end of the range), the confirmation points that can train, the at_best point, and what still waits."""
+        an end of the range), the confirmation points that can train, the at_best point, and what still waits. With
+        `per`, all of it at each value of `per` apart (BracketError names the value)."""
+        if self.per is None:
+            return self._choose(finals)
+        best: dict[str, dict] = {arm: {} for arm in self.arms}
+        confirm, waiting = [], []
+        for per_value in self.per_values:
+            try:
+                choice = self.at(per_value)._choose(finals)
+            except BracketError as err:
+                raise BracketError(f"at {self.per}={per_value:g}: {err}") from None
+            for arm, value in choice.best.items():
+                best[arm][per_value] = value
+            confirm += [cell for cell in choice.confirm if cell not in confirm]
+            waiting += [f"at {self.per}={per_value:g}: {line}" for line in choice.waiting]
+        return Choice({arm: chosen for arm, chosen in best.items() if chosen}, confirm, None, waiting)
+
+    def _choose(self, finals: Mapping[str, Mapping[int, float | None]]) -> Choice:
         best, waiting = {}, []
         for arm in self.arms:
             by_value = {value: finals.get(cell, {}) for value, cell in self.cells[arm].items()}
@@ -123,7 +163,7 @@ class Selection:
                     waiting.append(f"{arm} at {point}: confirmation seeds {list(self.seeds)} wait for {needed}'s best")
                     continue
                 value = self.point(point, arm, best)
-                confirm.append((arm, next(v for v in self.cells[arm] if math.isclose(v, value))))
+                confirm.append(next(cell for v, cell in self.cells[arm].items() if math.isclose(v, value)))
         at_best = None
         if self.at_best is not None and self.at_best.of in best:
             at_best = best[self.at_best.of]
@@ -165,8 +205,14 @@ def parse_selection(raw: Any, families: Sequence[str], coordinates: Sequence[Map
     for coords in coordinates:
         for key, value in coords.items():
             swept.setdefault(key, set()).add(value)
+    per = raw.get("per")
+    if per is not None and per not in swept:
+        raise SelectionError(f"{where}.per must name a matrix key of this grid ({sorted(swept) or 'it has none'}), "
+                             f"got {per!r}")
+    per_values = tuple(sorted(swept.pop(per))) if per is not None else ()
     if len(swept) > 1:
-        raise SelectionError(f"{where}: a grid with a select block sweeps one matrix key, got {sorted(swept)}")
+        raise SelectionError(f"{where}: a grid with a select block sweeps one matrix key"
+                             + (f" besides per ({per})" if per else "") + f", got {sorted(swept)}")
     over = raw["over"]
     values = sorted(swept[over]) if over in swept else None
     if values is None:
@@ -194,11 +240,18 @@ def parse_selection(raw: Any, families: Sequence[str], coordinates: Sequence[Map
         confirm[arm] = tuple(points)
     at_best = None
     if raw.get("at_best") is not None:
+        if per is not None:
+            raise SelectionError(f"{where}: at_best and per do not combine (at_best trains at one chosen point)")
         at_best = _parse_at_best(raw["at_best"], families, arms, over, f"{where}.at_best")
-    selection = Selection(over, tuple(arms), tuple(seeds), confirm, tuple(pilot_seeds), at_best, tuple(values))
+    selection = Selection(over, tuple(arms), tuple(seeds), confirm, tuple(pilot_seeds), at_best, tuple(values),
+                          per=per, per_values=per_values)
     for index, claim in enumerate(claims):
+        if claim["metric"] == EACH_AT_BEST_SLOPE and claim.get("over") != per:
+            raise SelectionError(f"{grid_where}: claims[{index}]: {EACH_AT_BEST_SLOPE} is taken along the key at each "
+                                 f"of whose values the points are chosen, select.per ({per}); got over "
+                                 f"{claim.get('over')!r}")
         if claim["metric"] in SELECTED_METRICS:
-            a_point = BEST if claim["metric"] == EACH_AT_BEST else f"{BEST}:{claim['b']}"
+            a_point = f"{BEST}:{claim['b']}" if claim["metric"] == AT_B_BEST else BEST
             for side, point in ((claim["a"], a_point), (claim["b"], BEST)):
                 if point not in confirm.get(side, ()):
                     raise SelectionError(f"{grid_where}: claims[{index}]: {claim['metric']} needs {side} "

@@ -89,16 +89,12 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     ladder = parse_ladder(spec.get("ladder"), where)
     matrix = spec.get("matrix")
     if ladder is not None:
-        if matrix is not None or not families:
-            raise GridError(f"{where}: a grid with a ladder has `cells` and no `matrix` (the ladder's budgets are "
-                            f"its matrix, {LADDER_OVER})")
-        matrix = ladder.matrix()
-        trunks = {family: Cell(name=trunk_cell(family), family=family, baseline="",
-                               overrides={**own, **ladder.trunk_overrides()})
-                  for family, own in families.items()}
-    cells = _expand_cells(families, matrix, where)
-    if ladder is not None:
-        cells = [*trunks.values(), *(dataclasses.replace(c, trunk=trunks[c.family].name) for c in cells)]
+        if not families or (isinstance(matrix, dict) and LADDER_OVER in matrix):
+            raise GridError(f"{where}: a grid with a ladder has `cells` (and optionally a `matrix` of other keys, "
+                            f"e.g. model.lr: a trunk per cell and point); its budgets are its {LADDER_OVER}")
+        cells = _ladder_cells(families, matrix, ladder, where)
+    else:
+        cells = _expand_cells(families, matrix, where)
     baseline = spec.get("baseline")
     cells = _assign_baselines(cells, baseline, where)
     branch_points = {c.name: BranchPoint(c.trunk, ladder.decay_start(c.coords[LADDER_OVER])) for c in cells if c.trunk}
@@ -116,7 +112,8 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         raise GridError(str(e)) from None
     try:  # the grid's `claims:`, checked against its cells (and those a `select:` block will add)
         claims = [claim.to_dict() for claim in parse_claims(spec.get("claims"),
-                                                            [dataclasses.asdict(c) for c in cells] + to_be_chosen)]
+                                                            [dataclasses.asdict(c) for c in cells] + to_be_chosen,
+                                                            _select_per(spec.get("select")))]
     except ValueError as e:
         raise GridError(f"{where}: {e}") from e
     try:
@@ -126,10 +123,19 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
         raise GridError(str(e)) from None
     run_keys = [(c.name, seed) for c in cells for seed in seeds]
     if selection is not None:
-        selection = dataclasses.replace(selection, cells={
-            arm: {c.coords[selection.over]: c.name for c in cells if c.family == arm} for arm in selection.arms})
-        run_keys += [(cell, seed) for arm in selection.confirm for cell in selection.cells[arm].values()
-                     for seed in selection.seeds]
+        def by_arm(where_cells: list[Cell]) -> dict[str, dict[Any, str]]:
+            return {arm: {c.coords[selection.over]: c.name for c in where_cells if c.family == arm}
+                    for arm in selection.arms}
+
+        if selection.per is None:
+            selection = dataclasses.replace(selection, cells=by_arm(cells))
+        else:
+            selection = dataclasses.replace(selection, cells_per={
+                value: by_arm([c for c in cells if c.coords.get(selection.per) == value])
+                for value in selection.per_values})
+        confirmed = [cell for arm in selection.confirm for cell in selection.candidate_cells(arm)]
+        confirmed = [*{branch_points[c].trunk: None for c in confirmed if c in branch_points}, *confirmed]
+        run_keys += [(cell, seed) for cell in confirmed for seed in selection.seeds]
         run_keys += [(c.name, seed) for c in at_best_cells for seed in selection.at_best.seeds]
     return Grid(
         name=name,
@@ -174,7 +180,7 @@ class Ladder:
     are that run's). So its run identity is a straight run's (the trunk is how it is computed, not what it is), it
     differs by budget, and a grid that trains the same rung another way shares it. The runner trains the trunks first
     and starts a rung once its trunk has kept the checkpoint at the rung's decay start
-    (lit_resformer.training.run_dir.RunDir.start_branch), which then resumes (`--ckpt_path last`) exactly as a run
+    (lit_resformer.runs.run_dir.RunDir.start_branch), which then resumes (`--ckpt_path last`) exactly as a run
     killed at that step resumes; a rung killed later resumes from its own checkpoints."""
 
     budgets: tuple[int, ...]  # ascending
@@ -227,6 +233,24 @@ def trunk_cell(family: str) -> str:
     return f"{family},{TRUNK}"
 
 
+def _ladder_cells(families: dict[str, dict[str, Any]], matrix: Any, ladder: Ladder, where: str) -> list[Cell]:
+    """A ladder's cells: a trunk per `cells` entry and point of the grid's own `matrix` (e.g. a peak learning rate),
+    then each trunk's rungs, one per budget. A trunk has no coordinates (it is measured only through its rungs); its
+    name is its family's and point's, e.g. `resformer,lr=0.002,trunk` for the rungs `resformer,lr=0.002,max_steps=B`."""
+    points = _matrix_points(matrix, where) if matrix is not None else [({}, {})]
+    trunks, rungs = [], []
+    for family, own in families.items():
+        for coords, extras in points:
+            head = ",".join([family, *([_point_name(coords)] if coords else [])])
+            trunk = Cell(name=trunk_cell(head), family=family, baseline="",
+                         overrides={**own, **coords, **extras, **ladder.trunk_overrides()})
+            trunks.append(trunk)
+            rungs += [dataclasses.replace(c, name=f"{head},{c.name[len(family) + 1:]}", coords={**coords, **c.coords},
+                                          trunk=trunk.name)
+                      for c in _expand_cells({family: {**own, **coords, **extras}}, ladder.matrix(), where)]
+    return [*trunks, *rungs]
+
+
 def _seeds(spec: dict, seeds: Sequence[int] | None, where: str) -> list[int]:
     """The pilot seeds: the CLI's `--seeds` if given, else the file's (default [0])."""
     seeds = list(seeds) if seeds is not None else spec.get("seeds", [0])
@@ -253,6 +277,12 @@ def _report(spec: dict, where: str) -> dict[str, Any]:
     if scaling is not None and scaling not in SCALING_AXES:
         raise GridError(f"{where}: report.scaling={scaling!r} is not allowed; choose one of {list(SCALING_AXES)}")
     return {"critical_point_window": window, **({"scaling": scaling} if scaling else {})}
+
+
+def _select_per(select: Any) -> str | None:
+    """A `select:` block's `per` as written (None without one; a malformed block is parse_selection's to name)."""
+    per = select.get("per") if isinstance(select, dict) else None
+    return per if isinstance(per, str) else None
 
 
 def _at_best(select: Any, where: str) -> tuple[list, list[tuple[dict[str, Any], dict[str, Any]]]]:
@@ -311,7 +341,7 @@ def declared_claims(grid_file: Path, cells: Sequence[Mapping[str, Any]]) -> list
         spec = _read_grid_file(grid_file)
         return [claim.to_dict() for claim in parse_claims(spec.get("claims"), [
             {"name": c["name"], "family": c.get("family"), "coords": c.get("coords") or {}} for c in cells]
-            + _at_best_placeholders(spec.get("select"), str(grid_file)))]
+            + _at_best_placeholders(spec.get("select"), str(grid_file)), _select_per(spec.get("select")))]
     except ValueError as e:  # GridError included
         raise GridError(f"{grid_file}: {e}") from e
 
@@ -534,7 +564,7 @@ def _read_grid_file(path: Path, children: tuple[Path, ...] = (), resolve_bases: 
             inherited["claims"] = [c for c in inherited["claims"]
                                    if not (isinstance(c, dict) and _names_removed(c, removed))]
             merged["claims"] = inherited["claims"]
-    if "claims" in spec and inherited.get("claims"):
+    if "claims" in spec and inherited.get("claims") is not None:  # [] once the removed cells' claims went
         if not isinstance(spec["claims"], list):
             raise GridError(f"{path}: claims must be a list (they are added to those of {parent_path})")
         merged["claims"] = [*inherited["claims"], *spec["claims"]]

@@ -27,7 +27,7 @@ ALPHA = 0.05  # the claims' error rate: 95% intervals, and adjusted p-values tha
 # interval excludes zero (or its margin's bound) on that side AND its two-sided p, Holm-adjusted within its grid's
 # family of comparisons, is below ALPHA -- the same test and the same alpha for either direction; the grid report and
 # the scoreboard show that one verdict (a comparison of runs another grid trained is tested in that grid's family
-# only: lit_resformer.verdicts.claims.Judgements.owner). Benjamini-Hochberg is kept for callers that want it; no
+# only: lit_resformer.verdicts.judgements.Judgements.owner). Benjamini-Hochberg is kept for callers that want it; no
 # verdict uses it.
 
 

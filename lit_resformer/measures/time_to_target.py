@@ -87,7 +87,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-import lit_resformer.training.curves as M
+import lit_resformer.runs.curves as M
 from lit_resformer.measures.stats import paired_t, run_data_seed, seed_design, verdict, welch_t
 from lit_resformer.runs.results import VAL_DOMAIN, GridResults, RunResult, load_results
 from lit_resformer.writing import markdown_table

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 # Table 4 of the paper plus CPU presets (>= 6 layers so cross-layer effects can show).
 PRESETS: dict[str, dict[str, int]] = {
@@ -36,7 +36,12 @@ VOCAB_MULTIPLE = 128
 Target = Literal["none", "v", "q", "k"]
 Source = Literal["first", "previous", "all"]
 Mapping = Literal["attention", "identity", "cross_attention"]
-Learnable = Literal["none", "scalar", "head", "token", "tied"]
+# residual.learnable: `none` keeps the weights (a, l) fixed; the other kinds learn them (transformer.py's
+# RESIDUAL_MIXES holds the module of each), either from self_weight and lam ...
+LearnedFromWeights = Literal["scalar", "head"]
+# ... or as weights that sum to 1 and start at 1/2, which leave self_weight and lam at 0.5.
+LearnedConvex = Literal["token", "tied"]
+Learnable = Literal["none", LearnedFromWeights, LearnedConvex]
 GatePer = Literal["head", "channel"]
 ValueWeight = Literal["fixed", "learnable"]
 Shared = Literal["k", "v", "kv"]
@@ -52,8 +57,9 @@ def _check_choice(name: str, value: Any, allowed: tuple) -> None:
         raise ValueError(f"{name}={value!r} is not allowed; choose one of {list(allowed)}")
 
 
-def _choices(literal) -> tuple:
-    return literal.__args__
+def _turned_on(literal, off: str = "none") -> list:
+    """The choices of `literal` that switch its variant on."""
+    return [choice for choice in get_args(literal) if choice != off]
 
 
 def _nest(values: dict[str, Any]) -> dict[str, Any]:
@@ -291,6 +297,28 @@ VARIANT_GROUPS: dict[str, type] = {
     "attn_gate": AttnGateConfig, "xsa": XSAConfig, "satformer": SATFormerConfig, "dense_value": DenseValueConfig,
 }
 
+# The fields that give a model learnable mixing weights or gates (the mixing group of Transformer.param_groups, whose
+# modules transformer.py's MIX_MODULES names): a model with each of them at its default has none.
+MIXING_FIELDS = ("residual.learnable", "value_embed.layers", "attn_gate.per", "xsa.per", "satformer.enabled",
+                 "dense_value.layers")
+
+
+def _default(dotted: str) -> Any:
+    group, name = dotted.split(".")
+    return getattr(VARIANT_GROUPS[group](), name)
+
+
+def mixing_settings(prefix: str = "") -> str:
+    """MIXING_FIELDS as a message names them (`prefix` before each), a field of choices with those that turn it on:
+    "residual.learnable (one of ['scalar', ...]), ..., satformer.enabled or dense_value.layers"."""
+    named = []
+    for dotted in MIXING_FIELDS:
+        group, name = dotted.split(".")
+        kind = get_type_hints(VARIANT_GROUPS[group])[name]
+        on = f" (one of {_turned_on(kind, _default(dotted))})" if get_origin(kind) is Literal else ""
+        named.append(f"{prefix}{dotted}{on}")
+    return f"{', '.join(named[:-1])} or {named[-1]}"
+
 
 @dataclass
 class ModelConfig:
@@ -379,7 +407,7 @@ class ModelConfig:
             raise ValueError(f"n_head={self.n_head} must be divisible by n_kv_head={self.n_kv_head}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim = d_model/n_head = {self.head_dim} must be even for RoPE")
-        _check_choice("attn_impl", self.attn_impl, _choices(AttnImpl))
+        _check_choice("attn_impl", self.attn_impl, get_args(AttnImpl))
         for name in ("rope_theta", "norm_eps", "init_std"):
             if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a positive number")
@@ -404,10 +432,10 @@ class ModelConfig:
 
     def _validate_residual(self) -> None:
         r = self.residual
-        _check_choice("residual.target", r.target, _choices(Target))
-        _check_choice("residual.source", r.source, _choices(Source))
-        _check_choice("residual.mapping", r.mapping, _choices(Mapping))
-        _check_choice("residual.learnable", r.learnable, _choices(Learnable))
+        _check_choice("residual.target", r.target, get_args(Target))
+        _check_choice("residual.source", r.source, get_args(Source))
+        _check_choice("residual.mapping", r.mapping, get_args(Mapping))
+        _check_choice("residual.learnable", r.learnable, get_args(Learnable))
         for name in ("self_weight", "lam"):
             value = getattr(r, name)
             if value == "uniform":
@@ -425,7 +453,7 @@ class ModelConfig:
                        if f.name != "target" and getattr(r, f.name) != f.default]
             if changed:
                 raise ValueError(f"residual.{changed[0]} is set but residual.target is 'none'; "
-                                 f"set residual.target to one of ['v', 'q', 'k']")
+                                 f"set residual.target to one of {_turned_on(Target)}")
             return
         if r.mapping != "attention" and r.target != "v":
             raise ValueError(f"residual.mapping={r.mapping!r} applies to values only; with residual.target="
@@ -437,10 +465,10 @@ class ModelConfig:
             if r.self_weight != 0.5 or r.lam != 0.5:
                 raise ValueError("residual.self_weight/lam have no meaning with residual.mapping='cross_attention'; "
                                  "leave them at their defaults")
-        if r.learnable in ("token", "tied") and (r.self_weight != 0.5 or r.lam != 0.5):
+        if r.learnable in get_args(LearnedConvex) and (r.self_weight != 0.5 or r.lam != 0.5):
             raise ValueError(f"residual.learnable={r.learnable!r} mixes with weights that sum to 1 and start at 1/2; "
                              "residual.self_weight/lam must stay 0.5")
-        _check_choice("residual.gate_per", r.gate_per, _choices(GatePer))
+        _check_choice("residual.gate_per", r.gate_per, get_args(GatePer))
         if r.gate_rank is not None and (isinstance(r.gate_rank, bool) or not isinstance(r.gate_rank, int)
                                         or r.gate_rank < 1):
             raise ValueError(f"residual.gate_rank={r.gate_rank!r} must be a positive integer or null (full rank)")
@@ -471,8 +499,8 @@ class ModelConfig:
 
     def _validate_share(self) -> None:
         s, r = self.share, self.residual
-        _check_choice("share.what", s.what, _choices(Shared))
-        _check_choice("share.first", s.first, _choices(FirstShared))
+        _check_choice("share.what", s.what, get_args(Shared))
+        _check_choice("share.first", s.first, get_args(FirstShared))
         if not isinstance(s.svformer, bool):
             raise ValueError(f"share.svformer={s.svformer!r} must be true or false")
         if isinstance(s.every, bool) or not isinstance(s.every, int) or not 1 <= s.every <= self.n_layer:
@@ -538,7 +566,7 @@ class ModelConfig:
         for name in ("shared", "gate_reads_table"):
             if not isinstance(getattr(ve, name), bool):
                 raise ValueError(f"value_embed.{name}={getattr(ve, name)!r} must be true or false")
-        _check_choice("value_embed.value_weight", ve.value_weight, _choices(ValueWeight))
+        _check_choice("value_embed.value_weight", ve.value_weight, get_args(ValueWeight))
         widest = min(self.d_model, self.kv_dim) if ve.gate_reads_table else self.d_model
         if isinstance(ve.gate_width, bool) or not isinstance(ve.gate_width, int) or not 1 <= ve.gate_width <= widest:
             reads = "the hidden state and the table row" if ve.gate_reads_table else "the hidden state"
@@ -561,20 +589,20 @@ class ModelConfig:
 
     def _validate_attn_gate(self) -> None:
         g = self.attn_gate
-        _check_choice("attn_gate.per", g.per, _choices(AttnGatePer))
+        _check_choice("attn_gate.per", g.per, get_args(AttnGatePer))
         if g.layers is not None:
             if not g.enabled:
                 raise ValueError("attn_gate.layers is set but attn_gate.per is 'none' (no gate); set attn_gate.per "
-                                 "to one of ['head', 'element']")
+                                 f"to one of {_turned_on(AttnGatePer)}")
             self._check_layers("attn_gate.layers", g.layers, 1)
 
     def _validate_xsa(self) -> None:
         x = self.xsa
-        _check_choice("xsa.per", x.per, _choices(XSAPer))
+        _check_choice("xsa.per", x.per, get_args(XSAPer))
         if x.layers is not None:
             if not x.enabled:
                 raise ValueError("xsa.layers is set but xsa.per is 'none' (no XSA); set xsa.per to one of "
-                                 "['layer', 'head', 'token']")
+                                 f"{_turned_on(XSAPer)}")
             self._check_layers("xsa.layers", x.layers, 1)
 
     def _validate_satformer(self) -> None:
@@ -607,7 +635,7 @@ class ModelConfig:
             self._check_layers("dense_value.layers", dv.layers, 2)
         if self.n_layer < 2:
             raise ValueError("dense_value.layers needs n_layer >= 2: layer 1 has no earlier hidden states to read")
-        _check_choice("dense_value.into", dv.into, _choices(DenseInto))
+        _check_choice("dense_value.into", dv.into, get_args(DenseInto))
         if isinstance(dv.hidden, bool) or not isinstance(dv.hidden, int) or dv.hidden < 1:
             raise ValueError(f"dense_value.hidden={dv.hidden!r} must be a positive integer (the μ network's width)")
         if dv.sources is not None:
@@ -627,6 +655,11 @@ class ModelConfig:
                              "dense_value.into='input' under GQA")
         for i in self.dense_value_layers():
             self._check_own_values("dense_value.layers", "dense value connections", i)
+
+    def has_mixing_weights(self) -> bool:
+        """Whether the model has learnable mixing weights or gates: one of MIXING_FIELDS off its default."""
+        return any(getattr(getattr(self, group), name) != _default(f"{group}.{name}")
+                   for group, name in (dotted.split(".") for dotted in MIXING_FIELDS))
 
     # ------------------------------------------------------------------ derived layout
     @property

@@ -107,38 +107,84 @@ class TokenGate(nn.Module):
         return torch.sigmoid(logits).view(b, t, self.heads, -1).transpose(1, 2)  # [B, heads, T, 1 or head_dim]
 
 
-class ResidualMix(nn.Module):
-    """Weights (a, l) of X'_n = a X_n + l R_n for one layer: fixed, per layer, per head, per token, or tied."""
+def _initial_weights(config: ModelConfig, layer: int) -> tuple[float, float]:
+    """(a, l) of layer `layer` (0-based) from residual.self_weight and residual.lam."""
+    r, n = config.residual, layer + 1
+    # Eq. 5: with every earlier layer as the source, a = 1/n and l = (n-1)/n average V_1..V_n uniformly.
+    return (1.0 / n, (n - 1) / n) if r.self_weight == "uniform" else (float(r.self_weight), float(r.lam))
+
+
+# The residual's weights (a, l) of X'_n = a X_n + l R_n for one layer, one module per residual.learnable kind
+# (RESIDUAL_MIXES). Each is built as (config, layer, heads), `heads` the heads of the mixed projection; its forward
+# takes the layer's normed input x and returns (a, l), numbers or tensors that broadcast over [B, heads, T, d]; its
+# `logged()` returns what a training step logs of its weights, by name, detached and on the device.
+class FixedMix(nn.Module):
+    """learnable 'none': a and l are numbers (Eq. 7: a = l = 1/2; Fig. 8: a = 1, l = λ; Eq. 5: uniform)."""
+
+    def __init__(self, config: ModelConfig, layer: int, heads: int):
+        super().__init__()
+        self.fixed = _initial_weights(config, layer)
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        return self.fixed
+
+    def logged(self) -> dict[str, torch.Tensor]:
+        return {}
+
+
+class LearnedMix(nn.Module):
+    """learnable 'scalar' (a, l per layer) or 'head' (per head), starting at self_weight and lam."""
+
+    def __init__(self, config: ModelConfig, layer: int, heads: int):
+        super().__init__()
+        a, l = _initial_weights(config, layer)
+        shape = (1, heads, 1, 1) if config.residual.learnable == "head" else ()
+        self.mix_self = nn.Parameter(torch.full(shape, a))
+        self.mix_history = nn.Parameter(torch.full(shape, l))
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        return self.mix_self, self.mix_history
+
+    def logged(self) -> dict[str, torch.Tensor]:  # heads averaged
+        return {"self": self.mix_self.detach().mean(), "history": self.mix_history.detach().mean()}
+
+
+class GatedMix(nn.Module):
+    """learnable 'token': (g, 1 - g) from a sigmoid gate g on the token's normed hidden state (TokenGate)."""
 
     def __init__(self, config: ModelConfig, layer: int, heads: int):
         super().__init__()
         r = config.residual
-        n = layer + 1
-        # Eq. 5: with every earlier layer as the source, a = 1/n and l = (n-1)/n average V_1..V_n uniformly.
-        a, l = (1.0 / n, (n - 1) / n) if r.self_weight == "uniform" else (float(r.self_weight), float(r.lam))
-        self.kind = r.learnable
-        if self.kind == "token":
-            self.gate = TokenGate(config.d_model, heads, config.head_dim, r.gate_per, r.gate_rank, r.gate_bias,
-                                  config.init_std)
-        elif self.kind in ("scalar", "head"):
-            shape = (1, heads, 1, 1) if self.kind == "head" else ()
-            self.mix_self = nn.Parameter(torch.full(shape, a))
-            self.mix_history = nn.Parameter(torch.full(shape, l))
-        elif self.kind == "tied":
-            # modded-nanogpt's value residual: V' = (1 - λ) V_n + λ R_n with one λ per layer, starting at 1/2.
-            self.lam = nn.Parameter(torch.tensor(l))
-        else:
-            self.fixed = (a, l)
+        self.gate = TokenGate(config.d_model, heads, config.head_dim, r.gate_per, r.gate_rank, r.gate_bias,
+                              config.init_std)
 
     def forward(self, x: torch.Tensor) -> tuple:
-        if self.kind == "token":
-            g = self.gate(x)
-            return g, 1.0 - g
-        if self.kind in ("scalar", "head"):
-            return self.mix_self, self.mix_history
-        if self.kind == "tied":
-            return 1.0 - self.lam, self.lam
-        return self.fixed
+        g = self.gate(x)
+        return g, 1.0 - g
+
+    def logged(self) -> dict[str, torch.Tensor]:  # the norm of all the gate's parameters (W, or W_up and W_down, b)
+        return {"gate_weight_norm": torch.linalg.vector_norm(torch.cat([p.detach().flatten()
+                                                                        for p in self.gate.parameters()]))}
+
+
+class TiedMix(nn.Module):
+    """learnable 'tied': modded-nanogpt's value residual, V' = (1 - λ) V_n + λ R_n, one λ per layer from 1/2."""
+
+    def __init__(self, config: ModelConfig, layer: int, heads: int):
+        super().__init__()
+        self.lam = nn.Parameter(torch.tensor(_initial_weights(config, layer)[1]))
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        return 1.0 - self.lam, self.lam
+
+    def logged(self) -> dict[str, torch.Tensor]:
+        return {"lambda": self.lam.detach()}
+
+
+# residual.learnable -> its module (config.py's Learnable lists the kinds).
+RESIDUAL_MIXES: dict[str, type[nn.Module]] = {
+    "none": FixedMix, "scalar": LearnedMix, "head": LearnedMix, "token": GatedMix, "tied": TiedMix,
+}
 
 
 class ValueEmbedMix(nn.Module):
@@ -166,6 +212,10 @@ class ValueEmbedMix(nn.Module):
         weighted = v if self.lam is None else self.lam * v
         return weighted + g.transpose(1, 2).unsqueeze(-1) * _heads(rows, v.shape[1])
 
+    def logged(self) -> dict[str, torch.Tensor]:
+        lam = {} if self.lam is None else {"value_lambda": self.lam.detach()}
+        return {"value_embed_gate_norm": self.gate.detach().norm(), **lam}
+
 
 class OutputGate(nn.Module):
     """Gated attention (Qiu et al. 2025, arXiv 2505.06708: Y' = Y ⊙ σ(X W_θ) at gate position G1, after SDPA):
@@ -182,6 +232,9 @@ class OutputGate(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         return torch.sigmoid(F.linear(x, self.weight)).view(b, t, self.heads, -1).transpose(1, 2)  # [B, H, T, 1 or d]
+
+    def logged(self) -> dict[str, torch.Tensor]:
+        return {"attn_gate_weight_norm": self.weight.detach().norm()}
 
 
 class ExclusiveSelfAttention(nn.Module):
@@ -207,6 +260,11 @@ class ExclusiveSelfAttention(nn.Module):
         along = (u * v).sum(-1, keepdim=True) / v.square().sum(-1, keepdim=True).clamp_min(1e-8)
         return u - torch.tanh(alpha) * along * v
 
+    def logged(self) -> dict[str, torch.Tensor]:  # α (per layer, or per head averaged), or the norm of the per-token W
+        if self.per == "token":
+            return {"xsa_weight_norm": self.weight.detach().norm()}
+        return {"xsa_alpha": self.alpha.detach().mean()}
+
 
 class FirstValueGate(nn.Module):
     """SATFormer (arXiv 2605.03953; SkyeGunasekaran/SATFormer, models/satformer/attn_satformer.py,
@@ -223,6 +281,9 @@ class FirstValueGate(nn.Module):
     def forward(self, x: torch.Tensor, v: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
         """x [B, T, D] the normed layer input h_n; v, v1 [B, Hkv, T, d]."""
         return v + F.relu(F.linear(x, self.weight)).transpose(1, 2).unsqueeze(-1) * v1
+
+    def logged(self) -> dict[str, torch.Tensor]:
+        return {"satformer_gate_norm": self.weight.detach().norm()}
 
 
 class DenseValue(nn.Module):
@@ -242,6 +303,9 @@ class DenseValue(nn.Module):
         h = streams[-1]
         mu = F.linear(F.gelu(F.linear(F.rms_norm(h, (h.shape[-1],), eps=self.eps), self.w1)), self.w2)  # [B, T, S]
         return sum(mu[..., s, None] * streams[j] for s, j in enumerate(self.sources))
+
+    def logged(self) -> dict[str, torch.Tensor]:  # the μ network's output weights W_2 (zero: the vanilla layer)
+        return {"dense_value_mu_norm": self.w2.detach().norm()}
 
 
 @dataclass
@@ -290,8 +354,8 @@ class Attention(nn.Module):
         self.residual_target = r.target if layer in config.residual_layers() else None
         self.mapping = r.mapping if self.residual_target else "attention"
         self.sources = config.residual_sources(layer) if self.residual_target else []
-        if self.residual_target and self.mapping != "cross_attention":
-            self.mix = ResidualMix(config, layer, h if r.target == "q" else hk)
+        mixes = self.residual_target is not None and self.mapping != "cross_attention"
+        self.mix = RESIDUAL_MIXES[r.learnable](config, layer, h if r.target == "q" else hk) if mixes else None
         # μ is read as a number, so that a stack of runs (lit_resformer.stacking) can hand each run its own; the
         # branch exists where μ is set
         self.neutreno = config.neutreno_lambda if layer > 0 and config.neutreno_lambda else None
@@ -397,6 +461,11 @@ class Attention(nn.Module):
         b, _, t, _ = u.shape
         return self.wo(u.transpose(1, 2).reshape(b, t, cfg.d_model))
 
+    def logged(self) -> dict[str, torch.Tensor]:
+        """What this layer's mixing and gating modules (MIX_MODULES) log of their weights, by name."""
+        modules = [getattr(self, name) for name in MIX_MODULES]
+        return {key: value for module in modules if module is not None for key, value in module.logged().items()}
+
 
 class SwiGLU(nn.Module):
     def __init__(self, d_model: int, ffn_dim: int):
@@ -439,6 +508,9 @@ class DepthWeightedAverage(nn.Module):
 
     def forward(self, raw_outputs: list[torch.Tensor]) -> torch.Tensor:
         return sum(w * raw_outputs[j] for w, j in zip(self.alpha, self.inputs, strict=True))
+
+    def logged(self) -> dict[str, torch.Tensor]:  # the weight of the block's own output
+        return {"self": self.alpha[-1].detach()}
 
 
 class Transformer(nn.Module):
@@ -560,6 +632,15 @@ class Transformer(nn.Module):
         SATFormer's gates, dense value connections' μ networks and DenseFormer alphas: logged every step."""
         return [p for name, p in self.named_parameters() if _in_mix_group(name) or name.startswith("dwa.")]
 
+    def mixing_weights(self) -> dict[str, torch.Tensor]:
+        """What the mixing and gating modules and DenseFormer's averages log of their weights (each module's
+        `logged()`), as `mix/layer{n}/<name>` (n 1-based) and `dwa/block{b}/<name>`: detached, on the device."""
+        values = {f"mix/layer{n}/{key}": value for n, block in enumerate(self.blocks, start=1)
+                  for key, value in block.attn.logged().items()}
+        values.update({f"dwa/block{b}/{key}": value for b, dwa in self.dwa.items()
+                       for key, value in dwa.logged().items()})
+        return values
+
     def param_groups(self, weight_decay: float, decay_embeddings: bool = False,
                      mix_lr: float | None = None) -> list[dict]:
         """AdamW groups: decay on weight matrices (embeddings, value-embedding tables included, optional) and on
@@ -615,7 +696,8 @@ EMBEDDINGS = ("tok_emb.", "value_embeds.")
 
 
 # Attention submodules whose parameters are mixing weights or gates: the residual's (`mix`), the value embeddings'
-# (`ve_mix`), gated attention's, XSA's, SATFormer's and the dense value connections'.
+# (`ve_mix`), gated attention's, XSA's, SATFormer's and the dense value connections'. Each has a `logged()`: what a
+# training step logs of its weights (Transformer.mixing_weights).
 MIX_MODULES = ("mix", "ve_mix", "out_gate", "xsa", "sat_gate", "dense_value")
 
 

@@ -20,7 +20,7 @@ from lit_resformer.analysis.plots import (
     plot_by_layer,
     plot_first_token_ratios,
 )
-from lit_resformer.training.run_dir import RunDir, tokens_seen_by
+from lit_resformer.runs.run_dir import RunDir, tokens_seen_by
 from lit_resformer.writing import (
     integer_ticks,
     markdown_table,

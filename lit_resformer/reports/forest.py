@@ -23,7 +23,8 @@ from lit_resformer.runs.claim_spec import (
     TIME_TO_TARGET,
     Claim,
 )
-from lit_resformer.verdicts.claims import Verdict, is_sub_row, judging
+from lit_resformer.verdicts.judges import judging
+from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 from lit_resformer.verdicts.verdict_cache import VerdictCache, code_fingerprint
 from lit_resformer.writing import atomic_write, pyplot, save_figure
 

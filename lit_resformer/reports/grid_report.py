@@ -2,7 +2,7 @@
 and also saved under plots/) for one grid's runs.
 
 Sections: final losses (mean ± std over seeds, difference to the baseline with a 95% t interval in the seed
-design of lit_resformer.measures.stats.seed_design), the verdicts on the grid's claims (lit_resformer.verdicts.claims) with the grid's regime,
+design of lit_resformer.measures.stats.seed_design), the verdicts on the grid's claims (lit_resformer.verdicts.judgements) with the grid's regime,
 relative training loss against the baseline
 smoothed over 10 and 100 logged steps (paper §4.1.2), validation loss per domain (Table 5 form), critical
 points (where the baseline overtakes a cell for good; Fig. 14 for grids with a matrix), the final gap against
@@ -59,11 +59,12 @@ from lit_resformer.reports.scaling_section import scaling_section
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.runs.results import GridResults, RunResult, load_results, relative_curves
 from lit_resformer.runs.summary import TRAIN_LOSS_WINDOW
-from lit_resformer.verdicts.claims import corpus_mismatch, data_seeds, evaluate_grid
+from lit_resformer.verdicts.judgements import evaluate_grid
 from lit_resformer.verdicts.regime import grid_regime, regime_text
 from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE
 from lit_resformer.verdicts.rendering import counts as claim_counts
 from lit_resformer.verdicts.rendering import table as claims_table
+from lit_resformer.verdicts.verdict import corpus_mismatch, data_seeds
 from lit_resformer.writing import atomic_write, outside_legend
 
 RELATIVE_WINDOWS = (10, 100)
@@ -100,7 +101,7 @@ def _versus_baseline(results: GridResults, finals: dict[str, dict[int, float]], 
                      base: str) -> SeedTest | str | None:
     """cell - base on their final values with a two-sided 95% t interval, paired by seed only where a seed's two
     runs share a data order that differs between seeds (stats.seed_design), else unpaired (Welch); None when a
-    side has no value; why not, for runs of different corpora (verdicts.claims.corpus_mismatch)."""
+    side has no value; why not, for runs of different corpora (verdicts.verdict.corpus_mismatch)."""
     if not finals[cell] or not finals[base]:
         return None
     if mismatch := corpus_mismatch([*results.done[cell].values(), *results.done[base].values()]):

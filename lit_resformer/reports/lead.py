@@ -10,18 +10,18 @@ from pathlib import Path
 
 from lit_resformer.measures.stats import VERDICTS
 from lit_resformer.reports.page import chip, chip_text, markdown_body, tally_html
-from lit_resformer.verdicts.claims import Verdict, is_sub_row
 from lit_resformer.verdicts.rendering import table as claims_table
+from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 
 
 def comparison_cells(verdicts: Sequence[Verdict]) -> list[dict[str, str]]:
-    """Each comparison's cells as verdicts.claims.table formats them, by column name ("Δ (a − b)", "95% CI", …)."""
+    """Each comparison's cells as verdicts.rendering.table formats them, by column name ("Δ (a − b)", "95% CI", …)."""
     header, rows = claims_table(verdicts, with_grid=False)
     return [dict(zip(header, row, strict=True)) for row in rows]
 
 
 def effect_text(row: dict[str, str]) -> str:
-    """"Δ -0.1545 [-0.1851, -0.1240], p Holm 0.0012; paper: …" from a row of verdicts.claims.table."""
+    """"Δ -0.1545 [-0.1851, -0.1240], p Holm 0.0012; paper: …" from a row of verdicts.rendering.table."""
     interval = "" if row["95% CI"] == "–" else f" {row['95% CI']}"
     text = f"Δ {row['Δ (a − b)']}{interval}, p Holm {row['p Holm']}"
     return text + ("" if row["paper"] == "–" else f"; paper: {row['paper']}")

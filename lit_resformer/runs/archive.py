@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lit_resformer.runs.directory import EXPORT_HISTORY, MANIFEST, GridDir, run_state
-from lit_resformer.training.run_dir import FINISHED, RunDir, compressed_metrics, open_metrics
+from lit_resformer.runs.run_dir import FINISHED, RunDir, compressed_metrics, open_metrics
 from lit_resformer.writing import atomic_write, atomic_write_json
 
 

@@ -1,5 +1,5 @@
 """The claims a grid file declares: the paper's claims for its figure, checked against the grid's cells when the
-grid is loaded (lit_resformer.grids.spec) and judged on its runs by lit_resformer.verdicts.claims.
+grid is loaded (lit_resformer.grids.spec) and judged on its runs by lit_resformer.verdicts.judges.
 
     claims:
       - claim: ResFormer ends with a lower validation loss than vanilla     # the paper's claim, in words
@@ -39,8 +39,10 @@ grid is loaded (lit_resformer.grids.spec) and judged on its runs by lit_resforme
         paper_claim: fig9-only-values   # the paper claim (configs/claims.yaml) this comparison is evidence for
       - claim: SVFormer with more anchors is better
         ...
-        quote: "increasing the number of anchors improves performance (4.5)"   # optional: the paper's sentence;
-                                # needed where the comparison was declared or changed after its results were seen
+        quote: '“we find that increasing the number of "anchors" improves performance” (review l. ≈522–524)'
+                                # optional: the paper's words in “…”, each followed by its location, as in
+                                # configs/claims.yaml (for a claim beyond the paper, its source's words); needed where
+                                # the comparison was declared or changed after its results were seen
       - claim: ResFormer reaches vanilla's final validation loss with less data
         a: resformer
         b: vanilla
@@ -54,7 +56,7 @@ MARGIN: a comparison with `margin: m` tests a bound, not zero: direction higher 
 more than m"), lower claims a - b < +m. It is judged by the same two-sided interval and alpha as any other:
 reproduced when the interval lies on the claimed side of the bound, contradicted when it lies on the other side.
 
-METRICS (each judged per seed; one entry of METRIC_KINDS per kind, and lit_resformer.verdicts.claims.JUDGING
+METRICS (each judged per seed; one entry of METRIC_KINDS per kind, and lit_resformer.verdicts.judges.JUDGING
 says how each kind is judged and shown):
   val_loss, train_loss, val_loss/<domain>   the run's final values (its summary)
   critical_point_growth    slope of log2 critical step against log2 of `over` (direction higher)
@@ -74,6 +76,15 @@ says how each kind is judged and shown):
   val_loss_gap_dependence  the slope of the final validation-loss gap a - b against log2 of `over`, per seed, over
                            the cells that have `over` as a matrix key; direction `either`: a two-sided claim that
                            the gap depends on `over` (the slope is not zero), never contradicted by a test against zero
+  val_loss_each_at_best_slope
+                           a grid whose `select:` block chooses each arm's point at each value of `over` (its `per`,
+                           a ladder's budgets): per confirmation seed, the slope of the final validation-loss gap a - b,
+                           each at its best point there, against log2 of `over`; direction `either` (the tuned gap
+                           changes with `over`)
+  val_loss_gap_difference  per seed, the final validation-loss gap a - b at the second value of `over` (a matrix key
+                           with exactly two values, e.g. two schedules) minus the gap at the first; direction `flat`
+                           with a margin: the gap does not depend on `over` (reproduced when the interval lies within
+                           +-margin, contradicted when it lies clear of it)
   data_saving_slope        a ladder's (lit_resformer.grids.spec.Ladder) per-seed data saving of a over b at the end of each
                            rung's decay, 1 - B / B' where b reaches a's loss at budget B', and its slope against
                            log2 of `over` (the budget); direction `flat`: the saving is constant (contradicted when the
@@ -95,6 +106,8 @@ TIME_TO_TARGET = "time_to_target"
 EACH_AT_BEST = "val_loss_each_at_best"
 AT_B_BEST = "val_loss_at_b_best"
 GAP_DEPENDENCE = "val_loss_gap_dependence"
+EACH_AT_BEST_SLOPE = "val_loss_each_at_best_slope"
+GAP_DIFFERENCE = "val_loss_gap_difference"
 DATA_SAVING_SLOPE = "data_saving_slope"
 ANALYSIS_PREFIX = "analysis/"
 # analysis/<name>: what each reads from a run's analysis.json (lit_resformer.analysis.analyze) and why it is a claim
@@ -127,7 +140,7 @@ AT = {"end": SUMMARY_METRICS, "warmup": SUMMARY_METRICS, "throughout": ("val_los
 @dataclass(frozen=True)
 class MetricKind:
     """One kind of claim metric: the `metric:` values it covers, what its `a` and `b` name and which optional fields
-    it takes. How it is judged and shown is lit_resformer.verdicts.claims.JUDGING[key]: the verdicts sit above the
+    it takes. How it is judged and shown is lit_resformer.verdicts.judges.JUDGING[key]: the verdicts sit above the
     grids, which check claims when a grid loads (a test checks that both tables name the same kinds)."""
 
     key: str
@@ -139,6 +152,7 @@ class MetricKind:
     takes: frozenset[str] = frozenset({"margin"})  # which of KIND_FIELDS apply
     direction: str | None = None  # the one direction it can claim (None: any of `directions`)
     directions: tuple[str, ...] = DIRECTIONS  # the directions it can claim
+    two_points: bool = False  # its `over` is a matrix key of exactly two values, of any type (else numeric, > 0)
 
     def covers(self, metric: str) -> bool:
         suffix = metric.removeprefix(self.prefix) if self.prefix and metric.startswith(self.prefix) else None
@@ -168,10 +182,14 @@ METRIC_KINDS = (
     MetricKind(AT_B_BEST, NATS, names=(AT_B_BEST,), across="the selection"),
     MetricKind(GAP_DEPENDENCE, "nats per doubling", names=(GAP_DEPENDENCE,), across="the matrix",
                takes=frozenset({"over"}), directions=(EITHER,)),
+    MetricKind(EACH_AT_BEST_SLOPE, "nats per doubling", names=(EACH_AT_BEST_SLOPE,), across="the selection",
+               takes=frozenset({"over"}), directions=(EITHER,)),
+    MetricKind(GAP_DIFFERENCE, NATS, names=(GAP_DIFFERENCE,), across="the matrix", takes=frozenset({"over", "margin"}),
+               directions=(FLAT,), two_points=True),
     MetricKind(DATA_SAVING_SLOPE, "fraction of tokens per doubling", names=(DATA_SAVING_SLOPE,), across="the matrix",
                takes=frozenset({"over", "margin"}), directions=(FLAT,)),
 )
-SELECTED_METRICS = (EACH_AT_BEST, AT_B_BEST)
+SELECTED_METRICS = (EACH_AT_BEST, AT_B_BEST, EACH_AT_BEST_SLOPE)
 
 
 def metric_kind(metric: object) -> MetricKind | None:
@@ -205,15 +223,21 @@ class Claim:
     margin: float | None = None  # nats: the claim is a bound -margin (higher) / +margin (lower), not zero (MARGIN)
     target: float | None = None  # time_to_target only: the loss to reach (None: each seed's b final loss)
     # the paper's sentence this comparison states, where it was declared or changed after its results were seen
-    # (lit_resformer.verdicts.declared); it decides nothing
+    # (lit_resformer.board.declared); it decides nothing
     quote: str | None = None
+    # where a claim at chosen points is judged when its grid's `select:` block chooses at each value of a key (its
+    # `per`, a ladder's budgets): {that key: one value}. Set by parse_claims, never written in a grid file.
+    per: dict | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
-def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
-    """Check a grid's `claims:` against its cells (dicts with name, family, coords); ValueError names the problem."""
+def parse_claims(raw: object, cells: Sequence[dict], per: str | None = None) -> list[Claim]:
+    """Check a grid's `claims:` against its cells (dicts with name, family, coords); ValueError names the problem.
+    `per`: the key at each of whose values the grid's `select:` block chooses its points apart (a ladder's budgets):
+    a claim at chosen points (val_loss_each_at_best, val_loss_at_b_best) then holds at each of its values, one claim
+    per value."""
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -232,6 +256,12 @@ def parse_claims(raw: object, cells: Sequence[dict]) -> list[Claim]:
                              f"fields: {sorted(CLAIM_FIELDS)} (over only for {metrics_taking('over')})")
         claim = Claim(**{k: entry.get(k) for k in CLAIM_FIELDS})
         kind = _check_fields(claim, where)
+        if per is not None and claim.metric in (EACH_AT_BEST, AT_B_BEST):
+            _check_families(claim, families, where, kind)
+            values = sorted({c["coords"][per] for c in cells if c["family"] == claim.a and per in c["coords"]})
+            claims += [replace(claim, claim=f"{claim.claim} [{per.rsplit('.', 1)[-1]}={value}]", per={per: value})
+                       for value in values]
+            continue
         if "over" in kind.takes:
             _check_over_claim(claim, cells, families, where, kind)
         elif kind.across:
@@ -302,7 +332,7 @@ def _at_every_point(claim: Claim, cells: Sequence[dict], where: str) -> list[Cla
     by_point = {(c["family"], tuple(sorted(c["coords"].items()))): c["name"] for c in cells}
     expanded = []
     for c in cells:
-        if c["family"] != claim.a:
+        if c["family"] != claim.a or not c["coords"]:  # no point: a ladder's trunk, measured only through its rungs
             continue
         point = tuple(sorted(c["coords"].items()))
         other = by_point.get((claim.b, point))
@@ -329,5 +359,10 @@ def _check_over_claim(claim: Claim, cells: Sequence[dict], families: list[str], 
                          f"got {claim.over!r}")
     _check_families(claim, families, where, kind)
     points = [c["coords"][claim.over] for c in cells if c["family"] == claim.a and claim.over in c["coords"]]
-    if len(set(points)) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in points):
+    if kind.two_points:
+        if len(set(map(repr, points))) != 2:
+            raise ValueError(f"{where}.over: {claim.metric} compares two values of {claim.over}, got "
+                             f"{list(dict.fromkeys(points))}")
+    elif len(set(points)) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                         for v in points):
         raise ValueError(f"{where}.over: {claim.over} needs at least two positive numeric values, got {points}")

@@ -2,7 +2,7 @@
 
     RUNS/<grid>/
       grid.yaml                 the manifest: the expanded grid (cells, baseline, seeds, claims) and where it ran
-      <cell>/seed<k>/           one run (lit_resformer.training.run_dir.RunDir owns what is inside), or a relative link to
+      <cell>/seed<k>/           one run (lit_resformer.runs.run_dir.RunDir owns what is inside), or a relative link to
                                 the same run trained in another grid of the runs folder (GridDir.share)
       provenance.json           in a results folder: one entry per export merged into it (lit_resformer.runs.archive)
       report.md, index.html, plots/
@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from lit_resformer.config.diff import config_differences
-from lit_resformer.training.run_dir import FINISHED, RunConflict, RunDir
+from lit_resformer.runs.run_dir import FINISHED, RunConflict, RunDir
 from lit_resformer.writing import atomic_write
 
 MANIFEST = "grid.yaml"
@@ -281,7 +281,7 @@ def grid_dirs(paths: Iterable[str | Path], kind: str = "grid run directory",
 
 def grid_index(grids: Iterable[GridDir]) -> dict[str, GridDir]:
     """Grid name (its manifest's) -> folder, for the grids given: what a comparison of shared runs may be judged in
-    (lit_resformer.verdicts.claims.Judgements). Two folders of one name are refused: which would judge is unclear."""
+    (lit_resformer.verdicts.judgements.Judgements). Two folders of one name are refused: which would judge is unclear."""
     index: dict[str, GridDir] = {}
     for grid in grids:
         name = grid.read_manifest()["name"]

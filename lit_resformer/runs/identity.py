@@ -18,7 +18,7 @@ def run_identity(resolved: Mapping[str, Any]) -> dict:
     `ConfigChecker.resolved`, or the config.yaml Lightning wrote) less where it trains (PLACEMENT) and where it
     writes (OUTPUT_LOCATIONS). Runs with equal identities train the same model on the same data in the same order, so
     a finished one stands for the others: the runner shares them (Grid.identity, Grid.same_run), the scoreboard
-    counts their comparisons once (lit_resformer.verdicts.claims) and the grids that reuse another's runs are checked
+    counts their comparisons once (lit_resformer.verdicts.scoreboard_rows) and the grids that reuse another's runs are checked
     with it (tests/grids/test_shared_configs.py). A new dict; `resolved` is left as it is."""
     placement = {tuple(key.split(".")) for key in PLACEMENT}
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import lit_resformer.training.curves as M
+import lit_resformer.runs.curves as M
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import GridDir
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.runs.summary import METRIC_FIELDS, epoch_tokens, metric_results
-from lit_resformer.training.run_dir import RunDir
 
 VAL_DOMAIN = "val_loss/"  # a claim's or a table's metric of one validation domain: val_loss/<domain>
 SUMMARY_FIELD = {"val_loss": "final_val_loss", "train_loss": "final_train_loss"}

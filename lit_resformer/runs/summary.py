@@ -28,8 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import lit_resformer.training.curves as M
-from lit_resformer.training.run_dir import FINISHED, RunDir, open_metrics
+import lit_resformer.runs.curves as M
+from lit_resformer.runs.run_dir import FINISHED, RunDir, open_metrics
 
 TRAIN_LOSS_WINDOW = 10
 
@@ -54,7 +54,7 @@ def epoch_tokens(run: RunDir) -> float | None:
     first epoch, when the logs show a second one (None when they do not: the run never repeated its data). Exact
     when every step is logged; with log_every_n_steps k, up to k - 1 steps short, so that the epochs derived from
     it err towards more repetition, not less. Lightning's epoch column is read from the log files themselves:
-    the metrics table (lit_resformer.training.curves) leaves it out."""
+    the metrics table (lit_resformer.runs.curves) leaves it out."""
     first_epoch, repeated = None, False
     for path in run.metric_files():
         with open_metrics(path) as f:
@@ -86,7 +86,7 @@ BPB_FIELDS = ("final_val_bpb", "best_val_bpb", "final_val_bpb_by_domain", "best_
 
 
 def metric_results(metrics) -> dict:
-    """The summary's loss and throughput fields (METRIC_FIELDS) from a run's metrics table (lit_resformer.training.curves)."""
+    """The summary's loss and throughput fields (METRIC_FIELDS) from a run's metrics table (lit_resformer.runs.curves)."""
     train = M.series(metrics, M.TRAIN_LOSS)
     out: dict[str, Any] = {"steps": int(train.index[-1]) if len(train) else None}
     smoothed = M.train_curve(metrics, TRAIN_LOSS_WINDOW)

@@ -6,7 +6,7 @@ in OUT/<grid>/<cell>/seed<k>, so that `tensorboard --logdir OUT` lists every gri
 
 - every logged metric under its own tag against the training step (the CSV's `step`), as Lightning logged it;
 - the loss curves again against training tokens, under `tokens/<tag>` (step = the tokens seen by that step, read from
-  the run's own `train/tokens_seen`: lit_resformer.training.run_dir.tokens_seen_by), since runs of different batch
+  the run's own `train/tokens_seen`: lit_resformer.runs.run_dir.tokens_seen_by), since runs of different batch
   sizes or sequence lengths compare by tokens;
 - the run's hyperparameters for the HParams dashboard: every `model.*` field of its resolved config (the variant's
   fields, the learning rate and schedule), its seed, sequence length, micro-batch, steps and data source, its grid and
@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from lit_resformer.runs.directory import GridDir, grid_dirs
-from lit_resformer.training.run_dir import RunDir, tokens_seen_by
+from lit_resformer.runs.run_dir import RunDir, tokens_seen_by
 
 DEFAULT_OUT = "tensorboard"  # beside the results: PATH/tensorboard
 SOURCE_STAMP = "source.json"  # in each TensorBoard run's folder: what it was written from

@@ -26,10 +26,10 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from lit_resformer.model.transformer import Attention, ResidualMix, ValueEmbedMix
+from lit_resformer.model.transformer import Attention, FixedMix, ValueEmbedMix
 
 # Attributes the forward pass reads as plain numbers, by module class: a stack hands each run its own.
-PER_RUN_NUMBERS = {ResidualMix: ("fixed",), Attention: ("neutreno",), ValueEmbedMix: ("scale",)}
+PER_RUN_NUMBERS = {FixedMix: ("fixed",), Attention: ("neutreno",), ValueEmbedMix: ("scale",)}
 # Attributes a stack does not compare between runs: the model config (lit_resformer.stacking.rules compares it
 # field by field) and PyTorch's own bookkeeping.
 UNCOMPARED = frozenset({"config", "training"})

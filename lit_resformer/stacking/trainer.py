@@ -32,14 +32,14 @@ from lightning.pytorch.utilities.combined_loader import CombinedLoader
 from lit_resformer.config.files import load_experiment
 from lit_resformer.config.options import OptionParser
 from lit_resformer.data import LMDataModule
+from lit_resformer.runs.checkpoint_reading import read_checkpoint
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.stacking.engine import GraphedStep, RunStack
 from lit_resformer.stacking.rules import StackError, check_stack, compute_dtype
-from lit_resformer.training.checkpoint_reading import read_checkpoint
 from lit_resformer.training.checkpoint_saving import AtomicCheckpointIO, RunCheckpoint
 from lit_resformer.training.config_checker import ConfigChecker
 from lit_resformer.training.lightning_cli import CLI_SETTINGS, PARSER_SETTINGS, ResFormerCLI, RunConfig
 from lit_resformer.training.module import LitResFormer, TrainingThroughput
-from lit_resformer.training.run_dir import RunDir
 
 GRAPH_CHOICES = ("auto", "on", "off")
 

@@ -1,4 +1,4 @@
 """One training run: the LightningModule (module), `lit-resformer fit|validate|test` (lightning_cli), the checks a
-config must pass before anything is written (checks, checker), the run directory (run_dir), its checkpoints
-(checkpoint, checkpoint_saving), its logged curves (curves) and process settings (runtime). Nothing here imports
-the grids, verdicts or reports built on it."""
+config must pass before anything is written (config_checker, config_rules), writing its checkpoints
+(checkpoint_saving) and process settings (runtime). The run's folder it writes into is lit_resformer.runs.run_dir's.
+Nothing here imports the grids, verdicts or reports built on it."""

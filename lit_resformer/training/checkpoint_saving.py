@@ -26,8 +26,13 @@ from lightning.fabric.plugins import TorchCheckpointIO
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
-from lit_resformer.training.checkpoint_reading import INTERRUPT_CHECKPOINT
-from lit_resformer.training.run_dir import KEPT_PREFIX, RunDir, kept_checkpoint, step_checkpoints_in
+from lit_resformer.runs.run_dir import (
+    INTERRUPT_CHECKPOINT,
+    KEPT_PREFIX,
+    RunDir,
+    kept_checkpoint,
+    step_checkpoints_in,
+)
 from lit_resformer.writing import TEMPORARY_SUFFIX, atomic_open
 
 

@@ -16,7 +16,7 @@ from lit_resformer.config.field_checks import model_config
 from lit_resformer.data import LMDataModule
 from lit_resformer.data.tokenizer import load_tokenizer, parse_tokenizer_spec, tokenizer_fingerprint
 from lit_resformer.model import ModelConfig
-from lit_resformer.training.checkpoint_reading import read_checkpoint
+from lit_resformer.runs.checkpoint_reading import read_checkpoint
 from lit_resformer.training.module import LitResFormer
 
 

@@ -1,5 +1,5 @@
 """`lit-resformer fit|validate|test`: the LightningCLI that trains and scores one run, in one run directory
-(`lit_resformer.training.run_dir`), every config problem reported in one line before anything is written there."""
+(`lit_resformer.runs.run_dir`), every config problem reported in one line before anything is written there."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ from lit_resformer.config.messages import Fields, config_file_keys, explain_pars
 from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG, check_objects
 from lit_resformer.data import LMDataModule
 from lit_resformer.data.tokenizer import TokenizerMismatch
-from lit_resformer.training.checkpoint_reading import checkpoint_problem
+from lit_resformer.runs.checkpoint_reading import checkpoint_problem
+from lit_resformer.runs.run_dir import CSV_LOGS, TB_LOGS, RunDir
 from lit_resformer.training.checkpoint_saving import InterruptCheckpoint, RunCheckpoint
 from lit_resformer.training.config_rules import check_checkpoint_matches, check_experiment
 from lit_resformer.training.module import LitResFormer
-from lit_resformer.training.run_dir import CSV_LOGS, TB_LOGS, RunDir
 from lit_resformer.writing import atomic_write
 
 

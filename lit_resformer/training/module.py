@@ -18,7 +18,8 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from lit_resformer.data.tokenizer import token_byte_lengths
 from lit_resformer.model import ModelConfig, Transformer
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.model.config import mixing_settings
+from lit_resformer.runs.run_dir import RunDir
 
 # Rates of the throughput monitor span at least this many optimizer steps.
 THROUGHPUT_WINDOW_STEPS = 10
@@ -210,18 +211,6 @@ def warmup_stable_decay(step: int, *, peak: float, start: float, warmup: int, de
     return peak - (1.0 - final_ratio) * peak * progress
 
 
-def has_mixing_weights(config: ModelConfig) -> bool:
-    """Whether the model has learnable mixing weights or gates (`Transformer.param_groups`' mixing group): the
-    residual's learnable weights, value embeddings, gated attention, XSA, SATFormer or dense value connections."""
-    return (config.residual.learnable != "none" or config.value_embed.enabled or config.attn_gate.enabled
-            or config.xsa.enabled or config.satformer.enabled or config.dense_value.enabled)
-
-
-MIXING_SETTINGS = ("model.config.residual.learnable (one of ['scalar', 'head', 'token', 'tied']), "
-                   "model.config.value_embed.layers, model.config.attn_gate.per, model.config.xsa.per, "
-                   "model.config.satformer.enabled or model.config.dense_value.layers")
-
-
 def _check_optimizer_settings(config: ModelConfig, *, lr, eps, mix_lr, optimizer, muon_lr_mult, muon_momentum,
                               multipliers: dict) -> None:
     """Every optimizer setting of LitResFormer, refused with the field and what it allows (before any compute)."""
@@ -237,8 +226,9 @@ def _check_optimizer_settings(config: ModelConfig, *, lr, eps, mix_lr, optimizer
     if optimizer == "adamw" and muon_lr_mult is not None:
         raise ValueError("model.muon_lr_mult is set but model.optimizer='adamw'; set model.optimizer to 'muon' "
                          "or leave model.muon_lr_mult unset")
-    if mix_lr is not None and not has_mixing_weights(config):
-        raise ValueError(f"model.mix_lr is set but the model has no learnable mixing weights; set {MIXING_SETTINGS}")
+    if mix_lr is not None and not config.has_mixing_weights():
+        raise ValueError("model.mix_lr is set but the model has no learnable mixing weights; set "
+                         f"{mixing_settings('model.config.')}")
     if multipliers.get("value_embed") is not None and not config.value_embed.enabled:
         raise ValueError("model.value_embed_lr_mult is set but the model has no value-embedding tables; set "
                          "model.config.value_embed.layers")
@@ -566,44 +556,9 @@ class LitResFormer(L.LightningModule):
         self.log_dict(self.mixing_weights())
 
     def mixing_weights(self) -> dict[str, torch.Tensor]:
-        """Learnable residual weights per layer (heads averaged; a gate's weight norm), value-embedding gate norms
-        and λs, gated attention's, SATFormer's and dense value connections' gate norms, XSA's α, and DenseFormer
-        self-weights, on the device."""
-        values: dict[str, torch.Tensor] = {}
-        for n, block in enumerate(self._core.blocks, start=1):
-            ve_mix = block.attn.ve_mix
-            if ve_mix is not None:
-                values[f"mix/layer{n}/value_embed_gate_norm"] = ve_mix.gate.detach().norm()
-                if ve_mix.lam is not None:
-                    values[f"mix/layer{n}/value_lambda"] = ve_mix.lam.detach()
-            mix = getattr(block.attn, "mix", None)
-            if mix is None or mix.kind == "none":
-                continue
-            if mix.kind == "token":
-                # The norm of all the gate's parameters (W, or W_up and W_down, and b).
-                gate = torch.cat([p.detach().flatten() for p in mix.gate.parameters()])
-                values[f"mix/layer{n}/gate_weight_norm"] = torch.linalg.vector_norm(gate)
-            elif mix.kind == "tied":
-                values[f"mix/layer{n}/lambda"] = mix.lam.detach()
-            else:
-                values[f"mix/layer{n}/self"] = mix.mix_self.detach().mean()
-                values[f"mix/layer{n}/history"] = mix.mix_history.detach().mean()
-        for n, block in enumerate(self._core.blocks, start=1):
-            attn = block.attn
-            if attn.out_gate is not None:  # gated attention's W_θ
-                values[f"mix/layer{n}/attn_gate_weight_norm"] = attn.out_gate.weight.detach().norm()
-            if attn.xsa is not None:  # XSA's α (per layer, or per head averaged), or the norm of its per-token W
-                if attn.xsa.per == "token":
-                    values[f"mix/layer{n}/xsa_weight_norm"] = attn.xsa.weight.detach().norm()
-                else:
-                    values[f"mix/layer{n}/xsa_alpha"] = attn.xsa.alpha.detach().mean()
-            if attn.sat_gate is not None:  # SATFormer's W_α
-                values[f"mix/layer{n}/satformer_gate_norm"] = attn.sat_gate.weight.detach().norm()
-            if attn.dense_value is not None:  # the μ network's output weights W_2 (zero: the vanilla layer)
-                values[f"mix/layer{n}/dense_value_mu_norm"] = attn.dense_value.w2.detach().norm()
-        for b, dwa in self._core.dwa.items():
-            values[f"dwa/block{b}/self"] = dwa.alpha[-1].detach()
-        return values
+        """The model's learnable mixing weights and gates as it logs them (`Transformer.mixing_weights`), on the
+        device."""
+        return self._core.mixing_weights()
 
     # ------------------------------------------------------------------ evaluation
     def on_train_start(self) -> None:

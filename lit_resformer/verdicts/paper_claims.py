@@ -1,11 +1,12 @@
 """The paper's claims as the unit of the scoreboard: each claim of configs/claims.yaml (the paper's words, where it
-is made, its condition) with the comparisons that are its evidence (lit_resformer.verdicts.claims.scoreboard rows),
-and its verdict derived from them by one rule (the registry file's header):
+is made, its condition) with the comparisons that are its evidence (the rows of
+lit_resformer.verdicts.scoreboard_rows.scoreboard), and its verdict derived from them by one rule (the registry
+file's header):
 
 - a comparison whose question (cells, metric, measurement point, margin) is tested (any verdict but "not tested") in a
   higher tier (gpu > evidence > any other grid) is "superseded by <grid>": shown, not counted;
 - a comparison of a transfer grid (configs/grids/transfer/: another optimizer, budget, size or corpus than the paper's
-  condition) is shown, not counted, and read in the transfer table (lit_resformer.verdicts.transfer);
+  condition) is shown, not counted, and read in the transfer table (lit_resformer.board.transfer);
 - of the counted comparisons: all reproduced -> reproduced; some contradicted and none reproduced -> contradicted;
   both -> mixed; all not tested -> not tested; otherwise inconclusive;
 - a claim no comparison measures is "not tested", with what would test it (`not_tested:`).
@@ -25,29 +26,66 @@ import yaml
 
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli
 from lit_resformer.provenance import REPO_ROOT as REPO
-from lit_resformer.verdicts.claims import Verdict, is_sub_row
 from lit_resformer.verdicts.regime import regime_text
 from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE, verdict_text
+from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 
 REGISTRY = REPO / "configs" / "claims.yaml"
 CLAIM_VERDICTS = ("reproduced", "contradicted", "mixed", "inconclusive", "not tested")
 TIER_RANK = {"gpu": 3, "evidence": 2}  # any other grid (repro, demo, standalone sweeps): 1
+# What a claim of the paper stands on (its `basis:`): every basis but "verbatim" needs a `reading:` saying how the
+# statement goes beyond its quote and what the text says.
+BASES = {"verbatim": "the text says it in words (or a table prints it)",
+         "caption": "only a figure's caption says part of it",
+         "reading": "a reading of a figure or table beyond the text's words"}
+# A quoted span of the paper (“…”) and its location right after it: "(review l. 287–288)", "(review, Table 5)",
+# "(v5 caption of its Fig. 4 = review Fig. 5)". Whether the span is verbatim is checked against the paper's text,
+# which the project does not ship (../shared/paper/verify_quotes.py, while writing the quote).
+QUOTED_SPAN = re.compile(r"“[^“”]+”")
+LOCATED_SPAN = re.compile(r"“[^“”]+”\s*\((?:review|v5)\b[^()]*\)")
+
+
+def quote_problem(quote: object) -> str:
+    """Why `quote` is not the paper's words with their location ("" when it is): at least one “…” span, each
+    followed by where it is in the review text or the later version's captions."""
+    if not isinstance(quote, str) or not QUOTED_SPAN.search(quote):
+        return "needs the paper's words in “…”, each followed by its location, e.g. “…” (review l. 287–288)"
+    unlocated = len(QUOTED_SPAN.findall(quote)) - len(LOCATED_SPAN.findall(quote))
+    if unlocated:
+        return (f"{unlocated} quoted span(s) without a location right after them: (review l. N–M), (review, Table N) "
+                "or (v5 caption of its Fig. N = review Fig. M)")
+    return ""
 
 
 def load_registry(path: Path = REGISTRY) -> dict:
-    """{"claims": [...], "preconditions": {...}} of configs/claims.yaml, checked: unique ids, known fields."""
+    """{"claims": [...], "preconditions": {...}} of configs/claims.yaml, checked: unique ids, known fields, and for a
+    claim of the paper its quote (the paper's words with their location), its basis and, beyond verbatim, its
+    reading."""
     raw = yaml.safe_load(path.read_text()) or {}
     claims = raw.get("claims") or []
     ids = [c["id"] for c in claims]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{path}: duplicate claim ids {sorted({i for i in ids if ids.count(i) > 1})}")
     allowed = {"id", "statement", "where", "condition", "comparisons", "context", "not_tested", "reading",
-               "beyond_paper", "preconditions", "quote"}
+               "beyond_paper", "preconditions", "quote", "basis"}
     preconditions = raw.get("preconditions") or {}
     for c in claims:
         unknown = set(c) - allowed
         if unknown or not c.get("statement") or not c.get("where"):
             raise ValueError(f"{path}: claim {c.get('id')!r}: needs statement and where; unknown fields {sorted(unknown)}")
+        if c.get("beyond_paper"):
+            if "basis" in c:
+                raise ValueError(f"{path}: claim {c['id']!r}: basis is for claims of the paper; a claim beyond it "
+                                 "quotes its own source")
+        else:
+            if problem := quote_problem(c.get("quote")):
+                raise ValueError(f"{path}: claim {c['id']!r}: quote {problem}")
+            if c.get("basis") not in BASES:
+                raise ValueError(f"{path}: claim {c['id']!r}: basis must be one of {', '.join(BASES)}, "
+                                 f"got {c.get('basis')!r}")
+            if c["basis"] != "verbatim" and not c.get("reading"):
+                raise ValueError(f"{path}: claim {c['id']!r}: basis {c['basis']} needs a reading: how the statement "
+                                 "goes beyond its quote, and what the text says")
         for pid in c.get("preconditions") or []:
             if pid not in preconditions:
                 raise ValueError(f"{path}: claim {c['id']!r} names unknown precondition {pid!r}")
@@ -116,6 +154,7 @@ class PaperClaim:
     reading: str = ""
     preconditions: list[str] = field(default_factory=list)
     quote: str = ""
+    basis: str = ""  # a claim of the paper: a key of BASES
 
     @property
     def tiers(self) -> list[str]:
@@ -129,8 +168,8 @@ class PaperClaim:
     def to_dict(self) -> dict:
         return {"id": self.id, "statement": self.statement, "where": self.where, "condition": self.condition,
                 "verdict": self.verdict, "reason": self.reason, "beyond_paper": self.beyond_paper,
-                "quote": self.quote, "reading": self.reading, "preconditions": self.preconditions, "tiers": self.tiers,
-                "regimes": self.regimes, "comparisons": [e.to_dict() for e in self.evidence]}
+                "quote": self.quote, "basis": self.basis, "reading": self.reading, "preconditions": self.preconditions,
+                "tiers": self.tiers, "regimes": self.regimes, "comparisons": [e.to_dict() for e in self.evidence]}
 
 
 def derive(verdicts: Sequence[str]) -> str:
@@ -202,7 +241,8 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[
                 reason += f"; {entry['not_tested']}"
         claims.append(PaperClaim(entry["id"], entry["statement"], entry["where"], entry.get("condition", ""), decided,
                                  reason, evidence, bool(entry.get("beyond_paper")), entry.get("reading", ""),
-                                 list(entry.get("preconditions") or []), entry.get("quote", "")))
+                                 list(entry.get("preconditions") or []), entry.get("quote", ""),
+                                 entry.get("basis", "")))
     for v in top:
         if id(v) not in used:
             claims.append(PaperClaim(f"unassigned: {base_text(v.claim.claim)}", v.claim.claim, "(not in "
@@ -328,6 +368,8 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                       f"{c.statement} — *{c.where}*" + (f"; condition: {c.condition}" if c.condition else ""), ""]
             if c.quote:
                 lines += [f"> {c.quote}", ""]
+            if c.basis:
+                lines += [f"Basis: {c.basis} ({BASES[c.basis]}).", ""]
             if c.reading:
                 lines += [f"Reading: {c.reading}", ""]
             if c.preconditions:

@@ -1,5 +1,5 @@
 """`lit-resformer plan GRID --effect X`: how many seeds each comparison of a finished (pilot) grid needs, read from
-the grid's own verdicts (lit_resformer.verdicts.claims.evaluate_grid) by lit_resformer.measures.power.
+the grid's own verdicts (lit_resformer.verdicts.judgements.evaluate_grid) by lit_resformer.measures.power.
 
 Per comparison: its design, n and spread (recovered from its 95% t interval), its minimum detectable effect now,
 and the seeds at which that reaches X nats and the paper's effect where the claim gives one; all at the
@@ -24,7 +24,8 @@ from lit_resformer.measures.power import (
 )
 from lit_resformer.runs.claim_spec import NATS, metric_kind
 from lit_resformer.runs.directory import grid_dirs, grid_index
-from lit_resformer.verdicts.claims import Judgements, Verdict, evaluate_grid
+from lit_resformer.verdicts.judgements import Judgements, evaluate_grid
+from lit_resformer.verdicts.verdict import Verdict
 from lit_resformer.writing import markdown_table
 
 

@@ -9,6 +9,10 @@ import numpy as np
 
 from lit_resformer.runs.results import GridResults
 
+# Hoffmann et al. 2022's compute-optimal budget, about 20 training tokens a parameter: a regime's tokens per parameter
+# as a fraction of it says how far short of (or past) a compute-optimal run its verdicts were measured
+CHINCHILLA_TOKENS_PER_PARAM = 20
+
 
 def grid_regime(results: GridResults) -> dict:
     """Where a grid's finished runs stand, so a verdict is read in its regime: the ranges over runs of parameters,
@@ -77,7 +81,9 @@ def regime_text(regime: dict) -> str:
     trained = ", ".join(x for x in ("+".join(regime.get("optimizer") or []),
                                     " and ".join(f"the {c} corpus" for c in regime.get("corpus") or [])) if x)
     return (f"{regime['runs']} runs, {span('params', millions)} parameters, {span('tokens', millions)} training tokens "
-            f"({span('tokens_per_param', lambda x: f'{x:.2f}')} tokens per parameter; {epochs})"
+            f"({span('tokens_per_param', lambda x: f'{x:.2f}')} tokens per parameter, "
+            f"{span('tokens_per_param', lambda x: f'{x / CHINCHILLA_TOKENS_PER_PARAM:.2f}')}× a Chinchilla budget; "
+            f"{epochs})"
             + (f", {trained}" if trained else "")
             + f", final validation loss {span('final_val_loss', lambda x: f'{x:.3f}')} against the references "
             f"{references}")

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from lit_resformer.measures.stats import VERDICTS
-from lit_resformer.verdicts.claims import Verdict, is_sub_row, judging
+from lit_resformer.verdicts.judges import judging
 from lit_resformer.verdicts.regime import regime_text
+from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 from lit_resformer.writing import markdown_table
 
 

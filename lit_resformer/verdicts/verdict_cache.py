@@ -1,8 +1,8 @@
 """Judged grids kept between calls, so that the board (`lit-resformer claims`) reads in seconds: a grid's verdicts on
-its own runs, before any adjustment (lit_resformer.verdicts.claims.Graded), stored under a key that is the content
+its own runs, before any adjustment (lit_resformer.verdicts.judgements.Graded), stored under a key that is the content
 of everything they are computed from. The key hashes the package's source (a change to how anything is judged), the
 grid's manifest (its claims included: what `refresh_claims` writes) and its results' provenance, and every result
-file of every run it reads (lit_resformer.training.run_dir.RunDir.result_files, through the links of shared runs):
+file of every run it reads (lit_resformer.runs.run_dir.RunDir.result_files, through the links of shared runs):
 any change to any of them is a new key, and a stale entry is never read. Entries live in LIT_RESFORMER_VERDICT_CACHE,
 by default the data cache's verdicts/ (LIT_RESFORMER_CACHE, ~/.cache/lit-resformer), one JSON file each, written
 atomically."""

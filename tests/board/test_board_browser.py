@@ -61,8 +61,8 @@ return found;
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory) -> tuple[Path, list]:
-    from lit_resformer.verdicts.claims import scoreboard
     from lit_resformer.verdicts.paper_claims import paper_claims
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
 
     chromium.browser()
     tmp = tmp_path_factory.mktemp("board")

@@ -59,7 +59,7 @@ def test_claims_whose_words_begin_alike_read_apart_with_their_ids():
 
 @pytest.mark.integration  # the scoreboard over docs/results (about 40 s without the verdict cache)
 def test_every_row_of_the_committed_board_reads_apart_and_fits_120_columns():
-    from lit_resformer.verdicts.claims import scoreboard
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
 
     claims = pc.paper_claims(scoreboard([RESULTS]))
     text = terminal_text(claims, 120)
@@ -81,7 +81,7 @@ def test_the_board_page_is_one_file_with_every_claim_filterable_and_a_plot_acros
 
     from lit_resformer.board.scoreboard import html_page
     from lit_resformer.reports import forest
-    from lit_resformer.verdicts.claims import scoreboard
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
     from tests.helpers.claims_grids import judged_grid
 
     monkeypatch.setenv("LIT_RESFORMER_VERDICT_CACHE", str(tmp_path / "cache"))

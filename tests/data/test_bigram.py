@@ -127,8 +127,8 @@ def test_add_references_fills_in_a_run_trained_before_the_bigram_only_on_its_own
     rebuilt data once the run's logged unigram reference comes out again; another corpus is refused, a run with a
     reference or unfinished is left alone, and a run shared from another grid is done where it trained."""
     from lit_resformer.cli import main
+    from lit_resformer.runs.run_dir import RunDir
     from lit_resformer.runs.summary import add_references
-    from lit_resformer.training.run_dir import RunDir
 
     module = tiny_datamodule()
     data = dict(module.hparams)

@@ -12,10 +12,10 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from lit_resformer.data import LMDataModule
 from lit_resformer.data.tokenizer import EOS_TOKEN, token_byte_lengths, token_bytes, train_bpe
 from lit_resformer.model import ModelConfig
+from lit_resformer.runs import curves
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.runs.summary import BPB_FIELDS, metric_results
-from lit_resformer.training import curves
 from lit_resformer.training.module import LitResFormer, bits_per_byte
-from lit_resformer.training.run_dir import RunDir
 
 TEXT = "café €😀"
 # The byte-level tokens of TEXT under HAND_MERGES, written out by hand: GPT-2's byte alphabet writes byte 0xC3 as

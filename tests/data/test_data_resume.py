@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from lit_resformer.cli import main
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment
 
 TOTAL_STEPS = 20

@@ -12,8 +12,8 @@ import pytest
 
 from lit_resformer.data import token_counts, unigram_loss
 from lit_resformer.data.packing import stream_name
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.runs.summary import results
-from lit_resformer.training.run_dir import RunDir
 
 
 def test_unigram_loss_by_hand():

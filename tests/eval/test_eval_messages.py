@@ -8,7 +8,7 @@ import pytest
 
 from lit_resformer.cli import main
 from lit_resformer.eval.run import evaluate_run_dir
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 from tests.helpers.eval_data import go_offline
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from lit_resformer.execution.executors import LocalExecutor, StepProgress, run_with_progress
 from lit_resformer.execution.jobs import RunJob
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 
 
 def test_local_pool_slots():

@@ -7,7 +7,7 @@ import pytest
 
 from lit_resformer.execution import jobs as job_module
 from lit_resformer.execution.jobs import RunJob, execute
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 
 
 def test_a_running_attempt_writes_its_wall_time_down_as_it_goes(tmp_path, monkeypatch):

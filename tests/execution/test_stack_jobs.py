@@ -25,8 +25,8 @@ from lit_resformer.execution.stack_jobs import (
 )
 from lit_resformer.grids import GridOptions, PoolOptions, load_grid, run_grid
 from lit_resformer.runs.results import load_results
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.training.config_checker import ConfigChecker
-from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import experiment
 
 CPU_POOL = SimpleNamespace(slots=[{"CUDA_VISIBLE_DEVICES": ""}])

@@ -32,6 +32,7 @@ from tests.helpers.hf_remote import (
     exported_modules,
     reference_case,
 )
+from tests.helpers.models import LEARNABLE_CHOICES
 
 # name -> ModelConfig overrides of a 6-layer model (d_model 32, 4 heads).
 VARIANTS = {
@@ -69,6 +70,7 @@ VARIANTS = {
         "value_embed": {"layers": [1, 2, 5, 6], "shared": True, "gate_width": 6, "gate_reads_table": True,
                         "gate_scale": 2.0, "value_weight": "learnable"},
         "residual": {"target": "v"}, "n_kv_head": 2},
+    **LEARNABLE_CHOICES,  # every choice of the variant Literals that builds learnable weights
 }
 
 

@@ -11,7 +11,7 @@ import pytest
 from lit_resformer.execution.executors import LocalExecutor
 from lit_resformer.grids import GridOptions, PoolOptions, load_grid, run_grid
 from lit_resformer.provenance import RUNS_SHARING_ENV
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment
 
 

@@ -41,7 +41,7 @@ def test_each_seed_is_kept_as_it_ends_and_a_new_machine_resumes_from_the_kept_se
     grid = write_grid(tmp_path, LADDER)
     first = by_seed(tmp_path, grid, fake, "machine1", SEEDS="0")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "ladder seed 0: kept in" in first.stdout
+    assert "ladder seed(s) 0: kept in" in first.stdout
     kept = finished(tmp_path / "kept/ladder")
     assert len(kept) == RUNS_A_SEED and all(run.endswith("/seed0") for run in kept)
     assert not (tmp_path / "kept/ladder/vanilla,trunk/seed0/checkpoints").exists()  # results only
@@ -49,15 +49,27 @@ def test_each_seed_is_kept_as_it_ends_and_a_new_machine_resumes_from_the_kept_se
 
     second = by_seed(tmp_path, grid, fake, "machine2")  # a new machine: only the kept folder carries over
     assert second.returncode == 0, second.stdout + second.stderr
-    assert "seeded" in second.stdout and "ladder seed 0: training" not in second.stdout
+    assert "seeded" in second.stdout and "ladder seed(s) 0: training" not in second.stdout
     assert not list((tmp_path / "machine2/ladder").glob("*/seed0/calls.jsonl"))  # seed 0 was not trained again
     assert len(list((tmp_path / "machine2/ladder").glob("*/seed1/calls.jsonl"))) == RUNS_A_SEED
     assert len(finished(tmp_path / "kept/ladder")) == 2 * RUNS_A_SEED
     results = tmp_path / "results/ladder"
-    assert len(finished(results)) == 2 * RUNS_A_SEED
+    assert len(finished(results)) == 2 * RUNS_A_SEED, second.stdout + second.stderr
     assert yaml.safe_load((results / "grid.yaml").read_text())["seeds"] == [0, 1]  # the manifest names both
     assert (results / "report.md").is_file()
     assert "every seed done" in second.stdout
+
+
+@pytest.mark.integration
+def test_a_slice_of_cells_trains_two_seeds_together_and_keeps_them_without_finishing_the_grid(tmp_path, fake):
+    grid = write_grid(tmp_path, LADDER)
+    sliced = by_seed(tmp_path, grid, fake, "machine1", TOGETHER="2", SLICE="resformer,*")
+    assert sliced.returncode == 0, sliced.stdout + sliced.stderr
+    assert "ladder seed(s) 0 1: training (8 of 8 runs left)" in sliced.stdout  # 4 runs of the slice a seed
+    assert "ladder seed(s) 0 1: kept in" in sliced.stdout
+    kept = finished(tmp_path / "kept/ladder")
+    assert len(kept) == 8 and all(run.startswith("resformer,") for run in kept)
+    assert not (tmp_path / "results").exists() and "of the cells resformer,*" in sliced.stdout
 
 
 @pytest.mark.integration
@@ -94,3 +106,26 @@ def test_a_gpu_slice_seeded_with_the_kept_seeds_trains_only_the_rest(tmp_path, f
         tar.extractall(tmp_path / "exports", filter="data")
     merge_export(tmp_path / "exports/ladder.tar.gz", tmp_path / "results")
     assert len(finished(tmp_path / "results/ladder")) == 2 * RUNS_A_SEED
+
+
+@pytest.mark.integration
+def test_a_queue_trains_its_entries_in_order_and_a_second_call_trains_nothing(tmp_path, fake):
+    grid = write_grid(tmp_path, LADDER)
+    queue = tmp_path / "queue.txt"
+    queue.write_text(f"# order\n{grid} resformer,*   # one arm first\n\n{grid}\n")
+    env = {**os.environ, "QUEUE": str(queue), "RUNS": str(tmp_path / "runs"), "KEPT": str(tmp_path / "kept"),
+           "RESULTS": str(tmp_path / "results"), "PYTHON": sys.executable, "PYTHONPATH": str(REPO),
+           TRAIN_COMMAND_ENV: " ".join(fake)}
+
+    def queued() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(REPO / "scripts/grid-queue.sh")], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    first = queued()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.index("(slice resformer,*)") < first.stdout.index("ladder seed(s) 0 1: training (8 of 8"), first.stdout
+    assert "every entry of" in first.stdout and len(finished(tmp_path / "results/ladder")) == 2 * RUNS_A_SEED
+    trained = list((tmp_path / "runs/ladder").glob("*/seed*/calls.jsonl"))
+    assert len(trained) == 2 * RUNS_A_SEED and all(len(path.read_text().splitlines()) == 1 for path in trained)
+    again = queued()
+    assert again.returncode == 0 and "training" not in again.stdout

@@ -6,10 +6,11 @@ import json
 import re
 
 import pytest
+import yaml
 
 from lit_resformer.grids import GridError, GridOptions, load_grid, run_grid
 from lit_resformer.grids.spec import parse_ladder
-from lit_resformer.training.run_dir import BRANCH_FILE, RunDir, kept_checkpoint
+from lit_resformer.runs.run_dir import BRANCH_FILE, RunDir, kept_checkpoint
 from tests.helpers.experiments import fit, fit_killed_at, read_metrics, tiny_experiment
 from tests.helpers.fake_trainer import calls, summary
 from tests.helpers.ladder_grids import LADDER, write_grid
@@ -39,8 +40,21 @@ def test_a_ladder_is_a_trunk_per_cell_and_a_rung_per_budget(tmp_path):
     assert grid.branch_point("resformer,max_steps=20").trunk == "resformer,trunk"
     assert grid.branch_point("resformer,max_steps=20").step == 16 and grid.branch_point("vanilla,trunk") is None
     assert grid.manifest()["ladder"]["decay_starts"] == [8, 16, 24]
-    with pytest.raises(GridError, match="a grid with a ladder has `cells` and no `matrix`"):
-        load_grid(write_grid(tmp_path, {**LADDER, "matrix": {"model.lr": [1e-3]}}))
+    with pytest.raises(GridError, match="its budgets are its trainer.max_steps"):
+        load_grid(write_grid(tmp_path, {**LADDER, "matrix": {"trainer.max_steps": [10]}}))
+
+
+def test_a_ladder_with_a_matrix_has_a_trunk_per_cell_and_point(tmp_path):
+    grid = load_grid(write_grid(tmp_path, {**LADDER, "matrix": {"model.lr": [1e-3, 2e-3]}}))
+    heads = [f"{f},lr={lr}" for f in ("vanilla", "resformer") for lr in (0.001, 0.002)]
+    assert [c.name for c in grid.cells] == [*(f"{h},trunk" for h in heads),
+                                            *(f"{h},max_steps={b}" for h in heads for b in (10, 20, 30))]
+    assert grid.configs["resformer,lr=0.002,trunk"]["model"]["lr"] == 2e-3
+    rung = next(c for c in grid.cells if c.name == "resformer,lr=0.002,max_steps=20")
+    assert rung.coords == {"model.lr": 2e-3, "trainer.max_steps": 20} and rung.family == "resformer"
+    assert grid.configs[rung.name]["model"]["lr"] == 2e-3 and grid.configs[rung.name]["model"]["decay_start"] == 16
+    assert grid.branch_point(rung.name).trunk == "resformer,lr=0.002,trunk"
+    assert next(c for c in grid.cells if c.name == "resformer,lr=0.002,trunk").coords == {}
 
 
 def test_a_rungs_identity_differs_by_budget_and_equals_a_straight_run_in_another_grid(tmp_path):
@@ -95,6 +109,19 @@ def test_the_runner_trains_the_trunks_then_each_rung_from_its_trunks_checkpoint(
 
 
 @pytest.mark.integration
+def test_a_slice_of_cells_trains_only_its_ladder(tmp_path, fake):
+    grid = load_grid(write_grid(tmp_path, LADDER))
+    outcome = run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, cells=("resformer,*",)),
+                       progress=False, out=io.StringIO())
+    g = tmp_path / "runs/ladder"
+    assert outcome.failed == [] and summary(g / "resformer,max_steps=30/seed1")["status"] == "done"
+    assert not calls(g / "vanilla,trunk/seed0") and not calls(g / "vanilla,max_steps=10/seed0")
+    with pytest.raises(GridError, match=r"--cells svformer,\*: no cell of ladder matches; its cells: vanilla,trunk"):
+        run_grid(grid, GridOptions(runs_dir=tmp_path / "runs", train_command=fake, cells=("svformer,*",)),
+                 progress=False, out=io.StringIO())
+
+
+@pytest.mark.integration
 def test_a_rung_equals_a_straight_wsd_run_and_resumes_exactly_after_a_kill(tmp_path, tiny_corpus, data_cache):
     """Trunk to step 6 (kept there) then a decay to 10 == one WSD run to 10 decaying from step 6, loss for loss on
     the CPU in fp32; a rung killed after its own step-8 checkpoint resumes to the same losses."""
@@ -122,3 +149,20 @@ def test_a_rung_equals_a_straight_wsd_run_and_resumes_exactly_after_a_kill(tmp_p
         for name in ("train/loss", "val/loss", "train/lr", "train/tokens_seen"):
             assert got[name] == expected[name], (run.name, name)
     assert not RunDir(tmp_path / "early").start_branch(RunDir(trunk), 4, "trunk")  # no checkpoint kept at step 4
+
+
+def test_an_overlay_that_removes_a_ladder_cell_drops_its_claims_and_judges_its_own_at_each_rung(tmp_path):
+    """The shared-rate ladder's shape: the parent's arm removed (with the claims naming it or its rungs), a new arm
+    added with its own claim, which holds at each budget (never at the trunks, which end at the peak rate)."""
+    parent = {**LADDER, "claims": [*LADDER["claims"], {"claim": "gain at 30", "a": "resformer,max_steps=30",
+                                                       "b": "vanilla,max_steps=30", "metric": "val_loss",
+                                                       "direction": "lower"}]}
+    write_grid(tmp_path, parent, "parent.yaml")
+    overlay = {"name": "shared", "extends": "parent.yaml",
+               "cells": {"resformer": None, "resformer-slow": {"model.config.residual.target": "v", "model.lr": 1e-3}},
+               "claims": [{"claim": "gain", "a": "resformer-slow", "b": "vanilla", "metric": "val_loss",
+                           "direction": "lower"}]}
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
+    grid = load_grid(tmp_path / "overlay.yaml")
+    assert [(c["a"], c["b"]) for c in grid.claims] == [(f"resformer-slow,max_steps={b}", f"vanilla,max_steps={b}")
+                                                       for b in (10, 20, 30)]

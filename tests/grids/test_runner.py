@@ -23,9 +23,9 @@ import yaml
 from lit_resformer.grids import GridError, GridOptions, PoolOptions, load_grid, run_grid
 from lit_resformer.provenance import FIELDS as PROVENANCE_FIELDS
 from lit_resformer.reports import write_report
+from lit_resformer.runs.curves import read_metrics
 from lit_resformer.runs.directory import MANIFEST_VERSION
-from lit_resformer.training.curves import read_metrics
-from lit_resformer.training.run_dir import RunConflict, RunDir
+from lit_resformer.runs.run_dir import RunConflict, RunDir
 from tests.helpers.fake_trainer import BASE, THREE_CELLS, alive, calls, summary, write_grid
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from lit_resformer.training.curves import read_metrics
+from lit_resformer.runs.curves import read_metrics
 
 pytestmark = pytest.mark.slow
 

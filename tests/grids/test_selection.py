@@ -190,3 +190,55 @@ def test_an_at_best_cell_is_checked_at_load_at_every_value_its_arm_may_choose(tm
     bad = {**SELECT, "at_best": {**SELECT["at_best"], "matrix": {"model.warmup_steps": [2, "many"]}}}
     with pytest.raises(GridError, match=r"cell 'vanilla,lr=0.0005,warmup_steps=many'.*model.warmup_steps"):
         load_grid(write_grid(tmp_path, {**GRID, "select": bad}))
+
+
+SURFACE = {  # a ladder at three peak rates per arm, each arm's rate chosen at each budget apart
+    "name": "surface",
+    "baseline": "vanilla",
+    "seeds": [0, 1],
+    "cells": {"vanilla": {}, "resformer": {"model.config.residual.target": "v"}},
+    "matrix": {"model.lr": [1.0e-3, 2.0e-3, 4.0e-3]},
+    "ladder": {"budgets": [10, 20, 30], "decay_fraction": 0.2},
+    "select": {"over": "model.lr", "per": "trainer.max_steps", "arms": ["vanilla", "resformer"], "seeds": [2, 3],
+               "confirm": {"vanilla": ["best"], "resformer": ["best"]}},
+    "claims": [{"claim": "tuned at each budget", "a": "resformer", "b": "vanilla", "metric": "val_loss_each_at_best",
+                "direction": "lower"}],
+}
+
+
+def test_a_ladders_rate_is_chosen_at_each_budget_and_confirmed_on_its_rung_and_trunk(tmp_path):
+    grid = load_grid(write_grid(tmp_path, SURFACE))
+    assert len(grid.runs()) == 2 * 3 * (1 + 3) * 2  # arms x rates x (trunk + rungs) x pilot seeds
+    assert grid.pilot_cells("resformer", 20) == {lr: f"resformer,lr={lr},max_steps=20" for lr in (0.001, 0.002, 0.004)}
+    assert grid.manifest()["select"]["per"] == "trainer.max_steps"
+    # the claim at chosen points holds at each budget, one comparison each
+    assert [(c["claim"], c["per"]) for c in grid.claims] == [
+        (f"tuned at each budget [max_steps={b}]", {"trainer.max_steps": b}) for b in (10, 20, 30)]
+    assert Selection.from_dict(grid.manifest()["select"]).per_values == (10, 20, 30)
+    grid_dir = tmp_path / "runs" / "surface"
+    # vanilla is best at 2e-3 at every budget; resformer at 2e-3 at budgets 10 and 20, its rungs at 30 not finished
+    best_at = {("vanilla", b): 2.0e-3 for b in (10, 20, 30)} | {("resformer", 10): 2.0e-3, ("resformer", 20): 2.0e-3}
+    for arm in ("vanilla", "resformer"):
+        for budget in (10, 20):
+            for lr, cell in grid.pilot_cells(arm, budget).items():
+                for seed in (0, 1):
+                    finished(grid_dir, cell, seed, 4.0 if lr == best_at[arm, budget] else 5.0 + lr)
+    for lr, cell in grid.pilot_cells("vanilla", 30).items():
+        for seed in (0, 1):
+            finished(grid_dir, cell, seed, 4.0 if lr == 2.0e-3 else 5.0)
+    chosen, best, waiting = chosen_runs(grid, grid_dir)
+    assert best == {"vanilla": {10: 2.0e-3, 20: 2.0e-3, 30: 2.0e-3}, "resformer": {10: 2.0e-3, 20: 2.0e-3}}
+    assert waiting == ["at trainer.max_steps=30: resformer's best model.lr: waits for its pilot runs (0 of 6 finished)",
+                       "at trainer.max_steps=30: resformer at best: confirmation seeds [2, 3] wait for resformer's best"]
+    names = [r.name for r in chosen]
+    # each chosen rung trains the confirmation seeds after its trunk, the trunk once
+    assert names == [f"surface/{cell}/seed{s}" for cell in (
+        "vanilla,lr=0.002,trunk", "vanilla,lr=0.002,max_steps=10", "resformer,lr=0.002,trunk",
+        "resformer,lr=0.002,max_steps=10", "vanilla,lr=0.002,max_steps=20", "resformer,lr=0.002,max_steps=20",
+        "vanilla,lr=0.002,max_steps=30") for s in (2, 3)]
+    # a best rate at an end of the range at any budget fails the grid, naming the budget
+    for lr, cell in grid.pilot_cells("resformer", 30).items():
+        for seed in (0, 1):
+            finished(grid_dir, cell, seed, 5.0 - 100 * lr)  # the highest rate is best
+    with pytest.raises(GridError, match=r"at trainer.max_steps=30: resformer's best model.lr is 0.004, at an end"):
+        chosen_runs(grid, grid_dir)

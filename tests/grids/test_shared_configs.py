@@ -53,7 +53,7 @@ def test_shared_cells_resolve_to_the_same_config_at_every_seed(grids, user, owne
 
 def test_the_runner_the_scoreboard_and_this_check_judge_by_one_run_identity(tmp_path, monkeypatch):
     """`lit_resformer.runs.identity.run_identity` alone says what a run is: the runner's sharing (Grid.identity,
-    Grid.same_run), the scoreboard's counting of a comparison once (verdicts.claims._identity) and the check above
+    Grid.same_run), the scoreboard's counting of a comparison once (verdicts.verdict._identity) and the check above
     all follow it. With an identity under which every run is the same, all three see one run."""
     from types import SimpleNamespace
 
@@ -62,7 +62,7 @@ def test_the_runner_the_scoreboard_and_this_check_judge_by_one_run_identity(tmp_
     from lit_resformer.grids import spec
     from lit_resformer.runs import identity
     from lit_resformer.runs.claim_spec import Claim
-    from lit_resformer.verdicts import claims
+    from lit_resformer.verdicts import verdict
 
     (tmp_path / "base.yaml").write_text(yaml.safe_dump({
         "trainer": {"max_steps": 20}, "model": {"config": {"size": "tiny"}}, "data": {"seq_len": 64}}))
@@ -75,7 +75,7 @@ def test_the_runner_the_scoreboard_and_this_check_judge_by_one_run_identity(tmp_
 
     def scoreboard_identity(run):
         result = SimpleNamespace(run=SimpleNamespace(config_file=tmp_path / "no-config.yaml"), config=run.resolved)
-        return claims._identity(claim, [{run.seed: result}])
+        return verdict._identity(claim, [{run.seed: result}])
 
     def judged():
         return (grid.identity(vanilla.config) == grid.identity(resformer.config),

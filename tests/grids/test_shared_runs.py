@@ -15,7 +15,8 @@ from lit_resformer.reports import write_report
 from lit_resformer.runs.archive import export_grid, merge_export
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
 from lit_resformer.runs.results import load_results
-from lit_resformer.verdicts.claims import evaluate_grid, scoreboard
+from lit_resformer.verdicts.judgements import evaluate_grid
+from lit_resformer.verdicts.scoreboard_rows import scoreboard
 from tests.helpers.fake_trainer import calls, summary, write_grid
 
 CLAIM = {"claim": "ResFormer beats vanilla", "a": "resformer", "b": "vanilla", "metric": "val_loss",

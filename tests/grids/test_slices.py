@@ -16,7 +16,7 @@ import yaml
 
 from lit_resformer.runs.archive import SliceError, export_grid, merge_export
 from lit_resformer.runs.directory import GridDir
-from lit_resformer.training.run_dir import RunConflict, RunDir
+from lit_resformer.runs.run_dir import RunConflict, RunDir
 from tests.helpers.experiments import tiny_experiment
 
 REPO = Path(__file__).resolve().parents[2]

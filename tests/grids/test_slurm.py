@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from lit_resformer.corpora.sources import SNIFF_BYTES
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment
 
 pytestmark = pytest.mark.slurm

@@ -11,7 +11,8 @@ import yaml
 from lit_resformer.grids.spec import load_grid
 from lit_resformer.runs.claim_spec import Claim, metric_kind
 from lit_resformer.runs.results import GridResults
-from lit_resformer.verdicts.claims import JUDGING, Verdict
+from lit_resformer.verdicts.judges import JUDGING
+from lit_resformer.verdicts.verdict import Verdict
 
 BASE = {"seed_everything": 0, "trainer": {"max_steps": 100}, "model": {"config": {"size": "tiny"}}, "data": {"seq_len": 64}}
 UNIGRAM = 7.0  # every synthetic run's unigram reference; losses below 6.0 are past the plateau
@@ -88,5 +89,5 @@ def judged_grid(tmp_path, name: str = "g", tokens: int = 4_000_000, corpus: str 
 
 
 def judged(claim: Claim, results: GridResults) -> Verdict:
-    """The claim's unadjusted verdict, judged as its grid's report judges it (claims.JUDGING)."""
+    """The claim's unadjusted verdict, judged as its grid's report judges it (judges.JUDGING)."""
     return JUDGING[metric_kind(claim.metric).key].judge(claim, results, None)

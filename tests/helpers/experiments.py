@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from lit_resformer.cli import main
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 
 HELPERS = Path(__file__).parent
 

@@ -15,8 +15,8 @@ FAKE_TRAINER = textwrap.dedent(
     import csv, json, math, os, signal, sys, time
     from pathlib import Path
     import yaml
-    from lit_resformer.training.run_dir import kept_checkpoint
-    from lit_resformer.training.run_dir import RunDir
+    from lit_resformer.runs.run_dir import kept_checkpoint
+    from lit_resformer.runs.run_dir import RunDir
 
     args = sys.argv[1:]
     config = yaml.safe_load(open(args[args.index("--config") + 1]))

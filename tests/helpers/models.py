@@ -3,11 +3,14 @@ and the reference the chunked loss is checked against."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import torch
 import torch.nn.functional as F
 
 from lit_resformer.model import ModelConfig, Transformer
 from lit_resformer.model import loss as loss_module
+from lit_resformer.model.config import AttnGatePer, DenseInto, GatePer, Learnable, ValueWeight, XSAPer
 
 SMALL = dict(n_layer=6, n_head=4, d_model=64, ffn_dim=128, vocab_size=97, max_seq_len=64)
 
@@ -70,6 +73,39 @@ DECODE_VARIANTS = {
     "first-k": dict(share={"first": "k"}),
     "explicit-kernel+resformer": dict(residual={"target": "v"}, attn_impl="explicit"),
 }
+
+
+
+def _learnable_choices() -> dict[str, dict]:
+    """One config per choice of every variant Literal whose choices build learnable weights, the choices read with
+    get_args (each from the setting that switches its group on), plus the two groups switched on by a boolean; a
+    choice that gives the same config as an earlier one is left out."""
+    token_gate = {"target": "v", "learnable": "token"}
+    fields = {
+        "residual.learnable": (Learnable, lambda kind: {"residual": {"target": "v", "learnable": kind}}),
+        "residual.gate_per": (GatePer, lambda per: {"residual": {**token_gate, "gate_per": per}}),
+        "value_embed.value_weight": (ValueWeight, lambda weight: {"value_embed": {"layers": "alternate",
+                                                                                  "value_weight": weight}}),
+        "attn_gate.per": (AttnGatePer, lambda per: {"attn_gate": {"per": per}}),
+        "xsa.per": (XSAPer, lambda per: {"xsa": {"per": per}}),
+        "dense_value.into": (DenseInto, lambda into: {"dense_value": {"layers": "all", "into": into}}),
+    }
+    cases = {f"{field}={choice}": overrides(choice) for field, (literal, overrides) in fields.items()
+             for choice in get_args(literal) if choice != "none"}
+    cases["satformer.enabled=true"] = {"satformer": {"enabled": True}}
+    cases["dwa.enabled=true"] = {"dwa": {"enabled": True}}
+    distinct, seen = {}, []
+    for name, overrides in cases.items():
+        if small(**overrides) not in seen:
+            seen.append(small(**overrides))
+            distinct[name] = overrides
+    return distinct
+
+
+# Model overrides that build learnable mixing weights, gates or DenseFormer alphas, one case per choice (see
+# _learnable_choices): a choice added to one of these Literals is trained and logged (tests/training/test_training.py),
+# differentiated (tests/model/test_attention_variants.py) and exported (tests/export/test_export.py) with no edit.
+LEARNABLE_CHOICES = _learnable_choices()
 
 
 @torch.no_grad()

@@ -296,6 +296,7 @@ PAPER_EFFECTS = {
     "no positive effect (Fig. 9); the value residual's gain: -0.0272 at 82M (Table 5)": 0.0272,
     "-0.0086 (3.3151 -> 3.3065 at 3,200 steps, modded-nanogpt record)": 0.0086,
     "-0.0272 at 82M (Table 5), both at one learning rate (6e-4)": 0.0272,
+    "-0.0272 at 82M (Table 5, mean over domains; both at 6e-4)": 0.0272,
     "-0.0272 at 82M (Table 5, mean over domains)": 0.0272,
     "-0.0233 at 82M (Table 5)": 0.0233,
     "-0.0197 at 82M (Table 5)": 0.0197,
@@ -319,6 +320,9 @@ PAPER_EFFECTS = {
     "lower loss and perplexity (Qiu et al. 2025, arXiv 2505.06708); number not transcribed": None,
     "the sink disappears with the gate (Qiu et al. 2025, arXiv 2505.06708); number not transcribed": None,
     "not reported": None,
+    # no number of the paper's: the claim is this suite's
+    "the paper trains with cosine only; the ladder's schedule is this suite's": None,
+    "no trend across budgets is claimed by the paper: a finding of this suite": None,
     "SVFormer's standing also depends on peak learning rate, warmup, model size (Fig. 15)": None,
     "1,480 -> 1,415 steps to the target loss over 10 runs (modded-nanogpt, last layer, in value space)": None,
     "1,750 -> 1,530 steps to the target loss (modded-nanogpt)": None,

@@ -33,8 +33,8 @@ from lit_resformer.measures.scaling import (
 from lit_resformer.measures.stats import verdict
 from lit_resformer.model import ModelConfig
 from lit_resformer.reports.grid_report import write_report
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.runs.summary import epoch_tokens
-from lit_resformer.training.run_dir import RunDir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -556,7 +556,7 @@ def test_scaling_claims_for_the_scoreboard(tmp_path):
 
 @pytest.mark.integration
 def test_the_claims_scoreboard_judges_a_sweep_on_its_fitted_saving(tmp_path):
-    from lit_resformer.verdicts.claims import scoreboard
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
 
     (verdict,) = scoreboard([make_sweep_dir(tmp_path)])
     assert verdict.claim.claim == "ResFormer needs fewer parameters for the same loss"

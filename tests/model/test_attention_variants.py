@@ -17,12 +17,12 @@ import torch
 from lit_resformer.export import export_model
 from lit_resformer.model import ModelConfig, Trace, Transformer, kv_cache_bytes
 from lit_resformer.model.hf import non_vanilla_fields, to_hf_llama
-from lit_resformer.model.transformer import ExclusiveSelfAttention
+from lit_resformer.model.transformer import MIX_MODULES, ExclusiveSelfAttention
 from tests.helpers.eval_data import byte_bpe_tokenizer
 from tests.helpers.hf_remote import NEW_TOKENS, PROMPT_LEN, check_in_plain_transformers, reference_case
-from tests.helpers.models import SMALL, argmax_without_cache, build, small, tokens
+from tests.helpers.models import LEARNABLE_CHOICES, SMALL, argmax_without_cache, build, small, tokens
 
-NEW_MODULES = ("out_gate", "xsa", "sat_gate", "dense_value")  # the submodules these variants add
+NEW_MODULES = MIX_MODULES  # the submodules the variants add: the residual's mix, value-embedding mix, gates, XSA, ...
 
 
 def same_weights(target: Transformer, source: Transformer) -> Transformer:
@@ -294,22 +294,29 @@ GRADIENT_CASES = {
     "gate-head+xsa-head+dense-value-last": dict(attn_gate={"per": "head"}, xsa={"per": "head"},
                                                 dense_value={"layers": "last", "into": "value", "sources": [0, 5]}),
     "xsa-layer+skip-v1+gqa": dict(xsa={"per": "layer"}, share={"skip_v1": True}, n_kv_head=2),
+    "token-gate-low-rank+value-embed-lambda": dict(residual={"target": "v", "learnable": "token", "gate_rank": 4,
+                                                             "gate_bias": True},
+                                                   value_embed={"layers": [1, 3], "value_weight": "learnable"}),
+    **LEARNABLE_CHOICES,  # every choice of the variant Literals, the residual's learnable kinds among them
 }
 
 
 @pytest.mark.parametrize("name", list(GRADIENT_CASES))
 def test_every_new_parameter_learns_and_sits_in_the_undecayed_mixing_group(name):
     """From init, one AdamW step, then every parameter has a non-zero gradient (the zero-initialised W_2 of a μ
-    network leaves its W_1 without one until W_2 has moved)."""
+    network leaves its W_1 without one until W_2 has moved, a low-rank gate's W_up likewise). DenseFormer's alphas
+    alone make no mixing group: they are decayed."""
     model = build(small(**GRADIENT_CASES[name])).train()
     new = new_parameters(model)
-    assert new and all(p.requires_grad for p in new.values())
+    assert all(p.requires_grad for p in new.values())
+    assert bool(new) == model.config.has_mixing_weights()
     groups = model.param_groups(weight_decay=0.1, mix_lr=0.02)
-    decay, no_decay, mix = groups
-    assert {id(p) for p in new.values()} <= {id(p) for p in mix["params"]}
-    assert mix["weight_decay"] == 0.0 and mix["lr"] == 0.02
-    assert not {id(p) for p in new.values()} & {id(p) for p in decay["params"] + no_decay["params"]}
-    assert {id(p) for p in new.values()} <= {id(p) for p in model.mixing_parameters()}
+    if new:
+        decay, no_decay, mix = groups
+        assert {id(p) for p in new.values()} <= {id(p) for p in mix["params"]}
+        assert mix["weight_decay"] == 0.0 and mix["lr"] == 0.02
+        assert not {id(p) for p in new.values()} & {id(p) for p in decay["params"] + no_decay["params"]}
+        assert {id(p) for p in new.values()} <= {id(p) for p in model.mixing_parameters()}
     optimizer = torch.optim.AdamW(groups, lr=1e-2)
     x = tokens()
     model(x[:, :-1], labels=x[:, 1:]).backward()

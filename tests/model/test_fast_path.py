@@ -17,8 +17,8 @@ from lit_resformer.model import ModelConfig, Transformer, causal_lm_loss
 from lit_resformer.model import loss as loss_module
 from lit_resformer.model.decoding import GraphedDecodeStep
 from lit_resformer.model.loss import chunked_loss_pays, linear_cross_entropy, plain_cross_entropy
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.training.module import LitResFormer
-from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment
 from tests.helpers.models import (
     DECODE_VARIANTS,

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 import warnings
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
-from lit_resformer.model import ModelConfig, Trace, Transformer, kv_cache_bytes
-from lit_resformer.model.config import PRESETS
+from lit_resformer.model import ModelConfig, Trace, Transformer, kv_cache_bytes, transformer
+from lit_resformer.model.config import MIXING_FIELDS, PRESETS, Learnable
 from lit_resformer.model.hf import from_hf_llama, to_hf_llama
 from lit_resformer.model.kernels import attention, blocked_causal_block_mask, flash_available
-from lit_resformer.model.transformer import _Stash
-from tests.helpers.models import DECODE_VARIANTS, SMALL, argmax_without_cache, build, small, tokens
+from lit_resformer.model.transformer import MIX_MODULES, RESIDUAL_MIXES, _Stash
+from tests.helpers.models import (
+    DECODE_VARIANTS,
+    LEARNABLE_CHOICES,
+    SMALL,
+    argmax_without_cache,
+    build,
+    small,
+    tokens,
+)
 
 
 def same_weights(target: Transformer, source: Transformer) -> Transformer:
@@ -488,7 +498,11 @@ def test_flash_is_optional_on_cpu():
 
 
 # ---------------------------------------------------------------------------- learnable mixing
-@pytest.mark.parametrize("learnable", ["scalar", "head", "token", "tied"])
+def test_every_learnable_kind_has_its_residual_mix():
+    assert set(RESIDUAL_MIXES) == set(get_args(Learnable))
+
+
+@pytest.mark.parametrize("learnable", [kind for kind in get_args(Learnable) if kind != "none"])
 def test_learnable_mixing_weights_get_gradients_and_their_own_group(learnable):
     model = build(small(residual={"target": "v", "learnable": learnable}))
     mixing = model.mixing_parameters()
@@ -501,6 +515,42 @@ def test_learnable_mixing_weights_get_gradients_and_their_own_group(learnable):
     assert mix["weight_decay"] == 0.0 and mix["lr"] == 0.02
     assert not {id(p) for p in mixing} & {id(p) for p in decay["params"] + no_decay["params"]}
     assert "lr" not in model.param_groups(weight_decay=0.1)[2]  # default: the optimizer's base lr
+
+
+@pytest.mark.parametrize("overrides", [*LEARNABLE_CHOICES.values(), *DECODE_VARIANTS.values()],
+                         ids=[*LEARNABLE_CHOICES, *DECODE_VARIANTS])
+def test_every_module_with_learnable_weights_logs_them_detached(overrides):
+    """Each mixing or gating module (MIX_MODULES) and each DenseFormer average reports its own scalars, under its layer
+    or block; those with parameters report at least one, those without none; nothing logged carries a graph. The
+    config says whether the model has a mixing group (`has_mixing_weights`, which `mix_lr` is checked against)."""
+    model = build(small(**overrides))
+    expected = {}
+    for n, block in enumerate(model.blocks, start=1):
+        for module in (getattr(block.attn, name) for name in MIX_MODULES):
+            if module is not None:
+                reported = module.logged()
+                assert bool(reported) == any(True for _ in module.parameters()), type(module).__name__
+                expected.update({f"mix/layer{n}/{key}": value for key, value in reported.items()})
+    for b, dwa in model.dwa.items():
+        expected.update({f"dwa/block{b}/{key}": value for key, value in dwa.logged().items()})
+    logged = model.mixing_weights()
+    assert set(logged) == set(expected) and len(logged) >= len(model.dwa)
+    assert all(value.ndim == 0 and not value.requires_grad for value in logged.values())
+    assert model.config.has_mixing_weights() == (len(model.param_groups(weight_decay=0.1)) == 3)
+
+
+def test_the_learnable_choices_build_every_module_that_logs_and_set_every_mixing_field():
+    """LEARNABLE_CHOICES reaches every module class of the model that logs its weights, and every config field that
+    gives a model mixing weights (MIXING_FIELDS): a new module or field without a case there fails here."""
+    built = {type(module) for overrides in LEARNABLE_CHOICES.values() for module in build(small(**overrides)).modules()}
+    logging = {cls for _, cls in inspect.getmembers(transformer, inspect.isclass)
+               if issubclass(cls, torch.nn.Module) and hasattr(cls, "logged") and cls.__module__ == transformer.__name__}
+    assert logging - {transformer.Attention, transformer.FixedMix} <= built  # a layer's collector; fixed weights
+    configs = [small(**overrides) for overrides in LEARNABLE_CHOICES.values()]
+    for field in MIXING_FIELDS:
+        group, name = field.split(".")
+        default = getattr(getattr(small(), group), name)
+        assert any(getattr(getattr(config, group), name) != default for config in configs), field
 
 
 def test_weight_decay_groups():

@@ -13,7 +13,7 @@ from lit_resformer.grids import load_grid
 from lit_resformer.reports.budget import budget_rows, budget_section
 from lit_resformer.reports.grid_report import write_report
 from lit_resformer.runs.results import load_results
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 
 # tiny (lit_resformer/model/config.py PRESETS) with the CPU presets' vocabulary, trained at 64 tokens
 LAYERS, HEADS, D_MODEL, FFN, VOCAB, SEQ_LEN = 6, 4, 128, 352, 4096, 64

@@ -5,7 +5,15 @@ import pytest
 
 from lit_resformer.reports.grid_report import write_report
 from tests.helpers.claims_grids import claims_grid
-from tests.helpers.select_grids import name, tuned_grid, tuned_manifest
+from tests.helpers.select_grids import (
+    SURFACE_BUDGETS,
+    name,
+    surface,
+    surface_loss,
+    surface_manifest,
+    tuned_grid,
+    tuned_manifest,
+)
 
 
 @pytest.fixture(scope="module")
@@ -30,3 +38,14 @@ def test_a_grid_without_such_claims_has_no_section(tmp_path):
     grid_dir = claims_grid(tmp_path)
     write_report(grid_dir)
     assert "## Final loss against" not in (grid_dir / "report.md").read_text()
+
+
+def test_a_block_that_chooses_at_each_budget_shows_a_panel_and_rows_for_each(tmp_path):
+    results = surface(tmp_path, surface_manifest(tmp_path / "m"), surface_loss)
+    write_report(results.grid_dir.path)
+    section = results.grid_dir.report_file.read_text()
+    section = section[section.index("## Final loss against model.lr at each trainer.max_steps"):]
+    assert "| trainer.max_steps | arm | model.lr |" in section
+    assert "| 1000 | vanilla | 0.004 ★ |" in section and "| 4000 | vanilla | 0.004 ★ |" in section
+    assert "| 2000 | vanilla | 0.002 ★ |" in section and "| 2000 | vanilla | 0.004 |" in section
+    assert "vanilla 0.004 at 1000" in section and f"resformer 0.002 at {SURFACE_BUDGETS[-1]}" in section

@@ -199,7 +199,7 @@ def test_forest_plot_reads_the_papers_effect_and_keeps_units_apart(tmp_path, mon
     assert forest.paper_effect(claim("val_loss", None)) is None
     assert forest.short_claim("ResFormer beats NeuTRENO (Fig. 7, right)", 60) == "ResFormer beats NeuTRENO"
 
-    from lit_resformer.verdicts.claims import evaluate_grid
+    from lit_resformer.verdicts.judgements import evaluate_grid
 
     verdicts = evaluate_grid(judged_grid(tmp_path))
     panels = []
@@ -250,8 +250,8 @@ def test_a_forest_plot_s_legend_names_the_paper_s_effect_only_where_it_marks_one
 
 def test_scoreboard_fits_the_terminal_tally_first_decisive_first(tmp_path):
     from lit_resformer.board.scoreboard import terminal_text
-    from lit_resformer.verdicts.claims import scoreboard
     from lit_resformer.verdicts.paper_claims import paper_claims
+    from lit_resformer.verdicts.scoreboard_rows import scoreboard
 
     claims = paper_claims(scoreboard([judged_grid(tmp_path)]))
     for width in (80, 120):

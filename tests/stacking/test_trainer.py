@@ -12,9 +12,9 @@ import torch
 import yaml
 
 from lit_resformer import load_checkpoint
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.stacking.engine import RunStack
 from lit_resformer.stacking.trainer import RunSpec, StackTrainer
-from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import (
     fit,
     fit_killed_at_step_5,

@@ -426,7 +426,7 @@ def fit(experiment: Path, run: Path, *arguments: str) -> None:
 
 
 def checkpoint_steps(run: Path) -> dict[str, int]:
-    from lit_resformer.training.checkpoint_reading import read_checkpoint
+    from lit_resformer.runs.checkpoint_reading import read_checkpoint
 
     return {p.name: read_checkpoint(p, mmap=True)["global_step"] for p in sorted((run / "checkpoints").iterdir())}
 
@@ -535,7 +535,7 @@ def test_a_second_runner_skips_runs_another_one_works_in_and_leaves_its_report(t
     import io
 
     from lit_resformer.grids import GridOptions, run_grid
-    from lit_resformer.training.run_dir import RunDir
+    from lit_resformer.runs.run_dir import RunDir
 
     grid, command = fake_grid(tmp_path)
     runs = tmp_path / "runs"
@@ -560,7 +560,7 @@ def test_a_runner_that_finds_only_done_and_busy_runs_leaves_the_report_to_the_ot
     import io
 
     from lit_resformer.grids import GridOptions, run_grid
-    from lit_resformer.training.run_dir import RunDir
+    from lit_resformer.runs.run_dir import RunDir
 
     grid, command = fake_grid(tmp_path)
     runs = tmp_path / "runs"
@@ -579,7 +579,7 @@ def test_a_runner_that_finds_only_done_and_busy_runs_leaves_the_report_to_the_ot
 
 def test_a_run_taken_between_planning_and_starting_is_reported_busy_not_failed(tmp_path):
     from lit_resformer.execution.jobs import RunJob, execute
-    from lit_resformer.training.run_dir import RunDir
+    from lit_resformer.runs.run_dir import RunDir
 
     run = RunDir(tmp_path / "g/cell/seed0")
     with run.lock():

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from lit_resformer.cli import main
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.training.checkpoint_saving import InterruptCheckpoint
-from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import experiment, fit, fit_crashing, read_metrics
 
 

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from lit_resformer.data import LMDataModule
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.training.lightning_cli import CLI_SETTINGS, PARSER_SETTINGS, ResFormerCLI, run_loggers
 from lit_resformer.training.module import LitResFormer
-from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment
 
 

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from lit_resformer.execution.jobs import RunJob, execute
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.training.lightning_cli import THIRD_PARTY_INFO, quiet_third_parties
-from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import tiny_experiment
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,8 +14,9 @@ import yaml
 
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
+from lit_resformer.model import ModelConfig
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.training.module import warmup_cosine, warmup_stable_decay
-from lit_resformer.training.run_dir import RunDir
 from tests.helpers.experiments import (
     experiment,
     fit,
@@ -24,6 +25,7 @@ from tests.helpers.experiments import (
     refused,
     tiny_experiment,
 )
+from tests.helpers.models import LEARNABLE_CHOICES
 
 HELPERS = Path(__file__).parents[1] / "helpers"
 
@@ -77,23 +79,30 @@ def test_fit_writes_a_complete_run(tmp_path, tiny_corpus, data_cache):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("learnable,kinds", [("scalar", ("self", "history")), ("tied", ("lambda",))])
-def test_learnable_mixing_weights_are_logged(tmp_path, tiny_corpus, data_cache, learnable, kinds):
+@pytest.mark.parametrize("name", list(LEARNABLE_CHOICES))
+def test_learnable_mixing_weights_are_logged(tmp_path, tiny_corpus, data_cache, name):
+    """Every choice that builds learnable weights (LEARNABLE_CHOICES: every choice of the config's Literals) trains
+    three steps through `fit`, logs at every step what each of its modules reports (`Transformer.mixing_weights`),
+    and those values move; the mixing group is undecayed and takes `mix_lr`."""
     run = tmp_path / "run"
-    mix_lr = {"mix_lr": 0.05} if learnable == "tied" else {}
+    shape = {"n_layer": 2, "n_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64}
+    mixing = ModelConfig(**shape, vocab_size=300, **LEARNABLE_CHOICES[name]).has_mixing_weights()
+    mix_lr = {"mix_lr": 0.05} if mixing else {}  # DenseFormer's alphas alone are decayed, at the base lr
     cfg = experiment(tmp_path, tiny_corpus, data_cache, trainer={"max_steps": 3},
-                     model={"config": {"n_layer": 2, "n_head": 2, "d_model": 32, "ffn_dim": 64, "max_seq_len": 64,
-                                       "residual": {"target": "v", "learnable": learnable}}, "lr": 3e-3,
-                            "warmup_steps": 1, **mix_lr})
+                     model={"config": {**shape, **LEARNABLE_CHOICES[name]}, "lr": 3e-3, "warmup_steps": 1, **mix_lr})
     fit(cfg, run)
     metrics = read_metrics(run)
-    for kind in kinds:
-        assert len(metrics[f"mix/layer2/{kind}"]) == 3
-        assert metrics[f"mix/layer2/{kind}"][-1][1] != 0.5  # they train
+    model, _ = load_checkpoint(run / "checkpoints" / "last.ckpt")
+    logged = model.mixing_weights()
+    assert logged
+    for metric in logged:
+        assert [step for step, _ in metrics[metric]] == [0, 1, 2], metric
+        assert metrics[metric][-1][1] != metrics[metric][0][1], metric  # they train
     groups = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["optimizer_states"][0]["param_groups"]
-    mixing = groups[2]  # decayed matrices, undecayed rest, then the residual's mixing weights
-    assert mixing["weight_decay"] == 0.0 and len(mixing["params"]) == (1 if learnable == "tied" else 2)
-    assert mixing["initial_lr"] == mix_lr.get("mix_lr", 3e-3) and groups[0]["initial_lr"] == 3e-3
+    assert len(groups) == (3 if mixing else 2)  # decayed matrices, undecayed rest, then the mixing weights
+    if mixing:
+        assert groups[2]["weight_decay"] == 0.0 and groups[2]["initial_lr"] == 0.05 and groups[0]["initial_lr"] == 3e-3
+        assert len(groups[2]["params"]) == len(model.param_groups(weight_decay=0.1)[2]["params"])
 
 
 @pytest.mark.integration

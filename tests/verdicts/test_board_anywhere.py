@@ -17,7 +17,7 @@ import yaml
 from lit_resformer.cli import main
 from lit_resformer.runs.directory import BrokenSharedRun, GridDir
 from lit_resformer.runs.results import load_results
-from lit_resformer.training.run_dir import RunDir
+from lit_resformer.runs.run_dir import RunDir
 from tests.helpers.claims_grids import CELLS, EFFECT, VANILLA, grid_dir_from, write_summary
 
 REPO = Path(__file__).resolve().parents[2]

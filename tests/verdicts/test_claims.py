@@ -19,9 +19,11 @@ from lit_resformer.measures.stats import holm
 from lit_resformer.reports.grid_report import write_report
 from lit_resformer.runs.claim_spec import METRIC_KINDS, metric_kind
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
-from lit_resformer.training.run_dir import RunDir
-from lit_resformer.verdicts.claims import JUDGING, evaluate_grid, scoreboard
+from lit_resformer.runs.run_dir import RunDir
+from lit_resformer.verdicts.judgements import evaluate_grid
+from lit_resformer.verdicts.judges import JUDGING
 from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE
+from lit_resformer.verdicts.scoreboard_rows import scoreboard
 from tests.helpers.claims_grids import (
     BASE,
     CELLS,
@@ -185,8 +187,9 @@ def test_scoreboard_over_two_grids_and_its_command(tmp_path, capsys):
     assert ADJUSTMENT_NOTE in board  # which of the interval and the p is adjusted
     assert "4 reproduced, 2 contradicted, 2 inconclusive, 0 not tested of 8 claims" in board
     # each grid's regime: 12 runs of one size (the summaries record no parameters or tokens), final losses 4.55-5.40
-    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter; within one epoch), adamw, final "
-            "validation loss 4.550–5.400 against the references unigram 7.000, bigram 5.900 (12 of 12 runs end below it)\n") in board
+    assert ("- first: 12 runs, – parameters, – training tokens (– tokens per parameter, –× a Chinchilla budget; within "
+            "one epoch), adamw, final validation loss 4.550–5.400 against the references unigram 7.000, bigram 5.900 "
+            "(12 of 12 runs end below it)\n") in board
     assert board.endswith("Where the runs trained:\n- second: GPU box; not recorded\n")
 
     main(["claims", "--comparisons", str(runs), "--json"])
@@ -413,7 +416,7 @@ def test_report_has_claims_and_flags_runs_at_the_plateau(tmp_path, monkeypatch):
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "down"}, "direction must be one of ['lower', 'higher']"),
     ({"claim": "c", "a": "better", "b": "better", "metric": "val_loss", "direction": "lower"}, "a and b are both"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "lower", "over": "data.seq_len"},
-     "over applies only to metrics ['critical_point_growth', 'val_loss_gap_slope', 'val_loss_gap_dependence', 'data_saving_slope']"),
+     "over applies only to metrics ['critical_point_growth', 'val_loss_gap_slope', 'val_loss_gap_dependence', 'val_loss_each_at_best_slope', 'val_loss_gap_difference', 'data_saving_slope']"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "critical_point_growth", "direction": "higher", "over": "x"},
      "claims[0].over must name a matrix key of this grid (it has no matrix), got 'x'"),
     ({"claim": "c", "a": "better", "b": "vanilla", "metric": "val_loss", "direction": "lower", "by": 1}, "unknown field(s) ['by']"),
@@ -425,7 +428,7 @@ def test_malformed_claims_are_refused_naming_the_field(tmp_path, claim, message)
 
 def test_each_metric_kind_is_one_entry_in_each_layer():
     """A metric kind is what a claim of it may say (claim_spec.METRIC_KINDS, where grids load) and how it is judged
-    and shown (verdicts.claims.JUDGING, a layer up): both tables name the same kinds, each once, and each metric
+    and shown (verdicts.judges.JUDGING, a layer up): both tables name the same kinds, each once, and each metric
     value a kind lists is that kind's alone."""
     keys = [kind.key for kind in METRIC_KINDS]
     assert len(set(keys)) == len(keys) and set(keys) == set(JUDGING)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from lit_resformer.reports import write_report
-from lit_resformer.training.run_dir import RunDir
-from lit_resformer.verdicts.claims import evaluate_grid
+from lit_resformer.runs.run_dir import RunDir
+from lit_resformer.verdicts.judgements import evaluate_grid
 from tests.helpers.claims_grids import VANILLA, claims_grid
 
 

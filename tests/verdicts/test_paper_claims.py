@@ -1,6 +1,6 @@
 """The paper claim as the unit of the scoreboard (lit_resformer.verdicts.paper_claims, configs/claims.yaml): the
-derivation rule, one verdict per comparison wherever it is shown, the preconditions' dates, and the counts the
-documents print."""
+derivation rule, one verdict per comparison wherever it is shown, the paper's words each claim quotes, the
+preconditions' dates, and the counts the documents print."""
 
 from __future__ import annotations
 
@@ -10,15 +10,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
+from lit_resformer.board import declared
 from lit_resformer.grids.rederivation import unrecorded_dirty_runs
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli, fragile
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import grid_dirs, grid_index
-from lit_resformer.verdicts import declared
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.verdicts.claims import Judgements, Verdict, judge, scoreboard
+from lit_resformer.verdicts.judgements import Judgements
 from lit_resformer.verdicts.rendering import table, verdict_text
+from lit_resformer.verdicts.scoreboard_rows import scoreboard
+from lit_resformer.verdicts.verdict import Verdict, judge
 from tests.helpers.claims_grids import row
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,6 +116,73 @@ def test_a_margin_claim_is_judged_against_its_bound_by_the_same_interval():
     assert "bound -0.0500" in small.note
 
 
+def test_every_claim_of_the_paper_quotes_its_words_with_their_location_and_says_where_it_reads_beyond_them():
+    """Each claim of the paper in configs/claims.yaml: its quote is the paper's words in “…”, each with its location;
+    its basis says whether the text states it (verbatim), only a caption does, or it is a reading of a figure; and
+    beyond verbatim a reading says how. Whether the words are verbatim is checked against the paper's text while
+    writing them (../shared/paper/verify_quotes.py): the project does not ship the paper."""
+    claims = pc.load_registry()["claims"]
+    paper = [c for c in claims if not c.get("beyond_paper")]
+    assert paper and all(c["basis"] in pc.BASES and not pc.quote_problem(c["quote"]) for c in paper)
+    assert all(c.get("reading") for c in paper if c["basis"] != "verbatim")
+    assert not any("basis" in c for c in claims if c.get("beyond_paper"))
+    # no sentence of the paper says that sharing both keys and values (CLA) hurts, or ranks it: out of its tally
+    by_id = {c["id"]: c for c in claims}
+    assert by_id["fig5-cla-most"].get("beyond_paper") and by_id["fig5-cla-hurts"].get("beyond_paper")
+    assert by_id["fig5-sharing-k-hurts"]["comparisons"] == ["sharing keys every two layers hurts"]
+    assert not by_id["fig5-v-less-than-k"].get("beyond_paper")
+
+
+@pytest.mark.parametrize(("quote", "problem"), [
+    ("“sharing values has less negative impact compared with sharing keys” (review l. 287–288)", ""),
+    ("“Left: Model with nearly 1/2 KV cache.” (v5 caption of its Fig. 10 = review Fig. 13)", ""),
+    ("“a” (review l. 1); “b” (review, Table 5)", ""),
+    ("Fig. 5: sharing both (CLA) hurts most", "needs the paper's words"),  # a summary, not the text
+    ("“sharing values has less negative impact compared with sharing keys”", "1 quoted span(s) without a location"),
+    ("“a” (review l. 1); “b”", "1 quoted span(s) without a location"),
+    ("“a” (PAPER_FACTS l. 67)", "1 quoted span(s) without a location"),
+    (None, "needs the paper's words"),
+])
+def test_a_quote_is_the_papers_words_each_with_its_location(quote, problem):
+    assert pc.quote_problem(quote).startswith(problem) and bool(pc.quote_problem(quote)) == bool(problem)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"quote": "Fig. 5: sharing values hurts less"}, "quote needs the paper's words"),
+    ({"basis": None}, "basis must be one of verbatim, caption, reading, got None"),
+    ({"basis": "summary"}, "basis must be one of verbatim, caption, reading, got 'summary'"),
+    ({"basis": "reading"}, "basis reading needs a reading"),
+    ({"beyond_paper": True, "basis": "verbatim"}, "basis is for claims of the paper"),
+])
+def test_a_registry_claim_without_its_quote_basis_or_reading_is_refused_in_one_line(tmp_path, change, message):
+    claim = {"id": "c", "statement": "s", "where": "Fig. 5", "comparisons": ["x"], "basis": "verbatim",
+             "quote": "“sharing values has less negative impact compared with sharing keys” (review l. 287–288)"}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [claim]}, allow_unicode=True))
+    assert pc.load_registry(path)["claims"] == [claim]
+    path.write_text(yaml.safe_dump({"claims": [{**claim, **change}]}, allow_unicode=True))
+    with pytest.raises(ValueError, match=re.escape(f"claim 'c': {message}")):
+        pc.load_registry(path)
+
+
+# Grid files that others are rewriting as this check lands: their quote is the paper's sentence without “…” and
+# location (lr-budget-surface: review l. 134–135) or a summary (demo: the Fig. 14 sentence is review l. 474–475).
+QUOTES_BEING_REWRITTEN = {"configs/grids/demo.yaml"}
+
+
+def test_every_comparison_a_grid_file_quotes_from_the_paper_quotes_its_words_with_their_location():
+    """A grid file's `quote:` on a comparison of the paper (not `beyond_paper`) is the paper's words with their
+    location, as in configs/claims.yaml: the files whose quotes are not are exactly those being rewritten."""
+    unlocated = set()
+    for path in sorted((REPO / "configs").rglob("*.yaml")):
+        raw = yaml.safe_load(path.read_text())
+        comparisons = raw.get("claims") if isinstance(raw, dict) and path.name != "claims.yaml" else None
+        for c in comparisons if isinstance(comparisons, list) else []:
+            if "quote" in c and not c.get("beyond_paper") and pc.quote_problem(c["quote"]):
+                unlocated.add(path.relative_to(REPO).as_posix())
+    assert unlocated == QUOTES_BEING_REWRITTEN
+
+
 @pytest.fixture(scope="module")
 def committed():
     """The scoreboard of docs/results and every grid's own verdicts (what its report renders), each grid judged once."""
@@ -135,7 +205,7 @@ def test_every_committed_comparison_has_one_verdict_in_its_grid_report_and_on_th
             for w in same:  # what the grid's report renders (claims_table of evaluate_grid) is this verdict
                 assert w.verdict == v.verdict, (grid, v.claim.claim)
                 holm_ps += [w.p_holm] if w.p_holm is not None else []
-        # one comparison, one Holm p: every grid that shows it shows its owner's (lit_resformer.verdicts.claims.Judgements)
+        # one comparison, one Holm p: every grid that shows it shows its owner's (lit_resformer.verdicts.judgements.Judgements)
         assert len(set(holm_ps)) <= 1 and v.p_holm == (holm_ps[0] if holm_ps else None), v.claim.claim
 
 
@@ -157,7 +227,7 @@ def test_the_value_residuals_gain_shrinks_with_ten_times_the_tokens_and_no_sink_
     """The transfer tier's first finding as committed: ResFormer - vanilla is -0.146 at 2M tokens (counted) and
     -0.016 at 20.5M (transfer-tokens-x10-fig7-table5), a change whose interval leaves out zero; vanilla still shows
     no first-token sink there, so Fig. 2's claim stays not tested in that regime too."""
-    from lit_resformer.verdicts.transfer import transfer_rows
+    from lit_resformer.board.transfer import transfer_rows
 
     rows, _ = committed
     table = {r.claim.id: r for r in transfer_rows(pc.paper_claims(rows))[1]}
@@ -173,7 +243,7 @@ def test_the_value_residuals_gain_shrinks_with_ten_times_the_tokens_and_no_sink_
 @pytest.mark.integration  # the scoreboard over docs/results and the configs at each results' commit (a minute or two)
 def test_every_field_that_decides_a_verdict_was_fixed_before_its_results_or_is_quoted(committed):
     try:
-        listed = declared.declaration_report(RESULTS, declared.counted_comparisons(pc.paper_claims(committed[0])))
+        listed = declared.declaration_report([RESULTS], declared.counted_comparisons(pc.paper_claims(committed[0])))
     except declared.DeclarationError as err:  # a shallow clone
         pytest.skip(str(err))
     assert declared.unjustified(listed) == [], declared.markdown(declared.unjustified(listed))

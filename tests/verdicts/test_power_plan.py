@@ -15,9 +15,9 @@ from lit_resformer.cli import main
 from lit_resformer.measures.power import Spread, family_level, mde, seeds_needed
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import GridDir
-from lit_resformer.training.run_dir import RunDir
-from lit_resformer.verdicts.claims import Verdict
+from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.verdicts.power_plan import plan, plan_row
+from lit_resformer.verdicts.verdict import Verdict
 from tests.helpers.claims_grids import CELLS, EFFECT, VANILLA, grid_dir_from, write_summary
 
 TABLE5 = "-0.0272 at 82M (Table 5)"

@@ -7,8 +7,8 @@ import pytest
 
 from lit_resformer.measures.power import power_of
 from lit_resformer.runs.claim_spec import Claim
-from lit_resformer.verdicts.claims import Verdict
 from lit_resformer.verdicts.rendering import verdict_text
+from lit_resformer.verdicts.verdict import Verdict
 
 CLAIM = Claim("a is lower", "a", "b", "val_loss", "lower")
 LEVEL = 0.05

@@ -1,4 +1,4 @@
-"""time_to_target as a claim metric (lit_resformer.runs.claim_spec, lit_resformer.verdicts.claims): the metric and
+"""time_to_target as a claim metric (lit_resformer.runs.claim_spec, lit_resformer.verdicts.judges): the metric and
 its `target` parse, `target` is refused elsewhere, and the committed fig7-evidence runs judge the headline's
 "less data" (paper v5: 20.3%) read along the training curve."""
 
@@ -14,7 +14,7 @@ from lit_resformer.runs import claim_spec
 from lit_resformer.runs.claim_spec import Claim, parse_claims
 from lit_resformer.runs.results import load_results
 from lit_resformer.verdicts import paper_claims as pc
-from lit_resformer.verdicts.claims import evaluate_grid
+from lit_resformer.verdicts.judgements import evaluate_grid
 from lit_resformer.verdicts.rendering import table
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,9 @@ import json
 import pytest
 
 from lit_resformer.runs.directory import GridDir, grid_dirs, grid_index
-from lit_resformer.verdicts import claims as claims_module
-from lit_resformer.verdicts.claims import Judgements, scoreboard
+from lit_resformer.verdicts import judgements
+from lit_resformer.verdicts.judgements import Judgements
+from lit_resformer.verdicts.scoreboard_rows import scoreboard
 from lit_resformer.verdicts.verdict_cache import VerdictCache, grid_key
 from tests.helpers.claims_grids import claims_grid
 
@@ -28,7 +29,7 @@ def test_a_grid_is_judged_once_and_read_back_exactly_until_its_runs_or_claims_ch
     def judged_again(*args, **kwargs):
         raise AssertionError("judged again")
 
-    monkeypatch.setattr(claims_module, "_unadjusted_verdicts", judged_again)
+    monkeypatch.setattr(judgements, "_unadjusted_verdicts", judged_again)
     assert board(runs, cache) == first  # every field, power and regime included
 
     key = grid_key(GridDir(grid))
