@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from lit_resformer.config.options import OptionParser
+from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG
 from lit_resformer.training.runtime import retain_freed_memory
 
 # Every command checks its arguments before it imports what does the work (torch, Lightning, pandas, matplotlib: 2 to
@@ -191,7 +192,7 @@ def grid_parser() -> OptionParser:
                         help="train from a checkout with uncommitted changes to tracked files (refused otherwise: a "
                              "run must name the code that trained it); each run keeps the patch (git.diff) and its "
                              "hash in its provenance. LIT_RESFORMER_ALLOW_DIRTY=1 does the same")
-    parser.add_argument("--allow-any-class", action="store_true",
+    parser.add_argument(ALLOW_ANY_CLASS_FLAG, action="store_true",
                         help="let the grid's configs construct any class (only for a grid file you trust)")
     local = parser.add_argument_group("local executor")
     local.add_argument("--devices", help="comma-separated GPU ids to use (default: all visible GPUs)")

@@ -37,6 +37,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser, Namespace
 from lit_resformer.config import field_checks
 from lit_resformer.config.files import expand_config_args
 from lit_resformer.config.messages import Fields, explain_parser_error, unknown_key, wrong_value
+from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG
 from lit_resformer.corpora.sources import local_files
 
 FIELDS_FILE = Path(__file__).with_name("fit_fields.json")
@@ -185,7 +186,7 @@ def quick_check(subcommand: str, args: Sequence[str]) -> Namespace | None:
     Lightning: ValueError in one line for a config fit refuses, naming the field and what it takes
     (FileNotFoundError for a config file that is not there); the parsed config when it passes; None when this cannot
     decide (the record is not current, or the command line asks for help)."""
-    words = expand_config_args([arg for arg in args if arg != "--allow-any-class"])  # FileNotFoundError, ValueError
+    words = expand_config_args([arg for arg in args if arg != ALLOW_ANY_CLASS_FLAG])  # FileNotFoundError, ValueError
     record = current_record()
     if record is None or subcommand not in record["commands"] or any(
             arg.split("=", 1)[0] in NOT_A_RUN for arg in words):
