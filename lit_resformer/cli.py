@@ -586,7 +586,7 @@ COMMAND_SUMMARIES = {
     "fit-stacked": "train runs of one recipe in one process, stacked into one model",
     "validate": "validation loss of a checkpoint, per domain (--ckpt_path)",
     "test": "test-split loss of a checkpoint, per domain (--ckpt_path)",
-    "generate": "continue a prompt with a checkpoint's model (greedy, or sampled with --temperature / --top-k)",
+    "generate": "continue a prompt with a checkpoint's model",
     "grid": "train every run of an ablation grid (idempotent, resumable), then write its report",
     "report": "report.md + index.html with plots for a grid's run directory",
     "claims": "scoreboard of the paper's claims (each with its comparisons) across grid run directories",
