@@ -24,8 +24,10 @@ RANK_ZERO = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # where 
 
 @pytest.fixture(autouse=True)
 def _lightnings_log_as_it_was():
-    """quiet_third_parties filters Lightning's log for the process: each test starts from its filters as they were."""
+    """quiet_third_parties filters Lightning's log for the process: each test starts from Lightning's log unfiltered
+    (a fit run in this process before, by another test module, has filtered it) and leaves its filters as they were."""
     filters, level = list(RANK_ZERO.filters), RANK_ZERO.level
+    RANK_ZERO.filters[:] = []
     yield
     RANK_ZERO.filters[:] = filters
     RANK_ZERO.setLevel(level)
