@@ -34,7 +34,8 @@ CPU = {
     "data_loader.ratio": Target(20.0, "higher", "train loader tokens/s, x the model's training tokens/s"),
     "stacked.vs_processes": Target(1.0, "higher", "two runs stacked in one process, tokens/s x two processes side by "
                                                   "side (no worse)"),
-    "cli_refusal.fast": Target(2.0, "lower", "seconds from start to refusal of a command given bad input"),
+    "cli_refusal.fast": Target(2.0, "lower", "CPU seconds (user + system) from start to refusal of a command given "
+                                             "bad input: what it costs an idle core"),
     "claims_board.warm": Target(5.0, "lower", "seconds for the board (`claims docs/results`, and with --html), its "
                                               "judged grids cached"),
 }

@@ -17,9 +17,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from lit_resformer.config.files import expand_config_args
 from lit_resformer.config.options import OptionParser
-from lit_resformer.runs.run_dir import RunDir
+from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG
 from lit_resformer.training.runtime import retain_freed_memory
 
 # Every command checks its arguments before it imports what does the work (torch, Lightning, pandas, matplotlib: 2 to
@@ -73,6 +72,7 @@ def eval_command(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     ckpt = existing_checkpoint(args.ckpt)
     from lit_resformer.eval.run import run_eval
+    from lit_resformer.runs.run_dir import RunDir
 
     run = RunDir.from_checkpoint(ckpt)
     out = Path(args.out) if args.out else run.eval_dir if run else ckpt.parent / "eval"
@@ -91,11 +91,43 @@ def export_command(argv: list[str]) -> None:
     parser.add_argument("--to-hf", required=True, metavar="DIR", help="the folder to write")
     args = parser.parse_args(argv)
     ckpt = existing_checkpoint(args.ckpt)
-    from lit_resformer.export import export_hf
+    from lit_resformer.export import export_hf, loading_code
 
     out = export_hf(ckpt, args.to_hf)
-    print(f"Hugging Face model written to {out}; load it with "
-          f"AutoModelForCausalLM.from_pretrained({str(out)!r}, trust_remote_code=True)")
+    print(f"Hugging Face model written to {out}; load it and its tokenizer with transformers:\n{loading_code(out)}")
+
+
+def generate_command(argv: list[str]) -> None:
+    """`lit-resformer generate --ckpt PATH --prompt TEXT`: a trained run's continuation of a prompt."""
+    from lit_resformer.runs.checkpoint_reading import DEFAULT_NEW_TOKENS, continue_prompt
+
+    parser = OptionParser(
+        prog="lit-resformer generate",
+        description="Continue a prompt with a trained run's model (lit_resformer.load_checkpoint, then "
+                    "Transformer.generate through the KV cache): greedy by default, sampled with --temperature; "
+                    "stops at the run's end-of-document token. Prints the prompt and its continuation.")
+    parser.add_argument("--ckpt", required=True, help="a lit-resformer Lightning checkpoint")
+    parser.add_argument("--prompt", required=True, help="the text to continue")
+    parser.add_argument("--max-new-tokens", type=int, metavar="N",
+                        help=f"tokens to add (default {DEFAULT_NEW_TOKENS}, or what the model's context leaves)")
+    parser.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                        help="0 (the default): greedy; above 0: sample from softmax(logits / T)")
+    parser.add_argument("--top-k", type=int, metavar="K", help="sample only from the K likeliest tokens")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args(argv)
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be an integer >= 1, got {args.max_new_tokens}")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise ValueError(f"--temperature must be a number >= 0 (0: greedy), got {args.temperature:g}")
+    if args.top_k is not None and (args.top_k < 1 or args.temperature == 0):
+        raise ValueError(f"--top-k must be an integer >= 1 and sample (--temperature > 0), got --top-k "
+                         f"{args.top_k} with --temperature {args.temperature:g}")
+    if not args.prompt:
+        raise ValueError("--prompt is empty: give the text to continue")
+    ckpt = existing_checkpoint(args.ckpt)
+    print(continue_prompt(ckpt, args.prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                          seed=args.seed, device=args.device))
 
 
 def lm_eval_command(argv: list[str]) -> None:
@@ -162,7 +194,7 @@ def grid_parser() -> OptionParser:
                         help="train from a checkout with uncommitted changes to tracked files (refused otherwise: a "
                              "run must name the code that trained it); each run keeps the patch (git.diff) and its "
                              "hash in its provenance. LIT_RESFORMER_ALLOW_DIRTY=1 does the same")
-    parser.add_argument("--allow-any-class", action="store_true",
+    parser.add_argument(ALLOW_ANY_CLASS_FLAG, action="store_true",
                         help="let the grid's configs construct any class (only for a grid file you trust)")
     local = parser.add_argument_group("local executor")
     local.add_argument("--devices", help="comma-separated GPU ids to use (default: all visible GPUs)")
@@ -548,7 +580,8 @@ def fit_stacked_command(argv: list[str]) -> None:
 
 
 # Subcommands of the suite beyond Lightning's own; each imports its package only when it runs.
-SUITE_COMMANDS = {"fit-stacked": fit_stacked_command, "eval": eval_command, "lm-eval": lm_eval_command, "export": export_command,
+SUITE_COMMANDS = {"fit-stacked": fit_stacked_command, "generate": generate_command, "eval": eval_command,
+                  "lm-eval": lm_eval_command, "export": export_command,
                   "analyze": analyze_command, "grid": grid_command, "report": report_command,
                   "claims": claims_command, "scaling": scaling_command, "export-results": export_results_command,
                   "merge-results": merge_results_command, "add-references": add_references_command,
@@ -562,6 +595,7 @@ COMMAND_SUMMARIES = {
     "fit-stacked": "train runs of one recipe in one process, stacked into one model",
     "validate": "validation loss of a checkpoint, per domain (--ckpt_path)",
     "test": "test-split loss of a checkpoint, per domain (--ckpt_path)",
+    "generate": "continue a prompt with a checkpoint's model",
     "grid": "train every run of an ablation grid (idempotent, resumable), then write its report",
     "report": "report.md + index.html with plots for a grid's run directory",
     "claims": "scoreboard of the paper's claims (each with its comparisons) across grid run directories",
@@ -607,9 +641,11 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, FileNotFoundError, ConnectionError) as err:
             sys.exit(f"lit-resformer {args[0]}: error: {err}")
         return
-    try:  # the config files exist and compose, checked before Lightning is imported
-        expand_config_args(args[1:])
-    except (ValueError, FileNotFoundError) as err:  # as fit's parser refuses a config: on stderr, exit status 2
+    from lit_resformer.config.quick_check import quick_check
+
+    try:  # fit's parser and checks on its recorded fields, before Lightning is imported
+        quick_check(args[0], args[1:])
+    except (ValueError, FileNotFoundError) as err:  # as fit's parser refuses a config: one line on stderr, exit 2
         print(f"lit-resformer {args[0]}: error: {err}", file=sys.stderr)
         sys.exit(2)
     from lit_resformer.training.lightning_cli import (

@@ -98,7 +98,7 @@ def test_targets_are_where_the_issue_puts_them(quick_run):
         "decode.svformer.max_batch_ratio": 1.7,
         "data_loader.ratio": 20.0,
         "stacked.vs_processes": 1.0,  # stacking costs a CPU nothing
-        "cli_refusal.fast.fit_missing_config": 2.0,  # seconds: bad input answered before the heavy imports
+        "cli_refusal.fast.fit_negative_max_steps": 2.0,  # seconds: bad input answered before the heavy imports
         "cli_refusal.fast.grid_missing_file": 2.0,
         "claims_board.warm.claims": 5.0,  # seconds: the board with its judged grids cached
         "claims_board.warm.claims_html": 5.0,

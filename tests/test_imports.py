@@ -151,7 +151,7 @@ def test_the_core_imports_the_periphery_only_from_its_command_line(graph):
 def test_the_command_line_imports_the_periphery_only_when_a_command_runs(graph):
     modules = module_files()
     on_import = imported_modules(COMMAND_LINE, modules[COMMAND_LINE], modules, on_import_only=True)
-    assert {"lit_resformer.runs.run_dir", "lit_resformer.training.runtime"} <= on_import  # what it does import up front
+    assert {"lit_resformer.config.options", "lit_resformer.training.runtime"} <= on_import  # what it does import up front
     assert {m for m in graph[COMMAND_LINE] if within(m, PERIPHERY)} >= {"lit_resformer.eval.run", "lit_resformer.export"}
     assert sorted(m for m in on_import if within(m, PERIPHERY)) == []
 
@@ -174,6 +174,7 @@ def test_only_the_project_s_own_names_are_installed():
     assert {"lit_resformer.eval", "lit_resformer.export"} <= installed
     assert setuptools_config["package-data"] == {"lit_resformer.eval": ["tasks_data/**/*"],
                                                  "lit_resformer.corpora": ["pinned_corpus.json"],
+                                                 "lit_resformer.config": ["fit_fields.json"],
                                                  "lit_resformer.board": ["board.css", "board.js"],
                                                  "lit_resformer.export": ["hf_remote/*.py"]}
     assert (REPO / "lit_resformer/eval/tasks_data").is_dir() and (REPO / "lit_resformer/export/hf_remote").is_dir()

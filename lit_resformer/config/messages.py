@@ -1,83 +1,98 @@
 """A config mistake in words: jsonargparse's multi-line errors as one line naming the field, the closest valid
-fields for an unknown key, and what a field takes for a value of the wrong type."""
+fields for an unknown key, and what a field takes for a value of the wrong type.
+
+The words come from a parser's `Fields` (its keys, the class each group of them belongs to, each key's type), which
+fit's own parser gives (`Fields.of`) and its recorded copy gives before Lightning is imported
+(lit_resformer.config.quick_check), so both say a mistake the same way. Nothing here imports Lightning."""
 
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import sys
 import types
 import typing
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from jsonargparse import ActionConfigFile
-from lightning.pytorch.cli import LightningArgumentParser
+from jsonargparse import ActionConfigFile, ArgumentParser
 
 
-class ConfigParser(LightningArgumentParser):
-    """fit's parser. A mistake on the command line or in a config file is one line naming the field, with the
-    closest valid ones for an unknown key, instead of the whole usage (~130 lines) followed by the error."""
-
-    def error(self, message: str, ex: Exception | None = None):
-        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
-            return super().error(message, ex)
-        parser = getattr(ex, "subcommand_parser", None) or self
-        sys.stderr.write(f"lit-resformer: error: {explain_parser_error(parser, message)}\n")
-        sys.stderr.write(f"(`{parser.prog.replace(' [options]', '')} --help` lists every option)\n")
-        self.exit(2)
-
-
-def config_file_keys(parser: LightningArgumentParser) -> set[str]:
+def config_file_keys(parser: ArgumentParser) -> set[str]:
     """The keys that hold the paths of config files (`--config`), not config values."""
     return {a.dest for a in parser._actions if isinstance(a, ActionConfigFile)}
 
 
-def config_fields(parser: LightningArgumentParser) -> list[str]:
-    """Every dotted key a config may set (the paths of config files aside)."""
-    return sorted(set(parser.get_defaults().keys()) - config_file_keys(parser))
+@dataclass(frozen=True)
+class Fields:
+    """What a config parser knows of its fields: every dotted key a config may set (the paths of config files
+    aside), the class each group of keys is built from (group key -> class name) and the type of each key."""
+
+    keys: tuple[str, ...]
+    owners: Mapping[str, str]
+    hints: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, parser: ArgumentParser) -> Fields:
+        keys = tuple(sorted(set(parser.get_defaults().keys()) - config_file_keys(parser)))
+        owners = {key: group.group_class.__name__ for key, group in parser.groups.items()
+                  if getattr(group, "group_class", None) is not None}
+        hints = {a.dest: a._typehint for a in parser._actions if getattr(a, "_typehint", None) is not None}
+        return cls(keys, owners, hints)
+
+    def groups(self) -> set[str]:
+        """Every dotted prefix of a key: the groups of fields (e.g. 'model', 'model.config')."""
+        return {".".join(key.split(".")[:depth]) for key in self.keys for depth in range(1, key.count(".") + 1)}
 
 
-def explain_parser_error(parser: LightningArgumentParser, message: str) -> str:
+def explain_parser_error(fields: Fields, message: str) -> str:
     """jsonargparse's (multi-line) error as one line: an unknown key with the closest fields, a value of the wrong
     type with what the field takes."""
-    unknown = re.search(r"unrecognized arguments: --?([\w.]+)|does not accept option '([\w.]+)'|"
-                        r"Key '([\w.]+)' is not expected", message)
-    if unknown:
-        key = next(group for group in unknown.groups() if group)
-        return f"unknown key '{key}': {unknown_field(parser, config_fields(parser), key) or 'not a field'}"
-    wrong = re.match(r'Parser key "([\w.]+)":.*?Got value: (.*)$', message, re.S)
+    key = unknown_key(message)
+    if key is not None:
+        return f"unknown key '{key}': {unknown_field(fields, key) or 'not a field'}"
+    wrong = wrong_value(message)
     if wrong:
-        key, value = wrong.groups()
-        hint = expected_type(parser, key)
+        key, value = wrong
+        hint = expected_type(fields, key)
         if hint:
-            return f"{key} expects {hint}, got {value.strip()}"
+            return f"{key} expects {hint}, got {value}"
     return " ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
-def unknown_field(parser: LightningArgumentParser, fields: Sequence[str], key: str) -> str | None:
+def unknown_key(message: str) -> str | None:
+    """The key a jsonargparse error refuses as unknown, or None for another error."""
+    unknown = re.search(r"unrecognized arguments: --?([\w.]+)|does not accept option '([\w.]+)'|"
+                        r"Key '([\w.]+)' is not expected|Option '([\w.]+)' is not accepted", message)
+    return next(group for group in unknown.groups() if group) if unknown else None
+
+
+def wrong_value(message: str) -> tuple[str, str] | None:
+    """(key, value as written) of a jsonargparse error refusing a value of the wrong type, or None."""
+    wrong = re.match(r'Parser key "([\w.]+)":.*?(?:Got value|Given value): (.*)$', message, re.S)
+    return (wrong.group(1), wrong.group(2).strip()) if wrong else None
+
+
+def unknown_field(fields: Fields, key: str) -> str | None:
     """Why the dotted `key` is not a field (naming the class it would belong to and the closest fields), or None
     when it is one or lies inside one (e.g. a key of a mapping-valued field)."""
-    if any(key == field or key.startswith(field + ".") for field in fields):
+    if any(key == field or key.startswith(field + ".") for field in fields.keys):
         return None
     parts = key.split(".")
-    depth = max((d for d in range(1, len(parts)) if ".".join(parts[:d]) in parser.groups), default=0)
+    groups = fields.groups()
+    depth = max((d for d in range(1, len(parts)) if ".".join(parts[:d]) in groups), default=0)
     parent, name = ".".join(parts[:depth]), parts[depth]
     prefix = parent + "." if parent else ""
-    siblings = sorted({f[len(prefix):].split(".")[0] for f in fields if f.startswith(prefix)})
-    group_class = getattr(parser.groups.get(parent), "group_class", None)
-    owner = group_class.__name__ if group_class else f"'{parent}'" if parent else "the config"
+    siblings = sorted({f[len(prefix):].split(".")[0] for f in fields.keys if f.startswith(prefix)})
+    owner = fields.owners.get(parent) or (f"'{parent}'" if parent else "the config")
     close = difflib.get_close_matches(name, siblings, n=3)
     return f"{owner} has no field '{name}'; " + (f"did you mean {close}?" if close else f"fields: {siblings}")
 
 
-def expected_type(parser: LightningArgumentParser, key: str) -> str | None:
+def expected_type(fields: Fields, key: str) -> str | None:
     """What the field `key` takes, in words (e.g. "one of ['none', 'v']"); None for a key that is no field."""
-    action = next((a for a in parser._actions if a.dest == key), None)
-    hint = getattr(action, "_typehint", None)
+    hint = fields.hints.get(key)
     return None if hint is None else describe_type(hint)
-
 
 
 def describe_type(hint: Any) -> str:
@@ -85,8 +100,10 @@ def describe_type(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Literal:
         return f"one of {list(args)}"
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(dict.fromkeys(describe_type(a) for a in args))
+    if origin in (typing.Union, types.UnionType):  # the choices of its Literals as one list, where the first is
+        choices = [choice for a in args if typing.get_origin(a) is typing.Literal for choice in typing.get_args(a)]
+        return " or ".join(dict.fromkeys(f"one of {choices}" if typing.get_origin(a) is typing.Literal
+                                         else describe_type(a) for a in args))
     if hint is type(None):
         return "null"
     if hint is bool:

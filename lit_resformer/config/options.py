@@ -3,7 +3,7 @@
 argparse takes any unambiguous prefix of an option (`--eff 0.1` for `--effect`), so a misspelt option silently
 becomes another one. `OptionParser` takes options only as written, and names the options an unknown one abbreviates
 or resembles, before anything else is said about the command line (a missing required option included: the user
-who typed `--eff` did give it, abbreviated).
+who typed `--eff` did give it, abbreviated). Every error is one line.
 """
 
 from __future__ import annotations
@@ -51,5 +51,5 @@ class OptionParser(argparse.ArgumentParser):
         return super().parse_args(args, namespace)
 
     def error(self, message: str):
-        """One line and a pointer to --help, instead of argparse's usage (some commands' usage is 20 lines)."""
-        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n")
+        """One line, instead of argparse's usage (some commands' usage is 20 lines)."""
+        self.exit(2, f"{self.prog}: error: {message}\n")

@@ -184,9 +184,8 @@ def train_in_one_process(members: list[tuple[RunJob, RunDir, dict]], command: li
         # with SLURM_* visible, Lightning would expect one SLURM task per device and manage requeues,
         # both of which this job (one task, requeued by submitit) does differently.
         env = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
-    # Lightning draws a Rich progress bar, which renders live only on a terminal: declare the log one,
-    # so that `tail -f logs/stdout.log` (or `less -R`) shows the run's own bar while it trains.
-    env = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", **env}
+    # The log is no terminal: training writes plain progress lines into it (`tail -f logs/stdout.log`), not a bar
+    # redrawn with escape codes (lit_resformer.training.lightning_cli.PlainProgress).
     output = runs[0]
     for run, summary in zip(runs, summaries, strict=True):
         run.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -340,9 +339,9 @@ def _read_from(path: Path, offset: int) -> str:
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
-    """Stop the training process as Ctrl-C would (Lightning shuts down cleanly, without a checkpoint: the run resumes
-    from its last one); kill it if that takes longer than `grace_s`. The signal goes to its process group, so the
-    processes a multi-device strategy started stop with it."""
+    """Stop the training process as Ctrl-C would (Lightning shuts down cleanly, saving what it trained since its last
+    checkpoint where that resumes exactly: InterruptCheckpoint); kill it if that takes longer than `grace_s`. The
+    signal goes to its process group, so the processes a multi-device strategy started stop with it."""
     if process.poll() is not None:
         return
     _signal_group(process, signal.SIGINT)

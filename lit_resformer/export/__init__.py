@@ -18,6 +18,7 @@ project.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -110,6 +111,19 @@ def export_model(model, tokenizer, out_dir: str | Path) -> Path:
     if not non_vanilla_fields(model.config):
         return export_llama(model, tokenizer, out_dir)
     return export_resformer(model.config, model.state_dict(), tokenizer, out_dir)
+
+
+def loading_code(folder: str | Path) -> str:
+    """The two lines that load an exported folder with transformers alone, asking nothing. A folder with its own code
+    (`auto_map` in config.json) needs `trust_remote_code=True` for its tokenizer too: transformers >= 5 reads a
+    folder's config before its tokenizer (AutoTokenizer.from_pretrained loads AutoConfig first), and a config with
+    its own class is code to run, which it asks about, [y/N], unless told; the tokenizer files themselves name no
+    code (tokenizer_config.json has no auto_map)."""
+    folder = Path(folder)
+    custom = "auto_map" in json.loads((folder / "config.json").read_text())
+    trust = ", trust_remote_code=True" if custom else ""
+    return (f"model = AutoModelForCausalLM.from_pretrained({str(folder)!r}{trust})\n"
+            f"tokenizer = AutoTokenizer.from_pretrained({str(folder)!r}{trust})")
 
 
 def export_hf(ckpt: str | Path, out_dir: str | Path) -> Path:

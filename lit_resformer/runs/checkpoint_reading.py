@@ -1,7 +1,7 @@
-"""A run's checkpoint files, in one place: reading one safely (`read_checkpoint`, `checkpoint_problem`) and loading
-one as (Transformer, tokenizer) without Lightning or the training data (so that eval, analysis and export import no
-trainer); where they lie in a run's folder is lit_resformer.runs.run_dir's. Writing them during training is
-`lit_resformer.training.checkpoint_saving` (Lightning's ModelCheckpoint, tidied)."""
+"""A run's checkpoint files, in one place: reading one safely (`read_checkpoint`, `checkpoint_problem`), loading
+one as (Transformer, tokenizer) without Lightning or the training data (so that eval, analysis, export and
+`continue_prompt` import no trainer); where they lie in a run's folder is lit_resformer.runs.run_dir's. Writing them
+during training is `lit_resformer.training.checkpoint_saving` (Lightning's ModelCheckpoint, tidied)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+DEFAULT_NEW_TOKENS = 64  # what `lit-resformer generate` adds to a prompt unless told
 # Lightning keys of a training checkpoint: without them the file cannot resume a run.
 CHECKPOINT_KEYS = ("state_dict", "global_step", "loops")
 
@@ -91,3 +92,31 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"):
     from tokenizers import Tokenizer
 
     return model.to(device).eval(), Tokenizer.from_str(tokenizer_json)
+
+
+def continue_prompt(path: str | Path, prompt: str, max_new_tokens: int | None = None, temperature: float = 0.0,
+                    top_k: int | None = None, seed: int = 0, device: str = "cpu") -> str:
+    """`prompt` and the checkpoint's model's continuation of it (`lit-resformer generate`): up to `max_new_tokens`
+    tokens (None: DEFAULT_NEW_TOKENS, or what the model's context leaves) by `Transformer.generate` (through the KV
+    cache; greedy at temperature 0, else sampled, seeded by `seed`), ending before the run's end-of-document token.
+    ValueError when the prompt and the tokens to add do not fit the model's context."""
+    import torch
+
+    from lit_resformer.data.tokenizer import EOS_TOKEN
+
+    model, tokenizer = load_checkpoint(path, device=device)
+    ids = tokenizer.encode(prompt).ids
+    context = model.config.max_seq_len
+    if max_new_tokens is None:
+        max_new_tokens = min(DEFAULT_NEW_TOKENS, context - len(ids))
+    if max_new_tokens < 1 or len(ids) + max_new_tokens > context:
+        raise ValueError(f"--max-new-tokens {max_new_tokens}: the prompt's {len(ids)} tokens and the new ones exceed "
+                         f"the model's context of {context} tokens (model.config.max_seq_len)")
+    eos_id = tokenizer.token_to_id(EOS_TOKEN)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        tokens = model.generate(torch.tensor([ids], device=device), max_new_tokens, temperature=temperature,
+                                top_k=top_k, eos_id=eos_id, generator=generator)[0, len(ids):].tolist()
+    if eos_id in tokens:
+        tokens = tokens[:tokens.index(eos_id)]
+    return prompt + tokenizer.decode(tokens)

@@ -2,7 +2,8 @@
 
     <run>/
       config.yaml                   the resolved config, written by `lit-resformer fit` before training
-      checkpoints/                  a step checkpoint every N steps, and last.ckpt (Lightning's ModelCheckpoint)
+      checkpoints/                  a step checkpoint every N steps, and last.ckpt (Lightning's ModelCheckpoint);
+                                    on_exception.ckpt where training stopped on Ctrl-C or an error (InterruptCheckpoint)
       csv/version_<k>/metrics.csv   the logged metrics, one CSVLogger version per (re)start of the run
                                     (metrics.csv.gz in exported results: `compressed_metrics`)
       tb/                           TensorBoard events
@@ -51,6 +52,8 @@ from lit_resformer.writing import atomic_write, atomic_write_json
 
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"  # the checkpoint `--ckpt_path last` resumes from (Lightning's save_last)
+# saved when training stops on an exception (Ctrl-C, SIGTERM, an error): Lightning's OnExceptionCheckpoint's name
+INTERRUPT_CHECKPOINT = "on_exception.ckpt"
 SUMMARY = "summary.json"
 CSV_LOGS = "csv"  # CSVLogger name: csv/version_<k>/metrics.csv
 METRICS, COMPRESSED_METRICS = "metrics.csv", "metrics.csv.gz"
@@ -88,11 +91,11 @@ def kept_checkpoint(folder: str | Path, step: int) -> Path:
 
 
 def step_checkpoints_in(folder: str | Path) -> list[Path]:
-    """Every checkpoint file in `folder` but last.ckpt, newest first."""
+    """Every checkpoint file in `folder` but last.ckpt and the interrupt's, newest first."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found = [p for p in folder.glob("*.ckpt") if p.name != LAST_CHECKPOINT and p.is_file()]
+    found = [p for p in folder.glob("*.ckpt") if p.name not in (LAST_CHECKPOINT, INTERRUPT_CHECKPOINT) and p.is_file()]
     return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
 
 
@@ -140,6 +143,7 @@ class RunDir:
         self.diff_file = self.path / "git.diff"
         self.checkpoints_dir = self.path / CHECKPOINTS
         self.last_checkpoint = self.checkpoints_dir / LAST_CHECKPOINT
+        self.interrupt_checkpoint = self.checkpoints_dir / INTERRUPT_CHECKPOINT
         self.csv_dir = self.path / CSV_LOGS
         self.tb_dir = self.path / TB_LOGS
         self.eval_dir = self.path / "eval"
@@ -194,14 +198,16 @@ class RunDir:
 
     def has_checkpoint(self) -> bool:
         """Whether any checkpoint file exists (cheap: nothing is read)."""
-        return self.last_checkpoint.is_file() or bool(self.step_checkpoints())
+        return self.last_checkpoint.is_file() or self.interrupt_checkpoint.is_file() or bool(self.step_checkpoints())
 
     def resume_point(self) -> ResumePoint | None:
-        """What `--ckpt_path last` resumes from: last.ckpt when it reads as a training checkpoint, else the newest
-        intact step checkpoint (a run killed while writing last.ckpt keeps the previous one), with the reason
-        for the caller to log. None when the run has no checkpoint; ValueError when none of them is intact."""
+        """What `--ckpt_path last` resumes from: the newer of last.ckpt and the interrupt's checkpoint when it reads as
+        a training checkpoint, else the other, else the newest intact step checkpoint (a run killed while writing
+        last.ckpt keeps the previous one), with the reason for the caller to log. None when the run has no
+        checkpoint; ValueError when none of them is intact."""
         problems = []
-        candidates = [self.last_checkpoint] if self.last_checkpoint.is_file() else []
+        latest = [p for p in (self.last_checkpoint, self.interrupt_checkpoint) if p.is_file()]
+        candidates = sorted(latest, key=lambda p: p.stat().st_mtime_ns, reverse=True)
         for path in candidates + self.step_checkpoints():
             problem = checkpoint_problem(path)
             if problem is None:

@@ -1,6 +1,7 @@
 """`RunCheckpoint`: Lightning's ModelCheckpoint, configured and tidied so that a run's checkpoint folder always holds
 what eval, analysis and resuming expect: last.ckpt is the newest checkpoint, at most `save_top_k` step checkpoints,
-and no partial files.
+and no partial files. `InterruptCheckpoint`: a Lightning checkpoint callback saving what a run has trained when it
+stops on Ctrl-C or an error, as exactly as a step checkpoint.
 
 Lightning alone leaves three kinds of debris, each fixed here:
 - a file of the same name already there (a run folder moved or copied, a changed checkpoint interval) makes it write
@@ -16,14 +17,22 @@ Lightning alone leaves three kinds of debris, each fixed here:
 from __future__ import annotations
 
 import contextlib
+import copy
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins import TorchCheckpointIO
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_info
 
-from lit_resformer.runs.run_dir import KEPT_PREFIX, kept_checkpoint, step_checkpoints_in
+from lit_resformer.runs.run_dir import (
+    INTERRUPT_CHECKPOINT,
+    KEPT_PREFIX,
+    RunDir,
+    kept_checkpoint,
+    step_checkpoints_in,
+)
 from lit_resformer.writing import TEMPORARY_SUFFIX, atomic_open
 
 
@@ -84,3 +93,70 @@ class RunCheckpoint(ModelCheckpoint):
             if stale.resolve() != protected:
                 with contextlib.suppress(FileNotFoundError):
                     stale.unlink()
+
+
+class InterruptCheckpoint(Checkpoint):
+    """A checkpoint saved when training stops on an exception (Ctrl-C, SIGTERM, an error), in the `on_exception` hook
+    Lightning calls then, to INTERRUPT_CHECKPOINT in the checkpoints folder, where `--ckpt_path last` takes it when it
+    is the newest (RunDir.resume_point); resuming from it continues exactly as the uninterrupted run: the same
+    weights, optimizer and schedule, the same data order.
+
+    An exception can stop training anywhere in a step, but the weights change only in the optimizer's update: before
+    that update begins, they are those of the last step done, and only the loops' progress and the data loader's
+    position (both in the checkpoint's `loops`) have moved on, into the step under way. So the loops' state is kept
+    at the end of every optimizer step, as a step checkpoint saves it, and the interrupt's checkpoint carries that
+    state: resumed, the run trains the interrupted step again from its first micro-batch. Nothing is saved when the
+    update itself was under way (the weights may be half-updated: the run resumes from its last checkpoint), when
+    nothing was trained since the run started or resumed, when the run diverged (a diverged model is never saved),
+    or with several processes (their saves would wait on each other). A run that ends normally removes the file: its
+    last.ckpt is newer.
+
+    This is Lightning's OnExceptionCheckpoint (save in `on_exception`, remove in `teardown`) with the loops kept at a
+    step's end; not a subclass of it, because Lightning turns every `fit` with an OnExceptionCheckpoint and no
+    checkpoint into a `fit(ckpt_path="last")` (Trainer._checkpoint_connector._select_ckpt_path): a fresh run would
+    resume whatever its checkpoint folder holds, with two warnings, one the "save_last=True" hint."""
+
+    def __init__(self, dirpath: str | Path):
+        self.ckpt_path = Path(dirpath) / INTERRUPT_CHECKPOINT
+        self._start_step: int | None = None
+        self._done: tuple[int, dict] | None = None  # (step, the fit loop's state) at the end of the last step done
+        self._updating_from: int | None = None  # the step whose optimizer update began and has not ended
+        self._saving: dict | None = None  # the loops' state the checkpoint being saved carries
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start_step = trainer.global_step
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self._updating_from = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        # the first batch end that sees a step is the one right after its update (as RunCheckpoint's keep_steps)
+        if trainer.global_step != (self._done[0] if self._done else self._start_step):
+            self._done = (trainer.global_step, copy.deepcopy(trainer.fit_loop.state_dict()))
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        step = trainer.global_step
+        if self._done is None or self._start_step is None or step == self._start_step or trainer.world_size > 1:
+            return
+        if RunDir(trainer.default_root_dir).divergence_file.is_file():
+            return
+        if self._done[0] != step or self._updating_from == step:
+            rank_zero_info(f"{type(exception).__name__} during the optimizer update of step {step + 1}: no "
+                           f"checkpoint saved (its weights may be half-updated); --ckpt_path last resumes from the "
+                           f"run's last checkpoint")
+            return
+        self._saving = self._done[1]
+        try:
+            trainer.save_checkpoint(self.ckpt_path)
+        finally:
+            self._saving = None
+        if trainer.is_global_zero:
+            print(f"stopped by {type(exception).__name__} at step {step}: checkpoint saved to {self.ckpt_path}; "
+                  f"resume the run ({trainer.default_root_dir}) with --ckpt_path last", flush=True)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        if self._saving is not None:
+            checkpoint["loops"]["fit_loop"] = self._saving
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        trainer.strategy.remove_checkpoint(self.ckpt_path)  # the run ended: its last.ckpt is newer

@@ -1,16 +1,18 @@
-"""The checks a config must pass beyond its fields' types: across fields (sequence length, batch divisibility),
-against a checkpoint it resumes or uses, and the data and training modules' own argument checks."""
+"""The checks a config must pass beyond its fields' types: those that need no torch (lit_resformer.config.field_checks:
+ranges, across fields), against a checkpoint it resumes or uses, and the data and training modules' own argument
+checks."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 from jsonargparse import Namespace
 from tokenizers import Tokenizer
 
+from lit_resformer.config import field_checks
 from lit_resformer.config.diff import config_differences
+from lit_resformer.config.field_checks import model_config
 from lit_resformer.data import LMDataModule
 from lit_resformer.data.tokenizer import load_tokenizer, parse_tokenizer_spec, tokenizer_fingerprint
 from lit_resformer.model import ModelConfig
@@ -18,49 +20,10 @@ from lit_resformer.runs.checkpoint_reading import read_checkpoint
 from lit_resformer.training.module import LitResFormer
 
 
-def world_size(trainer: dict[str, Any]) -> int:
-    devices, nodes = trainer.get("devices", "auto"), int(trainer.get("num_nodes") or 1)
-    if isinstance(devices, (list, tuple)):
-        per_node = len(devices)
-    elif str(devices).lstrip("-").isdigit() and int(devices) > 0:
-        per_node = int(devices)
-    else:  # "auto" or -1: every visible GPU, else one CPU process
-        accelerator = trainer.get("accelerator", "auto")
-        gpus = torch.cuda.device_count() if accelerator in ("auto", "gpu", "cuda") else 0
-        per_node = gpus or 1
-    return per_node * nodes
-
-
-def model_config(cfg: Namespace) -> ModelConfig:
-    """The run's ModelConfig from a parsed config. vocab_size is linked from the tokenizer when the classes are
-    built, so before that any value stands in for it."""
-    fields = cfg.model.config
-    fields = fields.as_dict() if hasattr(fields, "as_dict") else dict(vars(fields))
-    try:
-        return ModelConfig(**{**fields, "vocab_size": fields.get("vocab_size") or 1})
-    except ValueError as err:
-        raise ValueError(f"invalid model config (model.config): {err}") from None
-
-
 def check_experiment(cfg: Namespace) -> None:
-    """Checks across fields that the parser cannot express; derives trainer.accumulate_grad_batches from
-    global_batch_tokens."""
-    preview = model_config(cfg)
-    seq_len = cfg.data.seq_len
-    if seq_len > preview.max_seq_len:
-        raise ValueError(f"data.seq_len={seq_len} exceeds model.config.max_seq_len={preview.max_seq_len}; "
-                         f"lower data.seq_len or raise model.config.max_seq_len")
-    tokens = cfg.global_batch_tokens
-    if tokens is not None:
-        per_step = cfg.data.micro_batch_size * seq_len * world_size(dict(vars(cfg.trainer)))
-        if tokens % per_step:
-            raise ValueError(f"global_batch_tokens={tokens} is not divisible by data.micro_batch_size x "
-                             f"data.seq_len x devices = {per_step}")
-        cfg.trainer.accumulate_grad_batches = tokens // per_step
-    decay_start, max_steps = cfg.model.get("decay_start"), cfg.trainer.max_steps
-    if decay_start is not None and max_steps is not None and max_steps > 0 and decay_start >= max_steps:
-        raise ValueError(f"model.decay_start={decay_start} is not before trainer.max_steps={max_steps}: the decay "
-                         f"would never run; leave it null to hold the peak to the end")
+    """The checks of lit_resformer.config.field_checks (ranges, the model config, the fields against each other),
+    knowing this machine's GPUs; derives trainer.accumulate_grad_batches from global_batch_tokens."""
+    field_checks.check_experiment(cfg, gpus=torch.cuda.device_count())
 
 
 # Data settings a run may change when it resumes: they decide how fast or where data is read and how much of the

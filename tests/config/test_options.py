@@ -35,7 +35,7 @@ def test_an_abbreviation_is_refused_with_the_full_name(capsys, argv):
     word = next(a for a in argv if a.startswith("--") and not a.startswith("--effect")).split("=")[0]
     full = {"--eff": "--effect", "--js": "--json"}[word]
     assert lines[0] == f"lit-resformer plan: error: unknown option {word} (options are not abbreviated; did you mean {full}?)"
-    assert lines[1:] == ["(`lit-resformer plan --help` lists the options)"]  # one line and a pointer, no usage
+    assert len(lines) == 1  # one line, no usage
 
 
 def test_a_misspelt_option_names_the_closest(capsys):
@@ -49,8 +49,7 @@ def test_what_follows_a_double_dash_is_no_option():
 
 def test_other_mistakes_are_one_line_too(capsys):
     lines = refusal(capsys, ["g"])
-    assert lines == ["lit-resformer plan: error: the following arguments are required: --effect",
-                     "(`lit-resformer plan --help` lists the options)"]
+    assert lines == ["lit-resformer plan: error: the following arguments are required: --effect"]
 
 
 def test_closest_options_prefers_what_the_word_abbreviates():

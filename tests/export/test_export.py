@@ -21,7 +21,7 @@ import torch
 from lit_resformer import load_checkpoint
 from lit_resformer.cli import main
 from lit_resformer.eval.lm_eval_cli import lm_eval_argv, task_folder
-from lit_resformer.export import MODEL_CODE, REMOTE_CODE, export_model, export_resformer
+from lit_resformer.export import MODEL_CODE, REMOTE_CODE, export_model, export_resformer, loading_code
 from lit_resformer.model import ModelConfig, Transformer
 from tests.helpers.eval_data import CORPUS, arc_data_dir, byte_bpe_tokenizer
 from tests.helpers.experiments import tiny_experiment
@@ -258,6 +258,33 @@ def test_a_model_built_from_its_config_is_the_training_codes_model_weight_for_we
         assert set(theirs) == set(ours)
         for name, value in ours.items():
             assert torch.equal(theirs[name], value), name
+
+
+def _load_in_plain_transformers(code: str, text: str) -> subprocess.CompletedProcess:
+    """`code` (loading lines) run in a fresh `python -I` (no lit_resformer) with stdin closed, then the tokenizer on
+    `text`: the ids on the last line of stdout."""
+    script = (f"from transformers import AutoModelForCausalLM, AutoTokenizer\n{code}\n"
+              f"print(tokenizer({text!r})['input_ids'])")
+    return subprocess.run([sys.executable, "-I", "-c", script], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "resformer"])
+def test_the_printed_loading_lines_load_model_and_tokenizer_asking_nothing(tmp_path, bpe, variant):
+    """What `lit-resformer export` prints to load a folder (export.loading_code) runs with stdin closed, asks no
+    [y/N] question and gives the run's tokenizer; a folder with its own code needs trust_remote_code=True for the
+    tokenizer too, since transformers reads the folder's config first."""
+    folder = tmp_path / "hf"
+    export_model(make_model(bpe, 3, **({"residual": {"target": "v"}} if variant == "resformer" else {})), bpe, folder)
+    code = loading_code(folder)
+    assert ("trust_remote_code=True" in code) == (variant == "resformer")
+    done = _load_in_plain_transformers(code, CORPUS[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[y/N]" not in done.stdout + done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == bpe.encode(CORPUS[2]).ids
+    if variant == "resformer":  # the tokenizer alone, without the flag: transformers asks about the config's code
+        asked = _load_in_plain_transformers(f"tokenizer = AutoTokenizer.from_pretrained({str(folder)!r})", CORPUS[2])
+        assert "[y/N]" in asked.stdout + asked.stderr
 
 
 # ------------------------------------------------------------------------------------ lit-resformer lm-eval

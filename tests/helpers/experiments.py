@@ -51,14 +51,20 @@ def fit_killed_at_step_5(config: Path, run: Path) -> None:
 
 def fit_killed_at(config: Path, run: Path, step: int, *extra: str) -> None:
     """`lit-resformer fit ... *extra` in a process of its own, SIGKILLed once `step` optimizer steps are done."""
+    proc = fit_crashing(config, run, "KillAtStep", step, *extra)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+
+
+def fit_crashing(config: Path, run: Path, crash: str, step: int, *extra: str) -> subprocess.CompletedProcess:
+    """`lit-resformer fit ... *extra` in a process of its own, with the callback `crash` of tests/helpers/crash.py
+    acting once `step` optimizer steps are done."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "lit_resformer.cli", "fit", "--config", str(config), "--trainer.default_root_dir",
-         str(run), "--allow-any-class", "--trainer.callbacks+=crash.KillAtStep", f"--trainer.callbacks.step={step}",
+         str(run), "--allow-any-class", f"--trainer.callbacks+=crash.{crash}", f"--trainer.callbacks.step={step}",
          *extra],
         env=env, capture_output=True, text=True, timeout=600,
     )
-    assert proc.returncode == -9, proc.stderr[-2000:]
 
 
 def experiment(tmp_path: Path, corpus: Path, cache: Path, **sections) -> Path:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lit_resformer.runs.checkpoint_reading import checkpoint_problem
-from lit_resformer.runs.run_dir import RunDir
+from lit_resformer.runs.run_dir import ResumePoint, RunDir
 
 
 def save_training_checkpoint(path: Path, step: int, mtime: float) -> Path:
@@ -47,6 +47,20 @@ def test_resume_point_is_last_then_the_newest_intact_step_checkpoint(tmp_path):
     truncate(older)
     with pytest.raises(ValueError, match="no intact checkpoint.*last.ckpt.*step000004.ckpt.*step000002.ckpt"):
         run.resume_point()
+
+
+def test_resume_point_is_the_newer_of_last_and_the_interrupts_checkpoint(tmp_path):
+    """A run stopped by Ctrl-C after its last step checkpoint resumes from the interrupt's checkpoint; one that saved
+    step checkpoints since it resumed from it, from those; the interrupt's checkpoint is never a pruned step."""
+    run = RunDir(tmp_path / "run")
+    save_training_checkpoint(run.last_checkpoint, 4, mtime=1_000)
+    save_training_checkpoint(run.interrupt_checkpoint, 7, mtime=2_000)
+    assert run.has_checkpoint() and run.step_checkpoints() == []
+    assert run.resume_point() == ResumePoint(run.interrupt_checkpoint)
+    os.utime(run.last_checkpoint, (3_000, 3_000))
+    assert run.resume_point() == ResumePoint(run.last_checkpoint)
+    truncate(run.last_checkpoint)
+    assert run.resume_point().path == run.interrupt_checkpoint
 
 
 def test_checkpoint_problem_names_what_is_wrong(tmp_path):
