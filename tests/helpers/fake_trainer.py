@@ -89,6 +89,12 @@ FAKE_TRAINER = textwrap.dedent(
             if not resume and os.environ.get("FAKE_BLOCK_CELL") == cell and step + 1 >= 10:
                 time.sleep(120)  # hangs until it is stopped (the SLURM job is preempted)
         time.sleep(float(os.environ.get("FAKE_STEP_SLEEP", "0")))
+        hold = os.environ.get("FAKE_HOLD_UNTIL")  # trains no further step until the test creates this file
+        deadline = time.time() + 300
+        while hold and not Path(hold).exists():
+            if time.time() > deadline:
+                sys.exit(f"held for 300 s: {hold} never appeared")
+            time.sleep(0.05)
     if device_dir:
         for b in busy:
             b.unlink()

@@ -597,15 +597,21 @@ def test_two_runners_on_one_grid(tmp_path):
     import time
 
     grid, command = fake_grid(tmp_path)
-    # each run outlasts a second runner's start (importing Lightning takes seconds), so that it finds one busy
-    env = {**os.environ, "LIT_RESFORMER_TRAIN_CMD": " ".join(command), "FAKE_STEP_SLEEP": "0.6"}
-    arguments = [sys.executable, "-m", "lit_resformer.cli", "grid", str(grid), "--runs-dir", str(tmp_path / "runs")]
+    # the first runner trains both runs at once, neither past its first step until the second runner has ended (however
+    # long its start takes on a loaded machine), so that the second finds both busy
+    release = tmp_path / "second-runner-ended"
+    env = {**os.environ, "LIT_RESFORMER_TRAIN_CMD": " ".join(command), "FAKE_HOLD_UNTIL": str(release)}
+    arguments = [sys.executable, "-m", "lit_resformer.cli", "grid", str(grid), "--runs-dir", str(tmp_path / "runs"),
+                 "--cpu-slots", "2"]
     first = subprocess.Popen(arguments, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 60
-    while not list((tmp_path / "runs").glob("g/*/seed0/logs/stdout.log")) and time.time() < deadline:
+    deadline = time.time() + 120
+    while len(list((tmp_path / "runs").glob("g/*/seed0/logs/stdout.log"))) < 2 and time.time() < deadline:
         time.sleep(0.1)
-    second = subprocess.run(arguments, env=env, capture_output=True, text=True, timeout=120)
-    first_out, _ = first.communicate(timeout=120)
+    try:
+        second = subprocess.run(arguments, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        release.touch()
+    first_out, _ = first.communicate(timeout=300)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "busy in another process, left to it" in second.stdout and "report:" not in second.stdout
     assert first.returncode == 0 and "report:" in first_out, first_out
