@@ -7,6 +7,11 @@ file's header):
   higher tier (gpu > evidence > any other grid) is "superseded by <grid>": shown, not counted;
 - a comparison of a transfer grid (configs/grids/transfer/: another optimizer, budget, size or corpus than the paper's
   condition) is shown, not counted, and read in the transfer table (lit_resformer.board.transfer);
+- a comparison whose deciding fields changed after its grid's first data is exploratory (DECLARATIONS, written by
+  lit_resformer.board.declared): shown, marked, not counted; where it changed only its margin or direction and its
+  interval holds the bound of the form it had before the data, it counts as that form's verdict, inconclusive (it is
+  judged under its earlier declaration; an interval clear of that bound would need the earlier form judged anew, and
+  that row stays uncounted);
 - of the counted comparisons: all reproduced -> reproduced; some contradicted and none reproduced -> contradicted;
   both -> mixed; all not tested -> not tested; otherwise inconclusive;
 - a claim no comparison measures is "not tested", with what would test it (`not_tested:`).
@@ -16,10 +21,11 @@ collected under "unassigned" (none in the committed results: tests/verdicts/test
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -31,6 +37,11 @@ from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE, verdict_text
 from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 
 REGISTRY = REPO / "configs" / "claims.yaml"
+# when each comparison of docs/results was declared, from git history (`lit-resformer claims docs/results
+# --preconditions --json --out docs/declarations.json`; lit_resformer.board.declared writes it, a test checks it)
+DECLARATIONS = REPO / "docs" / "declarations.json"
+# the fields an exploratory comparison may have changed and still be judged under its earlier form by its interval
+BOUND_FIELDS = {"margin", "direction", "paper_claim"}
 CLAIM_VERDICTS = ("reproduced", "contradicted", "mixed", "inconclusive", "not tested")
 TIER_RANK = {"gpu": 3, "evidence": 2}  # any other grid (repro, demo, standalone sweeps): 1
 # What a claim of the paper stands on (its `basis:`): every basis but "verbatim" needs a `reading:` saying how the
@@ -188,10 +199,41 @@ def derive(verdicts: Sequence[str]) -> str:
     return "inconclusive"
 
 
-def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[PaperClaim]:
+def exploratory_comparisons(record: Path = DECLARATIONS) -> dict[tuple[str, str], dict]:
+    """{(grid, comparison words): its row} of the comparisons the committed declarations (`record`) find exploratory."""
+    return {(r["grid"], r["claim"]): r for r in json.loads(record.read_text())
+            if r["kind"] == "comparison" and r["status"] == "exploratory"}
+
+
+def _as_declared_before(v: Verdict, declaration: dict) -> tuple[Verdict | None, str]:
+    """An exploratory comparison's row judged under the form it had before its data ((None, why) where that cannot
+    be read from its interval), and the words that say so."""
+    change = (f"exploratory: {declaration['change']} after its data ({declaration['first_data']['date'][:10]}), "
+              f"declared {declaration['declared']['date'][:10] or 'uncommitted'} "
+              f"({declaration['declared']['commit'][:7]})")
+    earlier, now = declaration.get("earlier"), declaration["fields"]
+    changed = {k for k in now if earlier is not None and earlier.get(k) != now[k]}
+    if earlier is None or not changed <= BOUND_FIELDS or earlier.get("direction") not in ("lower", "higher") \
+            or v.low is None or v.high is None:
+        return None, f"{change}; not counted until confirmed on seeds first run after it"
+    margin = earlier.get("margin") or 0.0
+    bound = -margin if earlier["direction"] == "higher" else margin
+    if not v.low <= bound <= v.high:
+        return None, (f"{change}; its form before the data (bound {bound:+g}) is not judged here: not counted until "
+                      "confirmed on seeds first run after it")
+    why = (f"{change}; judged as declared before it ({earlier['direction']}, bound {bound:+g}): its interval "
+           f"[{v.low:+.4f}, {v.high:+.4f}] holds the bound, inconclusive until confirmed on seeds first run after it")
+    return replace(v, verdict="inconclusive", unadjusted="inconclusive", p_two_sided=None, p_holm=None,  # not its form's
+                   note="; ".join(filter(None, [why, v.note]))), why
+
+
+def paper_claims(rows: Sequence[Verdict], registry: dict | None = None,
+                 exploratory: dict[tuple[str, str], dict] | None = None) -> list[PaperClaim]:
     """The registry's claims, each with the scoreboard rows that are its evidence, in registry order; rows no claim
-    lists end under a claim "unassigned: <text>" of their own."""
+    lists end under a claim "unassigned: <text>" of their own. `exploratory` (exploratory_comparisons): the
+    comparisons declared after their data, by (grid, words); None: the committed record's."""
     registry = registry or load_registry()
+    exploratory = exploratory_comparisons() if exploratory is None else exploratory
     top = [v for v in rows if not is_sub_row(v)]
     subs: dict[int, list[Verdict]] = {}
     parent = None
@@ -226,6 +268,12 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[
                 evidence.append(Evidence(v, False, f"superseded by {best.grid}", subs.get(id(v), [])))
             elif id(v) in counted_for:  # one measurement is evidence for one claim: shown here, counted there
                 evidence.append(Evidence(v, False, f"see {counted_for[id(v)]}", subs.get(id(v), [])))
+            elif declaration := next((exploratory[(grid, text)] for grid in (v.grids or (v.grid,)) for text in texts
+                                      if (grid, text) in exploratory), None):
+                earlier, why = _as_declared_before(v, declaration)
+                if earlier is not None:
+                    counted_for[id(v)] = entry["id"]
+                evidence.append(Evidence(earlier or v, earlier is not None, why, subs.get(id(v), [])))
             else:
                 counted_for[id(v)] = entry["id"]
                 evidence.append(Evidence(v, True, "", subs.get(id(v), [])))
