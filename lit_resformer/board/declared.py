@@ -8,7 +8,8 @@ project's git history:
 - each comparison a grid declares (`claims:` of its grid file, inherited ones included) is checked on its fields
   DECIDING (and its grid's `select:` block) as they stood at the parent of that commit, against today's: the same ->
   "pre-declared"; otherwise "exploratory", with what changed, the form it had before the data (`earlier`: the board
-  judges that form, lit_resformer.verdicts.paper_claims) and the commit that gave it today's form;
+  judges that form, lit_resformer.verdicts.paper_claims) and the commit that gave it today's form; "confirmed" once
+  another grid, declared with the same fields, first has data after that commit (_mark_confirmed);
 - each claim of the paper (configs/claims.yaml) likewise on REGISTRY_DECIDING, its first data its comparisons' first;
   one the registry did not hold before its data (the registry came after the first grids) is "registered after its
   data": its comparisons, declared in the grid files, are what decide it, each dated on its own;
@@ -49,7 +50,7 @@ REGISTRY_DECIDING = ("comparisons", "context", "preconditions")
 REGISTRY_FILE = "configs/claims.yaml"
 RESULTS_FOLDERS = ("docs/results", "docs/unfinished-grids")  # where a grid's runs are committed, finished or not
 RUN_FILE = re.compile(r"^(?P<grid>.+)/[^/]+/seed\d+(?:/|$)")  # <grid folder>/<cell>/seed<k>[/...]
-STATUSES = ("exploratory", "pre-declared", "registered after its data", "introduced after its data", "no committed data")
+STATUSES = ("exploratory", "confirmed", "pre-declared", "registered after its data", "introduced after its data", "no committed data")
 
 
 class DeclarationError(ValueError):
@@ -249,6 +250,7 @@ def declaration_report(results_roots: Sequence[str | Path], repo: Path = REPO_RO
             if first:
                 text = claim["claim"]
                 first_by_text[text] = min(first, first_by_text.get(text, first), key=lambda c: c.date)
+    _mark_confirmed(rows)
     registry = yaml.safe_load((repo / REGISTRY_FILE).read_text()) or {}
     claim_first: dict[str, Commit | None] = {}
     for entry in registry.get("claims") or []:
@@ -274,6 +276,22 @@ def declaration_report(results_roots: Sequence[str | Path], repo: Path = REPO_RO
         rows.append(_row("precondition", pid, first, sha, f"introduced {date[:16] or 'uncommitted'}" if after else "",
                          repo, justification=pre.get("justification", ""), cites=pre["cites"]))
     return rows
+
+
+def _mark_confirmed(rows: list[dict]) -> None:
+    """An exploratory comparison is confirmed where another grid declares it with the same deciding fields,
+    pre-declared there, and that grid's first data came after the commit that declared the form (its seeds first ran
+    after the change): a confirmation grid (e.g. configs/grids/evidence/fig9-confirm.yaml). It is counted there; the
+    exploratory row stays shown and uncounted."""
+    declared_ok = [r for r in rows if r["kind"] == "comparison" and r["status"] == "pre-declared"]
+    for r in rows:
+        if r["kind"] != "comparison" or r["status"] != "exploratory" or not r["declared"]["date"]:
+            continue
+        after = datetime.fromisoformat(r["declared"]["date"])
+        by = next((w for w in declared_ok if w["grid"] != r["grid"] and w["fields"] == r["fields"]
+                   and datetime.fromisoformat(w["first_data"]["date"]) > after), None)
+        if by is not None:
+            r.update(status="confirmed", confirmed_by={"grid": by["grid"], **by["first_data"]})
 
 
 def introduced(needle: str, paths: Sequence[str], repo: Path = REPO_ROOT) -> tuple[str, str]:

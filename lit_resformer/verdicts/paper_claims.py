@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from lit_resformer.measures.power import in_nats, power_of
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli
 from lit_resformer.provenance import REPO_ROOT as REPO
 from lit_resformer.verdicts.regime import regime_text
@@ -103,7 +104,13 @@ def load_registry(path: Path = REGISTRY) -> dict:
     for pid, pre in preconditions.items():
         if not pre.get("cites") or not pre.get("needle"):
             raise ValueError(f"{path}: precondition {pid!r} needs `cites` (its sentence) and `needle`")
-    return {"claims": claims, "preconditions": preconditions}
+    smallest = raw.get("smallest_effect")
+    if smallest is not None and not (isinstance(smallest, dict) and set(smallest) == {"nats", "basis"}
+                                     and isinstance(smallest["nats"], (int, float)) and smallest["nats"] > 0
+                                     and smallest["basis"]):
+        raise ValueError(f"{path}: smallest_effect must be {{nats: <a positive number>, basis: <why that size>}}, got "
+                         f"{smallest!r}")
+    return {"claims": claims, "preconditions": preconditions, "smallest_effect": smallest}
 
 
 def base_text(text: str) -> str:
@@ -200,17 +207,22 @@ def derive(verdicts: Sequence[str]) -> str:
 
 
 def exploratory_comparisons(record: Path = DECLARATIONS) -> dict[tuple[str, str], dict]:
-    """{(grid, comparison words): its row} of the comparisons the committed declarations (`record`) find exploratory."""
+    """{(grid, comparison words): its row} of the comparisons the committed declarations (`record`) find declared after
+    their data: exploratory, or confirmed by another grid since (counted there)."""
     return {(r["grid"], r["claim"]): r for r in json.loads(record.read_text())
-            if r["kind"] == "comparison" and r["status"] == "exploratory"}
+            if r["kind"] == "comparison" and r["status"] in ("exploratory", "confirmed")}
 
 
 def _as_declared_before(v: Verdict, declaration: dict) -> tuple[Verdict | None, str]:
     """An exploratory comparison's row judged under the form it had before its data ((None, why) where that cannot
     be read from its interval), and the words that say so."""
-    change = (f"exploratory: {declaration['change']} after its data ({declaration['first_data']['date'][:10]}), "
+    change = (f"exploratory: its grid's first data {declaration['first_data']['date'][:10]}, its present form "
               f"declared {declaration['declared']['date'][:10] or 'uncommitted'} "
-              f"({declaration['declared']['commit'][:7]})")
+              f"({declaration['declared']['commit'][:7]}; {declaration['change']})")
+    if declaration["status"] == "confirmed":
+        by = declaration["confirmed_by"]
+        return None, (f"{change}; confirmed by {by['grid']} on seeds first run after it ({by['date'][:10]}): "
+                      "counted there")
     earlier, now = declaration.get("earlier"), declaration["fields"]
     changed = {k for k in now if earlier is not None and earlier.get(k) != now[k]}
     if earlier is None or not changed <= BOUND_FIELDS or earlier.get("direction") not in ("lower", "higher") \
@@ -225,6 +237,16 @@ def _as_declared_before(v: Verdict, declaration: dict) -> tuple[Verdict | None, 
            f"[{v.low:+.4f}, {v.high:+.4f}] holds the bound, inconclusive until confirmed on seeds first run after it")
     return replace(v, verdict="inconclusive", unadjusted="inconclusive", p_two_sided=None, p_holm=None,  # not its form's
                    note="; ".join(filter(None, [why, v.note]))), why
+
+
+def _classified(v: Verdict, smallest: dict) -> Verdict:
+    """An inconclusive row whose claim gives no effect of interest, classified against the registry's declared
+    `smallest_effect` (bounded / underpowered / unresolved), saying so; its verdict is never changed by it."""
+    if v.verdict != "inconclusive" or v.power.get("effect") is not None or "level" not in v.power \
+            or not in_nats(v.claim.metric):
+        return v
+    power = power_of(v.design, v.n, v.df, v.low, v.high, v.power["level"], smallest["nats"], v.verdict)
+    return replace(v, power={**v.power, **power, "effect_basis": f"declared smallest effect: {smallest['basis']}"})
 
 
 def paper_claims(rows: Sequence[Verdict], registry: dict | None = None,
@@ -291,6 +313,9 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None,
                                  reason, evidence, bool(entry.get("beyond_paper")), entry.get("reading", ""),
                                  list(entry.get("preconditions") or []), entry.get("quote", ""),
                                  entry.get("basis", "")))
+    if smallest := registry.get("smallest_effect"):
+        for c in claims:
+            c.evidence = [replace(e, row=_classified(e.row, smallest)) for e in c.evidence]
     for v in top:
         if id(v) not in used:
             claims.append(PaperClaim(f"unassigned: {base_text(v.claim.claim)}", v.claim.claim, "(not in "
@@ -343,6 +368,31 @@ def independent_measurements(claims: Sequence[PaperClaim]) -> int:
     return len({find(i) for i in range(len(claims))})
 
 
+def independent_measurements_of_comparisons(evidence: Sequence[Evidence]) -> int:
+    """How many independent measurements these comparisons are: comparisons that share any run (a shared baseline
+    included) are one; a comparison without a run identity is its own."""
+    group: dict[int, int] = {}
+
+    def find(i: int) -> int:
+        while group.setdefault(i, i) != i:
+            i = group[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for i, e in enumerate(evidence):
+        find(i)
+        for run in ([] if e.row.runs is None else [r for side in e.row.runs[7:] for r in side]):
+            group[find(owner.setdefault(run, i))] = find(i)
+    return len({find(i) for i in range(len(evidence))})
+
+
+def by_robust(claim: PaperClaim) -> str:
+    """The claim's verdict with a decisive counted comparison kept decisive only where its board-wide
+    Benjamini-Yekutieli q is below ALPHA (else read as inconclusive)."""
+    return derive([e.row.verdict if e.row.verdict not in ("reproduced", "contradicted")
+                   or (e.q_by is not None and e.q_by < ALPHA) else "inconclusive" for e in claim.evidence if e.counted])
+
+
 def claim_counts(claims: Sequence[PaperClaim]) -> dict:
     """{"paper": {verdict: n, "total": n, "comparisons": counted, "shown": n, "independent": {verdict: sets of runs},
     "decisive": counted decisive comparisons, "survive_q": of those with q_by < ALPHA}, "beyond": {...}}."""
@@ -357,7 +407,10 @@ def claim_counts(claims: Sequence[PaperClaim]) -> dict:
                      "independent": {v: independent_measurements([c for c in group if c.verdict == v])
                                      for v in ("reproduced", "contradicted")},
                      "decisive": len(decisive),
-                     "survive_q": sum(e.q_by is not None and e.q_by < ALPHA for e in decisive)}
+                     "survive_q": sum(e.q_by is not None and e.q_by < ALPHA for e in decisive),
+                     "by_robust": {v: sum(by_robust(c) == v for c in group) for v in CLAIM_VERDICTS},
+                     "independent_measurements": independent_measurements_of_comparisons(
+                         [e for c in group for e in c.evidence if e.counted])}
     return out
 
 
@@ -369,7 +422,11 @@ def counts_line(counts: dict, which: str) -> str:
     return (f"{c['total']} {words}: {tally} (from {c['comparisons']} counted comparisons of {c['shown']} shown; the "
             f"reproduced rest on {independent['reproduced']} and the contradicted on {independent['contradicted']} "
             f"independent sets of runs; {c['survive_q']} of {c['decisive']} decisive comparisons hold at a board-wide "
-            f"Benjamini-Yekutieli q < {ALPHA:g})")
+            f"Benjamini-Yekutieli q < {ALPHA:g})"
+            + (f"; BY-robust tally (a decisive comparison counted only at q < {ALPHA:g}): "
+               + ", ".join(f"{c['by_robust'][v]} {v}" for v in CLAIM_VERDICTS)
+               + f"; the counted comparisons are {c['independent_measurements']} independent measurements (runs "
+               "shared between comparisons counted once)"))
 
 
 def headline_regime(claims: Sequence[PaperClaim]) -> str:
@@ -424,8 +481,9 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                 lines += [f"Preconditions: {', '.join(c.preconditions)} (configs/claims.yaml)", ""]
             lines += [f"{c.reason}." + (f" Tiers: {', '.join(c.tiers)}." if c.tiers else ""), ""]
             if c.evidence:
-                lines += ["| verdict | comparison | Δ (a − b) | 95% CI | p Holm | MDE | n | p (two-sided) | grid (tier) "
-                          "| counted | q (board, BY) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                lines += ["| verdict | comparison | Δ (a − b) | 95% CI | p Holm | MDE (80%, α 0.05 / m: Holm's first step) | MDE (80%, α 0.05) | n "
+                          "| p (two-sided) | grid (tier) | counted | q (board, BY) |",
+                          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
                 for e in c.evidence:
                     for v, sub in [(e.row, False), *((s, True) for s in e.sub_rows)]:
                         ci = "–" if v.low is None else f"[{v.low:+.4f}, {v.high:+.4f}]"
@@ -437,9 +495,10 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                         name = ("↳ " if sub else "") + v.claim.claim.replace("|", "/")
                         note = f" — {v.note}" if v.note and v.verdict == "not tested" else ""
                         q = "–" if sub or e.q_by is None else f"{e.q_by:.3g}"
-                        mde = "–" if v.power.get("mde") is None else f"{v.power['mde']:.4f}"
+                        mde, mde_alpha = ("–" if v.power.get(k) is None else f"{v.power[k]:.4f}"
+                                          for k in ("mde", "mde_at_alpha"))
                         lines.append(f"| {verdict_text(v)} | {name}{note.replace('|', '/')} | {delta} | {ci} | {ph} | "
-                                     f"{mde} | {v.n} | {p2} | {', '.join(v.grids or (v.grid,))} ({tier}) | {status} | {q} |")
+                                     f"{mde} | {mde_alpha} | {v.n} | {p2} | {', '.join(v.grids or (v.grid,))} ({tier}) | {status} | {q} |")
                 lines.append("")
             for r in c.regimes:
                 lines.append(f"- regime {r}")

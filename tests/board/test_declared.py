@@ -160,3 +160,29 @@ def test_the_committed_declarations_are_what_git_history_says():
     for row in rows:
         if row["kind"] == "comparison":
             assert row["first_data"] is not None, row["id"]
+
+
+def test_an_exploratory_comparison_is_confirmed_by_a_grid_whose_data_came_after_its_form(tmp_path):
+    """A margin set after g's data: exploratory. A grid declaring the same comparison before its own runs confirms it
+    when those runs came after the change, not when they came before it."""
+    repo = new_repo(tmp_path)
+    commit(repo, "2026-01-01T00:00:00+00:00", [LOWER], [])
+    root = results(repo)
+    commit(repo, "2026-01-02T00:00:00+00:00")
+    commit(repo, "2026-01-02T12:00:00+00:00", [{**LOWER, "margin": 0.01}], name="early")
+    results(repo, "early")
+    commit(repo, "2026-01-03T00:00:00+00:00")  # pre-declared, but its runs came before g's change
+    changed = commit(repo, "2026-01-04T00:00:00+00:00", [{**LOWER, "margin": 0.01}])
+    commit(repo, "2026-01-05T00:00:00+00:00", [{**LOWER, "margin": 0.01}], name="confirm")
+    rows = report(root, repo)
+    assert rows["g: better ends below vanilla"]["status"] == "exploratory"
+    assert rows["g: better ends below vanilla"]["declared"]["commit"] == changed
+    results(repo, "confirm")
+    confirming = commit(repo, "2026-01-06T00:00:00+00:00")
+    rows = report(root, repo)
+    lower = rows["g: better ends below vanilla"]
+    assert (lower["status"], lower["confirmed_by"]) == ("confirmed", {"grid": "confirm", "commit": confirming,
+                                                                      "date": "2026-01-06T00:00:00+00:00"})
+    assert rows["confirm: better ends below vanilla"]["status"] == "pre-declared"
+    assert rows["early: better ends below vanilla"]["status"] == "pre-declared"
+    assert declared.counts(list(rows.values()))["comparison"] == {"confirmed": 1, "pre-declared": 2}

@@ -280,15 +280,83 @@ def test_a_comparison_declared_after_its_data_counts_only_as_its_earlier_form(tm
     counted = {e.row.claim.claim: (e.counted, e.row.verdict) for e in claim.evidence}
     assert counted == {"x": (True, "inconclusive"), "y": (False, "reproduced"), "z": (False, "reproduced")}
     assert claim.verdict == "inconclusive"
-    assert all(e.status.startswith("exploratory: margin: None -> 0.3 after its data (2026-01-02)")
-               for e in claim.evidence)
+    assert all(e.status.startswith("exploratory: its grid's first data 2026-01-02, its present form declared "
+                                   "2026-01-03 (2222222; margin: None -> 0.3)") for e in claim.evidence)
     # a metric changed after the data is never read through the interval
     exploratory[("fig1-evidence", "x")] = {**late("x", {**before, "metric": "train_loss"})}
     (claim,) = pc.paper_claims([holds_zero], registry, exploratory)
     assert [e.counted for e in claim.evidence] == [False] and claim.verdict == "not tested"
+    # confirmed by a grid whose runs came after the change: counted there, not here (not even in its earlier form)
+    exploratory[("fig1-evidence", "x")] = {**late("x", before), "status": "confirmed", "confirmed_by": {
+        "grid": "fig1-confirm-evidence", "commit": "3" * 40, "date": "2026-01-05T00:00:00+00:00"}}
+    (claim,) = pc.paper_claims([holds_zero, row("fig1-confirm-evidence", "reproduced", "x")], registry, exploratory)
+    assert [(e.row.grid, e.counted) for e in claim.evidence] == [("fig1-evidence", False),
+                                                                ("fig1-confirm-evidence", True)]
+    assert "confirmed by fig1-confirm-evidence" in claim.evidence[0].status and claim.verdict == "reproduced"
     # without the record's entries, the same rows count as they are
     (claim,) = pc.paper_claims([holds_zero, clear, new], registry, {})
     assert claim.verdict == "reproduced"
+
+
+def test_the_tally_beside_holm_keeps_a_decisive_comparison_only_where_its_board_wide_by_q_holds():
+    """The BY-robust tally reads a decisive comparison whose board-wide q is not below ALPHA as inconclusive; the
+    independent measurements count runs shared between comparisons (a baseline included) once."""
+    registry = {"claims": [{"id": "strong", "statement": "s", "where": "Fig. 1", "comparisons": ["x"]},
+                           {"id": "weak", "statement": "t", "where": "Fig. 2", "comparisons": ["y", "z"]}],
+                "preconditions": {}}
+    head = ("val_loss", "lower", None, None, None, None, None)
+    vanilla, a, b = (("v0", "v1"),), (("a0", "a1"),), (("b0", "b1"),)
+
+    def decided(text: str, p: float, runs: tuple) -> Verdict:
+        return replace(row("fig1-evidence", "reproduced", text), p_two_sided=p, runs=runs)
+
+    rows = [decided("x", 1e-6, (*head, *a, *vanilla)), decided("y", 0.04, (*head, *b, *vanilla)),
+            decided("z", 0.5, (*head, ("c0",), ("d0",)))]
+    rows[2] = replace(rows[2], verdict="inconclusive")
+    claims = pc.paper_claims(rows, registry, {})
+    counts = pc.claim_counts(claims)["paper"]
+    assert [c.verdict for c in claims] == ["reproduced", "inconclusive"]
+    q = {e.row.claim.claim: e.q_by for c in claims for e in c.evidence}
+    assert q["x"] < pc.ALPHA <= q["y"]
+    assert [pc.by_robust(c) for c in claims] == ["reproduced", "inconclusive"]
+    assert counts["by_robust"] == {"reproduced": 1, "contradicted": 0, "mixed": 0, "inconclusive": 1, "not tested": 0}
+    assert counts["independent_measurements"] == 2  # x and y share vanilla's runs; z shares none
+    assert "BY-robust tally (a decisive comparison counted only at q < 0.05): 1 reproduced" in pc.counts_line(
+        pc.claim_counts(claims), "paper")
+    claims = pc.paper_claims([replace(rows[0], verdict="reproduced", p_two_sided=1e-6), rows[2]], {
+        "claims": [{"id": "x", "statement": "s", "where": "Fig. 1", "comparisons": ["x", "z"]}], "preconditions": {}},
+        {})
+    assert pc.by_robust(claims[0]) == "inconclusive"  # one reproduced, one inconclusive: the rule's own answer
+
+
+def test_a_declared_smallest_effect_classifies_an_inconclusive_row_and_decides_nothing(tmp_path):
+    """A claim with no effect of its own: its inconclusive row is bounded (interval inside ± the registry's declared
+    smallest effect) or underpowered (MDE above it, with the seeds to reach it), labelled with its basis; a
+    decisive row and a row with its own effect keep theirs."""
+    registry = {"claims": [{"id": "c", "statement": "s", "where": "Fig. 1", "comparisons": ["x", "y", "z", "w"]}],
+                "preconditions": {}, "smallest_effect": {"nats": 0.03, "basis": "Table 5's gain"}}
+    level = {"level": 0.05 / 3, "effect": None}
+
+    def inconclusive(text: str, low: float, high: float) -> Verdict:
+        return replace(row("fig1-evidence", "inconclusive", text), delta=(low + high) / 2, low=low, high=high,
+                       design="paired", df=4.0, power=level)
+
+    narrow, wide = inconclusive("x", -0.004, 0.004), inconclusive("y", -0.08, 0.06)
+    own = replace(inconclusive("z", -0.08, 0.06), power={**level, "effect": 0.5, "classification": "unresolved"})
+    decisive = replace(row("fig1-evidence", "reproduced", "w"), design="paired", df=4.0, power=level)
+    (claim,) = pc.paper_claims([narrow, wide, own, decisive], registry, {})
+    shown = {e.row.claim.claim: e.row for e in claim.evidence}
+    assert shown["x"].power["classification"] == "bounded" and shown["x"].power["effect"] == 0.03
+    assert shown["y"].power["classification"] == "underpowered" and shown["y"].power["seeds_needed"] > 5
+    assert "Table 5's gain" in shown["y"].power["effect_basis"]
+    assert verdict_text(shown["y"]).startswith("**inconclusive** (underpowered: ")
+    assert shown["z"].power == own.power and shown["w"].power == level
+    assert [v.verdict for v in shown.values()] == ["inconclusive", "inconclusive", "inconclusive", "reproduced"]
+    assert pc.load_registry()["smallest_effect"]["nats"] > 0  # the committed one reads
+    broken = tmp_path / "claims.yaml"
+    broken.write_text(yaml.safe_dump({"claims": [], "smallest_effect": {"nats": -0.03, "basis": "b"}}))
+    with pytest.raises(ValueError, match="smallest_effect must be {nats: <a positive number>, basis"):
+        pc.load_registry(broken)
 
 
 @pytest.mark.integration
