@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from lit_resformer.board import declared
-from lit_resformer.grids.rederivation import unrecorded_dirty_runs
+from lit_resformer.grids.rederivation import runs_without_provenance, unrecorded_dirty_runs
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli, fragile
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import grid_dirs, grid_index
@@ -366,6 +366,13 @@ def test_a_comparison_resting_on_an_unrecorded_dirty_run_says_so_and_the_run_is_
     comparison of such a run says so in its row."""
     pending = json.loads((REPO / "docs/rederivation/pending.json").read_text())
     assert pending == unrecorded_dirty_runs(RESULTS)
+    # and every run without a provenance block, by grid, in pending.md; its comparisons say "provenance unknown"
+    listed = (REPO / "docs/rederivation/pending.md").read_text().split("## Provenance unknown: ", 1)[1]
+    unknown = runs_without_provenance(RESULTS)
+    assert unknown and listed.startswith(f"{len(unknown)} committed runs")
+    for run in unknown:
+        grid, rest = run["run"].split("/", 1)
+        assert re.search(rf"\*\*{re.escape(grid)}\*\*: \d+ runs: .*\b{re.escape(rest)}\b", listed), run
     assert all("CPU" not in str(r["device"]) for r in pending)
     rows, per_grid = committed
     for grid in {r["run"].split("/")[0] for r in pending}:
