@@ -347,10 +347,8 @@ def board_q(claims: Sequence[PaperClaim]) -> None:
         e.q_by = float(q)
 
 
-def independent_measurements(claims: Sequence[PaperClaim]) -> int:
-    """How many independent sets of runs stand behind these claims: two claims are one measurement when their
-    counted comparisons share the runs of their `a` side (the variant under test: the CLA runs behind two of Fig.
-    5's claims, say); a shared baseline does not join them."""
+def _groups(keys: Sequence[Sequence[object]]) -> int:
+    """How many groups the items are in, items that share any key (keys[i]: the i-th item's) joined."""
     group: dict[int, int] = {}
 
     def find(i: int) -> int:
@@ -359,31 +357,25 @@ def independent_measurements(claims: Sequence[PaperClaim]) -> int:
         return i
 
     owner: dict[object, int] = {}
-    for i, c in enumerate(claims):
+    for i, item_keys in enumerate(keys):
         find(i)
-        for e in c.evidence:
-            if e.counted:
-                side = e.row.runs[7] if e.row.runs is not None else id(e.row)  # _identity: the a side's configs
-                group[find(owner.setdefault(side, i))] = find(i)
-    return len({find(i) for i in range(len(claims))})
+        for key in item_keys:
+            group[find(owner.setdefault(key, i))] = find(i)
+    return len({find(i) for i in range(len(keys))})
+
+
+def independent_measurements(claims: Sequence[PaperClaim]) -> int:
+    """How many independent sets of runs stand behind these claims: two claims are one measurement when their
+    counted comparisons share the runs of their `a` side (the variant under test: the CLA runs behind two of Fig.
+    5's claims, say); a shared baseline does not join them."""
+    return _groups([[e.row.runs[7] if e.row.runs is not None else id(e.row)  # _identity: the a side's configs
+                     for e in c.evidence if e.counted] for c in claims])
 
 
 def independent_measurements_of_comparisons(evidence: Sequence[Evidence]) -> int:
     """How many independent measurements these comparisons are: comparisons that share any run (a shared baseline
     included) are one; a comparison without a run identity is its own."""
-    group: dict[int, int] = {}
-
-    def find(i: int) -> int:
-        while group.setdefault(i, i) != i:
-            i = group[i]
-        return i
-
-    owner: dict[str, int] = {}
-    for i, e in enumerate(evidence):
-        find(i)
-        for run in ([] if e.row.runs is None else [r for side in e.row.runs[7:] for r in side]):
-            group[find(owner.setdefault(run, i))] = find(i)
-    return len({find(i) for i in range(len(evidence))})
+    return _groups([[] if e.row.runs is None else [run for side in e.row.runs[7:] for run in side] for e in evidence])
 
 
 def by_robust(claim: PaperClaim) -> str:
