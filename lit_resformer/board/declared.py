@@ -44,6 +44,7 @@ from lit_resformer.grids.grid import GridError
 from lit_resformer.grids.spec import declared_raw_claims, locate_grid_file
 from lit_resformer.provenance import REPO_ROOT
 from lit_resformer.runs.directory import GridDir, grid_dirs
+from lit_resformer.verdicts.paper_claims import grid_tier
 
 DECIDING = ("a", "b", "metric", "direction", "margin", "requires", "at", "over", "target", "paper_claim", "select")
 REGISTRY_DECIDING = ("comparisons", "context", "preconditions")
@@ -283,7 +284,8 @@ def _mark_confirmed(rows: list[dict]) -> None:
     pre-declared there, and that grid's first data came after the commit that declared the form (its seeds first ran
     after the change): a confirmation grid (e.g. configs/grids/evidence/fig9-confirm.yaml). It is counted there; the
     exploratory row stays shown and uncounted."""
-    declared_ok = [r for r in rows if r["kind"] == "comparison" and r["status"] == "pre-declared"]
+    declared_ok = [r for r in rows if r["kind"] == "comparison" and r["status"] == "pre-declared"
+                   and grid_tier(r["grid"]) != "transfer"]  # another regime replicates nothing of the paper's
     for r in rows:
         if r["kind"] != "comparison" or r["status"] != "exploratory" or not r["declared"]["date"]:
             continue
