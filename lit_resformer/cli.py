@@ -361,8 +361,10 @@ def claims_command(argv: list[str]) -> None:
                             "one (with an interval), flips named")
     modes.add_argument("--preconditions", action="store_true",
                        help="whether every field that decides a verdict (each comparison's, each paper claim's, each "
-                            "precondition) was fixed before its results were seen (git), each change with its quote or "
-                            "'unjustified' (lit_resformer/board/declared.py), over every RUNS_DIR given")
+                            "precondition) was declared before its grid's first data (the first commit that added a "
+                            "run of it): per row its first data and the commit that declared its present form, each "
+                            "with its date, and its status (pre-declared / exploratory), then the count of each "
+                            "(lit_resformer/board/declared.py), over every RUNS_DIR given; git history needed")
     modes.add_argument("--html", type=Path, metavar="OUT.html",
                        help="write one self-contained page: the tally, the claims in a table that filters by verdict, "
                             "grid and regime and sorts by any column, a forest plot across regimes per claim judged in "
@@ -378,6 +380,18 @@ def claims_command(argv: list[str]) -> None:
                      "--comparisons, --transfer and --preconditions)")
     if args.html and args.out:
         parser.error("argument --out: not allowed with argument --html (the page is written where --html says)")
+    if mode == "preconditions":  # dated from git history and the grid files: no verdict is needed
+        from lit_resformer.board import declared
+
+        listed = declared.declaration_report(args.runs_dirs)
+        text = declared.as_json(listed) if args.json else declared.markdown(listed)
+        if args.out:
+            args.out.write_text(text)
+            print(f"{args.out} written: " + "; ".join(f"{kind}s: " + ", ".join(f"{n} {s}" for s, n in c.items())
+                                                      for kind, c in declared.counts(listed).items()))
+        else:
+            print(text, end="")
+        return
     from lit_resformer.runs.directory import grid_dirs
 
     grids = grid_dirs(args.runs_dirs)
@@ -405,7 +419,7 @@ def claims_command(argv: list[str]) -> None:
         console = Console()
         console.print(board.terminal(claims, console.width))
         return
-    text = claims_text(mode, args.json, args.runs_dirs, args.out, rows, claims)
+    text = claims_text(mode, args.json, args.out, rows, claims)
     if args.out:
         args.out.write_text(text)
         print(f"{args.out} written: {pc.counts_line(counts, 'paper')}")
@@ -413,17 +427,12 @@ def claims_command(argv: list[str]) -> None:
         print(text, end="")
 
 
-def claims_text(mode: str | None, as_json: bool, runs_dirs: list[Path], out: Path | None, rows: list, claims: list) -> str:
+def claims_text(mode: str | None, as_json: bool, out: Path | None, rows: list, claims: list) -> str:
     """The claims command's output in one mode (None: the board), as text or JSON."""
     from lit_resformer.board import scoreboard as board
     from lit_resformer.board import transfer
     from lit_resformer.verdicts import paper_claims as pc
 
-    if mode == "preconditions":
-        from lit_resformer.board import declared
-
-        listed = declared.declaration_report(runs_dirs, declared.counted_comparisons(claims))
-        return declared.as_json(listed) if as_json else declared.markdown(listed)
     if mode == "transfer":
         if as_json:
             return json.dumps([r.to_dict() for r in transfer.transfer_rows(claims)[1]], indent=2, default=str) + "\n"

@@ -192,6 +192,19 @@ def unrecorded_dirty_runs(results_root: str | Path) -> list[dict]:
     return found
 
 
+def runs_without_provenance(results_root: str | Path) -> list[dict]:
+    """Every committed run under `results_root` (each once: a shared run's links are skipped) whose summary has no
+    provenance block (trained before runs recorded one): what it ran on is unknown, and its comparisons say so."""
+    found = []
+    for summary_file in sorted(Path(results_root).glob(f"*/*/{SEED_PREFIX}*/{SUMMARY}")):
+        run = RunDir(summary_file.parent)
+        summary = {} if run.path.is_symlink() else (run.read_summary() or {})
+        if summary and not summary.get("provenance"):
+            found.append({"run": run.path.relative_to(Path(results_root)).as_posix(),
+                          "started_at": summary.get("started_at")})
+    return found
+
+
 def write_pending(results_root: str | Path, out_dir: str | Path) -> list[dict]:
     """docs/rederivation/pending.json and .md: the unrecorded dirty runs, by grid, with the command that re-derives
     each grid's share (a GPU's where they trained on one)."""
@@ -211,5 +224,13 @@ def write_pending(results_root: str | Path, out_dir: str | Path) -> list[dict]:
         lines += [f"- **{grid}**: {len(runs)} runs ({', '.join(devices)}; trained at "
                   f"{', '.join(sorted({str(r['trained_at'])[:10] for r in runs}))})", "",
                   f"      lit-resformer rederive {paths} --runs-dir rederived", ""]
-    atomic_write(out_dir / f"{PENDING}.md", "\n".join(lines))
+    unknown = runs_without_provenance(results_root)
+    lines += [f"## Provenance unknown: {len(unknown)} committed runs without a provenance block", "",
+              "Trained before runs recorded what they ran on (device, versions, commit); each comparison resting on "
+              "one says \"provenance unknown\" in its row. Re-derive those behind a counted comparison on the CPU; "
+              "the rest wait or leave the count.", ""]
+    for grid in dict.fromkeys(r["run"].split("/")[0] for r in unknown):
+        runs = [r["run"].split("/", 1)[1] for r in unknown if r["run"].startswith(f"{grid}/")]
+        lines += [f"- **{grid}**: {len(runs)} runs: {', '.join(runs)}"]
+    atomic_write(out_dir / f"{PENDING}.md", "\n".join(lines) + "\n")
     return pending

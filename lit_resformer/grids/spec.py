@@ -325,13 +325,13 @@ def _at_best_cells(select: Any, cells: list[Cell], families: dict[str, dict[str,
     return candidates
 
 
-def declared_raw_claims(grid_file: Path) -> tuple[str, list]:
-    """(the grid's name, its `claims:` entries as written, inherited ones included), without checking them against
-    cells or resolving bases: what a grid file declared, read from any commit's files. GridError when it does not
-    read as a grid file."""
+def declared_raw_claims(grid_file: Path) -> tuple[str, list, dict | None]:
+    """(the grid's name, its `claims:` entries as written, inherited ones included, its `select:` block or None),
+    without checking them against cells or resolving bases: what a grid file declared, read from any commit's files.
+    GridError when it does not read as a grid file."""
     spec = _read_grid_file(grid_file, resolve_bases=False)
     claims = spec.get("claims") or []
-    return str(spec.get("name", grid_file.stem)), claims if isinstance(claims, list) else []
+    return str(spec.get("name", grid_file.stem)), claims if isinstance(claims, list) else [], spec.get("select")
 
 
 def declared_claims(grid_file: Path, cells: Sequence[Mapping[str, Any]]) -> list[dict]:

@@ -223,7 +223,7 @@ def classify(low: float | None, high: float | None, mde_now: float | None, effec
 def power_of(design: str, n: int, df: float | None, low: float | None, high: float | None, level: float,
              effect: float | None = None, verdict: str | None = None) -> dict:
     """Power and equivalence of one verdict, as JSON values: its spread (`sd`), the MDE at `level` (the adjusted
-    level: `family_level`), and against the effect of interest `effect` (None: none) the seeds needed to detect
+    level: `family_level`) and at ALPHA (`mde_at_alpha`, unadjusted), and against the effect of interest `effect` (None: none) the seeds needed to detect
     it, the TOST p, and the classification (`classify`; only for an inconclusive `verdict`, or any when None).
     `level` is checked; every other quantity is None where undefined (no t interval, n < 2, no effect)."""
     _check_level(level, POWER)
@@ -235,6 +235,7 @@ def power_of(design: str, n: int, df: float | None, low: float | None, high: flo
     classified = (classify(low, high, mde_now, effect, tost, level)
                   if verdict is None or verdict == "inconclusive" else None)
     return {"level": level, "power": POWER, "sd": None if spread is None else spread.sd, "mde": mde_now,
+            "mde_at_alpha": mde(spread, ALPHA),  # the same design at the unadjusted level, beside the adjusted one
             "effect": None if effect is None else abs(effect),
             "seeds_needed": seeds_needed(spread, effect, level), "tost_p": tost, "classification": classified}
 

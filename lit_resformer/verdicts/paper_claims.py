@@ -7,6 +7,11 @@ file's header):
   higher tier (gpu > evidence > any other grid) is "superseded by <grid>": shown, not counted;
 - a comparison of a transfer grid (configs/grids/transfer/: another optimizer, budget, size or corpus than the paper's
   condition) is shown, not counted, and read in the transfer table (lit_resformer.board.transfer);
+- a comparison whose deciding fields changed after its grid's first data is exploratory (DECLARATIONS, written by
+  lit_resformer.board.declared): shown, marked, not counted; where it changed only its margin or direction and its
+  interval holds the bound of the form it had before the data, it counts as that form's verdict, inconclusive (it is
+  judged under its earlier declaration; an interval clear of that bound would need the earlier form judged anew, and
+  that row stays uncounted);
 - of the counted comparisons: all reproduced -> reproduced; some contradicted and none reproduced -> contradicted;
   both -> mixed; all not tested -> not tested; otherwise inconclusive;
 - a claim no comparison measures is "not tested", with what would test it (`not_tested:`).
@@ -16,14 +21,16 @@ collected under "unassigned" (none in the committed results: tests/verdicts/test
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
+from lit_resformer.measures.power import in_nats, power_of
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli
 from lit_resformer.provenance import REPO_ROOT as REPO
 from lit_resformer.verdicts.regime import regime_text
@@ -31,6 +38,11 @@ from lit_resformer.verdicts.rendering import ADJUSTMENT_NOTE, verdict_text
 from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 
 REGISTRY = REPO / "configs" / "claims.yaml"
+# when each comparison of docs/results was declared, from git history (`lit-resformer claims docs/results
+# --preconditions --json --out docs/declarations.json`; lit_resformer.board.declared writes it, a test checks it)
+DECLARATIONS = REPO / "docs" / "declarations.json"
+# the fields an exploratory comparison may have changed and still be judged under its earlier form by its interval
+BOUND_FIELDS = {"margin", "direction", "paper_claim"}
 CLAIM_VERDICTS = ("reproduced", "contradicted", "mixed", "inconclusive", "not tested")
 TIER_RANK = {"gpu": 3, "evidence": 2}  # any other grid (repro, demo, standalone sweeps): 1
 # What a claim of the paper stands on (its `basis:`): every basis but "verbatim" needs a `reading:` saying how the
@@ -92,7 +104,13 @@ def load_registry(path: Path = REGISTRY) -> dict:
     for pid, pre in preconditions.items():
         if not pre.get("cites") or not pre.get("needle"):
             raise ValueError(f"{path}: precondition {pid!r} needs `cites` (its sentence) and `needle`")
-    return {"claims": claims, "preconditions": preconditions}
+    smallest = raw.get("smallest_effect")
+    if smallest is not None and not (isinstance(smallest, dict) and set(smallest) == {"nats", "basis"}
+                                     and isinstance(smallest["nats"], (int, float)) and smallest["nats"] > 0
+                                     and smallest["basis"]):
+        raise ValueError(f"{path}: smallest_effect must be {{nats: <a positive number>, basis: <why that size>}}, got "
+                         f"{smallest!r}")
+    return {"claims": claims, "preconditions": preconditions, "smallest_effect": smallest}
 
 
 def base_text(text: str) -> str:
@@ -188,10 +206,56 @@ def derive(verdicts: Sequence[str]) -> str:
     return "inconclusive"
 
 
-def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[PaperClaim]:
+def exploratory_comparisons(record: Path = DECLARATIONS) -> dict[tuple[str, str], dict]:
+    """{(grid, comparison words): its row} of the comparisons the committed declarations (`record`) find declared after
+    their data: exploratory, or confirmed by another grid since (counted there)."""
+    return {(r["grid"], r["claim"]): r for r in json.loads(record.read_text())
+            if r["kind"] == "comparison" and r["status"] in ("exploratory", "confirmed")}
+
+
+def _as_declared_before(v: Verdict, declaration: dict) -> tuple[Verdict | None, str]:
+    """An exploratory comparison's row judged under the form it had before its data ((None, why) where that cannot
+    be read from its interval), and the words that say so."""
+    change = (f"exploratory: its grid's first data {declaration['first_data']['date'][:10]}, its present form "
+              f"declared {declaration['declared']['date'][:10] or 'uncommitted'} "
+              f"({declaration['declared']['commit'][:7]}; {declaration['change']})")
+    if declaration["status"] == "confirmed":
+        by = declaration["confirmed_by"]
+        return None, (f"{change}; confirmed by {by['grid']} on seeds first run after it ({by['date'][:10]}): "
+                      "counted there")
+    earlier, now = declaration.get("earlier"), declaration["fields"]
+    changed = {k for k in now if earlier is not None and earlier.get(k) != now[k]}
+    if earlier is None or not changed <= BOUND_FIELDS or earlier.get("direction") not in ("lower", "higher") \
+            or v.low is None or v.high is None:
+        return None, f"{change}; not counted until confirmed on seeds first run after it"
+    margin = earlier.get("margin") or 0.0
+    bound = -margin if earlier["direction"] == "higher" else margin
+    if not v.low <= bound <= v.high:
+        return None, (f"{change}; its form before the data (bound {bound:+g}) is not judged here: not counted until "
+                      "confirmed on seeds first run after it")
+    why = (f"{change}; judged as declared before it ({earlier['direction']}, bound {bound:+g}): its interval "
+           f"[{v.low:+.4f}, {v.high:+.4f}] holds the bound, inconclusive until confirmed on seeds first run after it")
+    return replace(v, verdict="inconclusive", unadjusted="inconclusive", p_two_sided=None, p_holm=None,  # not its form's
+                   note="; ".join(filter(None, [why, v.note]))), why
+
+
+def _classified(v: Verdict, smallest: dict) -> Verdict:
+    """An inconclusive row whose claim gives no effect of interest, classified against the registry's declared
+    `smallest_effect` (bounded / underpowered / unresolved), saying so; its verdict is never changed by it."""
+    if v.verdict != "inconclusive" or v.power.get("effect") is not None or "level" not in v.power \
+            or not in_nats(v.claim.metric):
+        return v
+    power = power_of(v.design, v.n, v.df, v.low, v.high, v.power["level"], smallest["nats"], v.verdict)
+    return replace(v, power={**v.power, **power, "effect_basis": f"declared smallest effect: {smallest['basis']}"})
+
+
+def paper_claims(rows: Sequence[Verdict], registry: dict | None = None,
+                 exploratory: dict[tuple[str, str], dict] | None = None) -> list[PaperClaim]:
     """The registry's claims, each with the scoreboard rows that are its evidence, in registry order; rows no claim
-    lists end under a claim "unassigned: <text>" of their own."""
+    lists end under a claim "unassigned: <text>" of their own. `exploratory` (exploratory_comparisons): the
+    comparisons declared after their data, by (grid, words); None: the committed record's."""
     registry = registry or load_registry()
+    exploratory = exploratory_comparisons() if exploratory is None else exploratory
     top = [v for v in rows if not is_sub_row(v)]
     subs: dict[int, list[Verdict]] = {}
     parent = None
@@ -226,6 +290,12 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[
                 evidence.append(Evidence(v, False, f"superseded by {best.grid}", subs.get(id(v), [])))
             elif id(v) in counted_for:  # one measurement is evidence for one claim: shown here, counted there
                 evidence.append(Evidence(v, False, f"see {counted_for[id(v)]}", subs.get(id(v), [])))
+            elif declaration := next((exploratory[(grid, text)] for grid in (v.grids or (v.grid,)) for text in texts
+                                      if (grid, text) in exploratory), None):
+                earlier, why = _as_declared_before(v, declaration)
+                if earlier is not None:
+                    counted_for[id(v)] = entry["id"]
+                evidence.append(Evidence(earlier or v, earlier is not None, why, subs.get(id(v), [])))
             else:
                 counted_for[id(v)] = entry["id"]
                 evidence.append(Evidence(v, True, "", subs.get(id(v), [])))
@@ -243,6 +313,9 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None) -> list[
                                  reason, evidence, bool(entry.get("beyond_paper")), entry.get("reading", ""),
                                  list(entry.get("preconditions") or []), entry.get("quote", ""),
                                  entry.get("basis", "")))
+    if smallest := registry.get("smallest_effect"):
+        for c in claims:
+            c.evidence = [replace(e, row=_classified(e.row, smallest)) for e in c.evidence]
     for v in top:
         if id(v) not in used:
             claims.append(PaperClaim(f"unassigned: {base_text(v.claim.claim)}", v.claim.claim, "(not in "
@@ -274,10 +347,8 @@ def board_q(claims: Sequence[PaperClaim]) -> None:
         e.q_by = float(q)
 
 
-def independent_measurements(claims: Sequence[PaperClaim]) -> int:
-    """How many independent sets of runs stand behind these claims: two claims are one measurement when their
-    counted comparisons share the runs of their `a` side (the variant under test: the CLA runs behind two of Fig.
-    5's claims, say); a shared baseline does not join them."""
+def _groups(keys: Sequence[Sequence[object]]) -> int:
+    """How many groups the items are in, items that share any key (keys[i]: the i-th item's) joined."""
     group: dict[int, int] = {}
 
     def find(i: int) -> int:
@@ -286,13 +357,32 @@ def independent_measurements(claims: Sequence[PaperClaim]) -> int:
         return i
 
     owner: dict[object, int] = {}
-    for i, c in enumerate(claims):
+    for i, item_keys in enumerate(keys):
         find(i)
-        for e in c.evidence:
-            if e.counted:
-                side = e.row.runs[7] if e.row.runs is not None else id(e.row)  # _identity: the a side's configs
-                group[find(owner.setdefault(side, i))] = find(i)
-    return len({find(i) for i in range(len(claims))})
+        for key in item_keys:
+            group[find(owner.setdefault(key, i))] = find(i)
+    return len({find(i) for i in range(len(keys))})
+
+
+def independent_measurements(claims: Sequence[PaperClaim]) -> int:
+    """How many independent sets of runs stand behind these claims: two claims are one measurement when their
+    counted comparisons share the runs of their `a` side (the variant under test: the CLA runs behind two of Fig.
+    5's claims, say); a shared baseline does not join them."""
+    return _groups([[e.row.runs[7] if e.row.runs is not None else id(e.row)  # _identity: the a side's configs
+                     for e in c.evidence if e.counted] for c in claims])
+
+
+def independent_measurements_of_comparisons(evidence: Sequence[Evidence]) -> int:
+    """How many independent measurements these comparisons are: comparisons that share any run (a shared baseline
+    included) are one; a comparison without a run identity is its own."""
+    return _groups([[] if e.row.runs is None else [run for side in e.row.runs[7:] for run in side] for e in evidence])
+
+
+def by_robust(claim: PaperClaim) -> str:
+    """The claim's verdict with a decisive counted comparison kept decisive only where its board-wide
+    Benjamini-Yekutieli q is below ALPHA (else read as inconclusive)."""
+    return derive([e.row.verdict if e.row.verdict not in ("reproduced", "contradicted")
+                   or (e.q_by is not None and e.q_by < ALPHA) else "inconclusive" for e in claim.evidence if e.counted])
 
 
 def claim_counts(claims: Sequence[PaperClaim]) -> dict:
@@ -309,7 +399,10 @@ def claim_counts(claims: Sequence[PaperClaim]) -> dict:
                      "independent": {v: independent_measurements([c for c in group if c.verdict == v])
                                      for v in ("reproduced", "contradicted")},
                      "decisive": len(decisive),
-                     "survive_q": sum(e.q_by is not None and e.q_by < ALPHA for e in decisive)}
+                     "survive_q": sum(e.q_by is not None and e.q_by < ALPHA for e in decisive),
+                     "by_robust": {v: sum(by_robust(c) == v for c in group) for v in CLAIM_VERDICTS},
+                     "independent_measurements": independent_measurements_of_comparisons(
+                         [e for c in group for e in c.evidence if e.counted])}
     return out
 
 
@@ -321,7 +414,11 @@ def counts_line(counts: dict, which: str) -> str:
     return (f"{c['total']} {words}: {tally} (from {c['comparisons']} counted comparisons of {c['shown']} shown; the "
             f"reproduced rest on {independent['reproduced']} and the contradicted on {independent['contradicted']} "
             f"independent sets of runs; {c['survive_q']} of {c['decisive']} decisive comparisons hold at a board-wide "
-            f"Benjamini-Yekutieli q < {ALPHA:g})")
+            f"Benjamini-Yekutieli q < {ALPHA:g})"
+            + (f"; BY-robust tally (a decisive comparison counted only at q < {ALPHA:g}): "
+               + ", ".join(f"{c['by_robust'][v]} {v}" for v in CLAIM_VERDICTS)
+               + f"; the counted comparisons are {c['independent_measurements']} independent measurements (runs "
+               "shared between comparisons counted once)"))
 
 
 def headline_regime(claims: Sequence[PaperClaim]) -> str:
@@ -376,8 +473,9 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                 lines += [f"Preconditions: {', '.join(c.preconditions)} (configs/claims.yaml)", ""]
             lines += [f"{c.reason}." + (f" Tiers: {', '.join(c.tiers)}." if c.tiers else ""), ""]
             if c.evidence:
-                lines += ["| verdict | comparison | Δ (a − b) | 95% CI | p Holm | MDE | n | p (two-sided) | grid (tier) "
-                          "| counted | q (board, BY) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                lines += ["| verdict | comparison | Δ (a − b) | 95% CI | p Holm | MDE (80%, α 0.05 / m: Holm's first step) | MDE (80%, α 0.05) | n "
+                          "| p (two-sided) | grid (tier) | counted | q (board, BY) |",
+                          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
                 for e in c.evidence:
                     for v, sub in [(e.row, False), *((s, True) for s in e.sub_rows)]:
                         ci = "–" if v.low is None else f"[{v.low:+.4f}, {v.high:+.4f}]"
@@ -389,9 +487,10 @@ def markdown(claims: Sequence[PaperClaim], verdict_rows: Sequence[Verdict] = ())
                         name = ("↳ " if sub else "") + v.claim.claim.replace("|", "/")
                         note = f" — {v.note}" if v.note and v.verdict == "not tested" else ""
                         q = "–" if sub or e.q_by is None else f"{e.q_by:.3g}"
-                        mde = "–" if v.power.get("mde") is None else f"{v.power['mde']:.4f}"
+                        mde, mde_alpha = ("–" if v.power.get(k) is None else f"{v.power[k]:.4f}"
+                                          for k in ("mde", "mde_at_alpha"))
                         lines.append(f"| {verdict_text(v)} | {name}{note.replace('|', '/')} | {delta} | {ci} | {ph} | "
-                                     f"{mde} | {v.n} | {p2} | {', '.join(v.grids or (v.grid,))} ({tier}) | {status} | {q} |")
+                                     f"{mde} | {mde_alpha} | {v.n} | {p2} | {', '.join(v.grids or (v.grid,))} ({tier}) | {status} | {q} |")
                 lines.append("")
             for r in c.regimes:
                 lines.append(f"- regime {r}")

@@ -215,9 +215,9 @@ def corpus_mismatch(runs: Iterable[RunResult]) -> str:
 
 def provenance_note(runs: Iterable[RunResult]) -> list[str]:
     """The notes of a comparison whose runs ran on different things (versions, device, precision, code), or
-    whose provenance is known for some runs only."""
+    rest on runs that recorded no provenance block ("provenance unknown")."""
     runs = list(runs)
-    differences, unrecorded = provenance_differences(runs)
+    differences, _ = provenance_differences(runs)  # runs that recorded none: "provenance unknown" below
     notes = []
     dirty = [r.name for r in runs if r.provenance.get("git_dirty") and not r.provenance.get("git_diff_sha256")]
     if dirty:
@@ -226,8 +226,10 @@ def provenance_note(runs: Iterable[RunResult]) -> list[str]:
     if differences:
         shown = "; ".join(f"{field} {' vs '.join(values)}" for field, values in differences.items())
         notes.append(f"runs differ in what they ran on: {shown}")
-    if unrecorded:
-        notes.append(f"what {', '.join(sorted(unrecorded))} ran on was not recorded")
+    unknown = [r.name for r in runs if not r.provenance]
+    if unknown:
+        notes.append(f"provenance unknown: {len(unknown)} run(s) recorded no provenance block ({', '.join(unknown)}), "
+                     "listed in docs/rederivation/pending.md")
     return notes
 
 
