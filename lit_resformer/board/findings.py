@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lit_resformer.verdicts.judges import judging
-from lit_resformer.verdicts.paper_claims import grid_tier
+from lit_resformer.verdicts.paper_claims import declaration_of, exploratory_comparisons, grid_tier
 from lit_resformer.verdicts.rendering import verdict_text
 from lit_resformer.verdicts.verdict import Verdict
 from lit_resformer.writing import markdown_table
@@ -30,9 +30,9 @@ class Finding:
     point: str = ""  # and their end: a matrix point's " [key=value]"
 
 
-LADDER = "AdamW, WSD, pinned corpus, `tiny`"
-LADDER_SCALE = "1.4-8.2 tokens a parameter, 0.07-0.41× a Chinchilla budget"
-OLD_RATES = "rates chosen at 4.1M tokens under cosine (vanilla 2e-3, ResFormer 4e-3), not re-tuned for the budget"
+LADDER = "AdamW, WSD, pinned, `tiny`"
+LADDER_SCALE = "1.4-8.2 tokens a parameter, 0.07-0.41× Chinchilla"
+OLD_RATES = "rates tuned at 4.1M tokens under cosine, not re-tuned"
 FINDINGS = (  # a finding whose grid has not landed is left out: the surface's rows lead once they are there
     Finding("ResFormer − vanilla at the end of decay, each at its own best rate for the budget, largest budget",
             f"{LADDER}, 18.4M tokens (8.2 a parameter, 0.41× Chinchilla)", "transfer-lr-budget-surface",
@@ -81,17 +81,22 @@ def found(finding: Finding, rows: Sequence[Verdict]) -> Verdict | None:
                          for t in (v.texts or (v.claim.claim,)))), None)
 
 
-def tally(v: Verdict) -> str:
-    """Which tally a row counts in: the paper's, the claims beyond it, or none (a transfer grid's rows are shown
-    beside the paper's condition and read in the transfer table, never counted: paper_claims' rule)."""
+def tally(v: Verdict, exploratory: dict[tuple[str, str], dict]) -> str:
+    """Which tally a row counts in: the paper's, the claims beyond it, or none (paper_claims' rules: a transfer grid's
+    rows are shown beside the paper's condition and read in the transfer table; a comparison changed after its data is
+    exploratory until seeds first run after the change confirm it, and then counts in the grid that confirmed it)."""
     if grid_tier(v.grid) == "transfer":
         return "transfer: shown, not counted"
+    if (declaration := declaration_of(v, exploratory)) is not None:
+        if declaration["status"] == "confirmed":
+            return f"confirmed by {declaration['confirmed_by']['grid']}: counted there"
+        return "exploratory: not counted until confirmed"
     return "beyond the paper" if v.claim.beyond_paper else "the paper's"
 
 
 def findings_markdown(rows: Sequence[Verdict], reports: str = "docs/results") -> str:
     """The findings as a markdown table, from the board's rows (lit_resformer.verdicts.scoreboard_rows.scoreboard)."""
-    table = []
+    table, exploratory = [], exploratory_comparisons()
     for finding in FINDINGS:
         v = found(finding, rows)
         if v is None:
@@ -100,7 +105,7 @@ def findings_markdown(rows: Sequence[Verdict], reports: str = "docs/results") ->
         interval = "–" if v.low is None else f"[{fmt(v.low)}, {fmt(v.high)}]"
         p = "" if v.p_holm is None else f", Holm p {v.p_holm:.3g}"
         table.append([finding.question, finding.regime, f"{fmt(v.delta)} {interval}", verdict_text(v) + p,
-                      tally(v), f"[{finding.grid}]({reports}/{finding.grid}/report.md)"])
+                      tally(v, exploratory), f"[{finding.grid}]({reports}/{finding.grid}/report.md)"])
     header = ["what", "regime", "Δ (a − b) [95% CI, unadjusted]", "verdict, Holm-adjusted p", "tally", "report"]
     return markdown_table(header, table) + "\n"
 

@@ -213,6 +213,14 @@ def exploratory_comparisons(record: Path = DECLARATIONS) -> dict[tuple[str, str]
             if r["kind"] == "comparison" and r["status"] in ("exploratory", "confirmed")}
 
 
+def declaration_of(v: Verdict, exploratory: dict[tuple[str, str], dict]) -> dict | None:
+    """The declaration record (exploratory_comparisons) of a row's comparison in any grid it was judged in, or None
+    for a comparison declared before its data."""
+    texts = {base_text(t) for t in (v.texts or (v.claim.claim,))}
+    return next((exploratory[(grid, text)] for grid in (v.grids or (v.grid,)) for text in sorted(texts)
+                 if (grid, text) in exploratory), None)
+
+
 def _as_declared_before(v: Verdict, declaration: dict) -> tuple[Verdict | None, str]:
     """An exploratory comparison's row judged under the form it had before its data ((None, why) where that cannot
     be read from its interval), and the words that say so."""
@@ -290,8 +298,7 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None,
                 evidence.append(Evidence(v, False, f"superseded by {best.grid}", subs.get(id(v), [])))
             elif id(v) in counted_for:  # one measurement is evidence for one claim: shown here, counted there
                 evidence.append(Evidence(v, False, f"see {counted_for[id(v)]}", subs.get(id(v), [])))
-            elif declaration := next((exploratory[(grid, text)] for grid in (v.grids or (v.grid,)) for text in texts
-                                      if (grid, text) in exploratory), None):
+            elif declaration := declaration_of(v, exploratory):
                 earlier, why = _as_declared_before(v, declaration)
                 if earlier is not None:
                     counted_for[id(v)] = entry["id"]

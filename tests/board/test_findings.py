@@ -13,6 +13,7 @@ from lit_resformer.board.findings import (
     FINDINGS_START,
     findings_in,
     findings_markdown,
+    tally,
     with_findings,
 )
 from lit_resformer.verdicts.scoreboard_rows import scoreboard
@@ -29,6 +30,18 @@ def test_a_finding_shows_its_rows_numbers_and_leaves_out_a_grid_not_there():
     assert "−0.1000 [−0.2000, −0.0500]" in table.replace("-", "−") and "Holm p 0.01" in table
     assert f"[{first.grid}](docs/results/{first.grid}/report.md)" in table
     assert "| transfer: shown, not counted |" in table  # a transfer grid's row says it is outside the tally
+
+
+def test_a_rows_tally_says_when_its_comparison_changed_after_its_data():
+    declared = {"status": "exploratory", "confirmed_by": None}
+    shown = row("fig7-evidence", "reproduced", "x")
+    assert tally(shown, {}) == "the paper's"
+    assert tally(shown, {("fig7-evidence", "x"): declared}).startswith("exploratory")
+    assert tally(shown, {("fig7-evidence", "x"): {**declared, "status": "confirmed",
+                                                  "confirmed_by": {"grid": "fig7-confirm"}}}) == (
+        "confirmed by fig7-confirm: counted there")
+    assert tally(shown, {("fig7-repro", "x"): declared}) == "the paper's"  # another grid's comparison
+    assert tally(row("transfer-muon", "reproduced", "x"), {("transfer-muon", "x"): declared}).startswith("transfer")
 
 
 def test_the_table_is_replaced_between_the_markers_only():
