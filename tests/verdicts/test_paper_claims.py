@@ -248,7 +248,8 @@ def test_no_comparison_declared_after_its_data_decides_a_claim(committed):
             assert not (e.counted and late) or "judged as declared before it" in e.status, (c.id, late)
     (fig9,) = [c for c in claims if c.id == "fig9-only-values"]
     assert fig9.verdict == "inconclusive"
-    assert all(e.status.startswith("exploratory") for e in fig9.evidence if e.row.grid.startswith("fig9-"))
+    assert all(e.status.startswith("exploratory") for e in fig9.evidence if e.row.grid == "fig9-evidence")
+    assert not any(e.counted for e in fig9.evidence if e.row.grid == "fig9-repro")  # superseded by the evidence tier
 
 
 def test_a_comparison_declared_after_its_data_counts_only_as_its_earlier_form(tmp_path):
