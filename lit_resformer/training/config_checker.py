@@ -195,7 +195,9 @@ def signature_sources(files: Iterable[Path]) -> list[Path]:
             if isinstance(node, ast.ImportFrom) and (node.module or node.level) and any(
                     alias.name in named for alias in node.names):
                 spec = importlib.util.find_spec("." * node.level + (node.module or ""), package)
-                if spec is not None and spec.origin and Path(spec.origin).resolve().is_relative_to(PACKAGE_ROOT):
+                # the package's own files only: a virtual environment may live beside it, under PACKAGE_ROOT
+                if spec is not None and spec.origin and Path(spec.origin).resolve().is_relative_to(
+                        PACKAGE_ROOT / "lit_resformer"):
                     pending.append(Path(spec.origin).resolve())
     return sorted(found)
 

@@ -46,7 +46,7 @@ def test_time_to_target_parses_with_an_optional_target_and_a_domain():
     ({"target": True}, "claims[0].target must be a positive loss in nats, got True"),
     ({"at": "end"}, "claims[0].at: 'end' applies to metric(s)"),
     ({"over": "data.seq_len"}, "claims[0].over applies only to metrics"),
-    ({"margin": 0.05}, "'equivalence_saving', 'val_loss_each_at_best', 'val_loss_at_b_best', 'data_saving_slope'], not 'time_to_target'"),  # the metrics that take a margin
+    ({"margin": 0.05}, "'equivalence_saving', 'val_loss_each_at_best', 'val_loss_at_b_best', 'val_loss_gap_difference', 'data_saving_slope'], not 'time_to_target'"),  # the metrics that take a margin
     ({"metric": "time_to_target/"}, "claims[0].metric must be one of"),
 ])
 def test_target_is_refused_outside_time_to_target_naming_the_field(fields, message):
