@@ -64,9 +64,10 @@ def encode_type(hint: Any) -> Any:
     if any(part is None for part in parts):
         return None
     if origin in (Union, types.UnionType):
-        # plain types in one order, then null: typing caches int | float and float | int as one object, spelled as
-        # whichever a process made first; literals and containers keep the order the hint gives them (sort is stable)
-        return {"union": sorted(parts, key=lambda p: (2, "") if p == "null" else (1, p) if isinstance(p, str) else (0, ""))}
+        # a number's union in one order (int, float, null): typing caches int | float and float | int as one object,
+        # spelled as whichever a process made first; any other union keeps the hint's order, which decides parsing
+        numeric = ("int", "float", "null")
+        return {"union": sorted(parts, key=numeric.index) if all(p in numeric for p in parts) else parts}
     if origin in (list, tuple, dict) and parts:
         return {origin.__name__: parts}
     return None
