@@ -203,7 +203,7 @@ FAST_REFUSALS = {
     "claims, missing folder": (["claims", "TMP/missing"], "TMP/missing holds no grid run directory"),
     "plan, abbreviated option": (["plan", "TMP/missing", "--eff", "0.1"], "did you mean --effect?"),
     "fit, missing config": (["fit", "--config", "TMP/missing.yaml"], "--config TMP/missing.yaml: no such file"),
-    # the three of issue 77, decided by fit's recorded parser and checks (lit_resformer.config.quick_check)
+    # a misspelt field, a negative step count and a missing accelerator, decided by fit's recorded parser and checks (lit_resformer.config.quick_check)
     "fit, abbreviated option": (["fit", "--config", "REPO/configs/experiments/cpu-demo-resformer.yaml",
                                  "--trainer.max_step", "5"], "did you mean ['max_steps'"),
     "fit, negative max_steps": (["fit", "--config", "REPO/configs/experiments/cpu-demo-resformer.yaml",

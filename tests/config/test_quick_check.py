@@ -92,7 +92,7 @@ def test_every_shipped_experiment_passes_where_its_accelerator_is(experiment):
         assert wants_gpu and "no GPU can be used here" in str(refusal), refusal
 
 
-# The refusals of issue 77, each in fit's words: (extra arguments, the words).
+# Refusals a newcomer meets first (a misspelt field, a negative or impossible setting), each in fit's words: (extra arguments, the words).
 NAMED = {
     "an abbreviated option": (["--trainer.max_step", "5"],
                               "unknown key 'trainer.max_step': 'trainer' has no field 'max_step'; did you mean "

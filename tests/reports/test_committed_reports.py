@@ -16,7 +16,7 @@ from lit_resformer.runs.directory import MANIFEST
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path("docs/results")
-EXAMPLE = "fig7-evidence"  # the grid README and issue 77 read
+EXAMPLE = "fig7-evidence"  # the grid the README points a newcomer to
 
 
 def git(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
