@@ -340,7 +340,7 @@ def test_preempted_jobs_resume_from_their_last_checkpoint_with_identical_losses(
         assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", (fields, job_log(log))
         text = log.read_text()
         assert "DUE TO JOB REQUEUE" in text and "Received SIGTERM" in text  # Lightning saw the preemption
-        assert f"Restoring states from the checkpoint path at {run / 'checkpoints' / 'last.ckpt'}" in text
+        assert f"(resuming from {run / 'checkpoints' / 'last.ckpt'})" in text  # fit's own line on its start
         first, second = metric_files(run)  # one CSV version per start of the job
         interrupted, resumed = trained_steps(first), trained_steps(second)
         assert interrupted[0] == 0 and 5 <= interrupted[-1] < 11
