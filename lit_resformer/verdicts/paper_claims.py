@@ -79,7 +79,7 @@ def load_registry(path: Path = REGISTRY) -> dict:
     if len(set(ids)) != len(ids):
         raise ValueError(f"{path}: duplicate claim ids {sorted({i for i in ids if ids.count(i) > 1})}")
     allowed = {"id", "statement", "where", "condition", "comparisons", "context", "not_tested", "reading",
-               "beyond_paper", "preconditions", "quote", "basis"}
+               "beyond_paper", "preconditions", "quote", "basis", "smallest_effect"}
     preconditions = raw.get("preconditions") or {}
     for c in claims:
         unknown = set(c) - allowed
@@ -98,6 +98,9 @@ def load_registry(path: Path = REGISTRY) -> dict:
             if c["basis"] != "verbatim" and not c.get("reading"):
                 raise ValueError(f"{path}: claim {c['id']!r}: basis {c['basis']} needs a reading: how the statement "
                                  "goes beyond its quote, and what the text says")
+        if "smallest_effect" in c and (problem := _smallest_effect_problem(c["smallest_effect"], {"metric", "value",
+                                                                                                 "basis"})):
+            raise ValueError(f"{path}: claim {c['id']!r}: smallest_effect {problem}")
         for pid in c.get("preconditions") or []:
             if pid not in preconditions:
                 raise ValueError(f"{path}: claim {c['id']!r} names unknown precondition {pid!r}")
@@ -105,12 +108,23 @@ def load_registry(path: Path = REGISTRY) -> dict:
         if not pre.get("cites") or not pre.get("needle"):
             raise ValueError(f"{path}: precondition {pid!r} needs `cites` (its sentence) and `needle`")
     smallest = raw.get("smallest_effect")
-    if smallest is not None and not (isinstance(smallest, dict) and set(smallest) == {"nats", "basis"}
-                                     and isinstance(smallest["nats"], (int, float)) and smallest["nats"] > 0
-                                     and smallest["basis"]):
-        raise ValueError(f"{path}: smallest_effect must be {{nats: <a positive number>, basis: <why that size>}}, got "
-                         f"{smallest!r}")
+    if smallest is not None and (problem := _smallest_effect_problem(smallest, {"nats", "basis"})):
+        raise ValueError(f"{path}: smallest_effect {problem}")
     return {"claims": claims, "preconditions": preconditions, "smallest_effect": smallest}
+
+
+def _smallest_effect_problem(declared: object, fields: set[str]) -> str:
+    """Why a declared smallest effect is malformed ("" when it is not): exactly `fields`, its size (`nats`, or
+    `value` in the unit of its `metric`) a positive finite number, and every other field a non-empty text."""
+    size = "nats" if "nats" in fields else "value"
+    words = {"nats": "a positive number", "value": "a positive number in the metric's unit",
+             "metric": "the metric it is in", "basis": "why that size, and when it was declared"}
+    if not (isinstance(declared, dict) and set(declared) == fields and isinstance(declared[size], (int, float))
+            and not isinstance(declared[size], bool) and math.isfinite(declared[size]) and declared[size] > 0
+            and all(isinstance(declared[f], str) and declared[f] for f in fields - {size})):
+        order = [f for f in words if f in fields]  # the size first, its basis last
+        return "must be {" + ", ".join(f"{f}: <{words[f]}>" for f in order) + f"}}, got {declared!r}"
+    return ""
 
 
 def base_text(text: str) -> str:
@@ -243,18 +257,26 @@ def _as_declared_before(v: Verdict, declaration: dict) -> tuple[Verdict | None, 
                       "confirmed on seeds first run after it")
     why = (f"{change}; judged as declared before it ({earlier['direction']}, bound {bound:+g}): its interval "
            f"[{v.low:+.4f}, {v.high:+.4f}] holds the bound, inconclusive until confirmed on seeds first run after it")
-    return replace(v, verdict="inconclusive", unadjusted="inconclusive", p_two_sided=None, p_holm=None,  # not its form's
+    # nor is the present form's margin its effect of interest: the claim's declared smallest effect classifies it
+    power = {**v.power, "effect": None, "seeds_needed": None, "tost_p": None, "classification": None}
+    return replace(v, verdict="inconclusive", unadjusted="inconclusive", p_two_sided=None, p_holm=None, power=power,
                    note="; ".join(filter(None, [why, v.note]))), why
 
 
-def _classified(v: Verdict, smallest: dict) -> Verdict:
-    """An inconclusive row whose claim gives no effect of interest, classified against the registry's declared
-    `smallest_effect` (bounded / underpowered / unresolved), saying so; its verdict is never changed by it."""
-    if v.verdict != "inconclusive" or v.power.get("effect") is not None or "level" not in v.power \
-            or not in_nats(v.claim.metric):
+def _classified(v: Verdict, registry_smallest: dict | None, claim_smallest: dict | None) -> Verdict:
+    """An inconclusive row whose comparison gives no effect of interest, classified (bounded / underpowered /
+    unresolved) against the smallest effect its claim declares in the row's metric, else, for a loss in nats, the
+    registry's; saying which. Its verdict is never changed by it."""
+    if v.verdict != "inconclusive" or v.power.get("effect") is not None or "level" not in v.power:
         return v
-    power = power_of(v.design, v.n, v.df, v.low, v.high, v.power["level"], smallest["nats"], v.verdict)
-    return replace(v, power={**v.power, **power, "effect_basis": f"declared smallest effect: {smallest['basis']}"})
+    if claim_smallest and claim_smallest["metric"] == v.claim.metric:
+        size, basis = claim_smallest["value"], claim_smallest["basis"]
+    elif registry_smallest and in_nats(v.claim.metric):
+        size, basis = registry_smallest["nats"], registry_smallest["basis"]
+    else:
+        return v
+    power = power_of(v.design, v.n, v.df, v.low, v.high, v.power["level"], size, v.verdict)
+    return replace(v, power={**v.power, **power, "effect_basis": f"declared smallest effect: {basis}"})
 
 
 def paper_claims(rows: Sequence[Verdict], registry: dict | None = None,
@@ -320,9 +342,10 @@ def paper_claims(rows: Sequence[Verdict], registry: dict | None = None,
                                  reason, evidence, bool(entry.get("beyond_paper")), entry.get("reading", ""),
                                  list(entry.get("preconditions") or []), entry.get("quote", ""),
                                  entry.get("basis", "")))
-    if smallest := registry.get("smallest_effect"):
-        for c in claims:
-            c.evidence = [replace(e, row=_classified(e.row, smallest)) for e in c.evidence]
+    declared = {entry["id"]: entry.get("smallest_effect") for entry in registry["claims"]}
+    for c in claims:
+        c.evidence = [replace(e, row=_classified(e.row, registry.get("smallest_effect"), declared[c.id]))
+                      for e in c.evidence]
     for v in top:
         if id(v) not in used:
             claims.append(PaperClaim(f"unassigned: {base_text(v.claim.claim)}", v.claim.claim, "(not in "

@@ -41,7 +41,8 @@ def verdict_text(v: Verdict) -> str:
 def _unclassified_reason(v: Verdict) -> str:
     """Why an inconclusive comparison is neither bounded, underpowered nor unresolved (power.classify's None): no
     MDE (no estimate, one seed, or an interval that is not a t interval, e.g. a data saving's log-ratio one), or no
-    effect of interest to read it against (no loss difference in the claim's `paper:` text, no `margin`)."""
+    effect of interest to read it against (no loss difference in the claim's `paper:` text, no `margin`, no smallest
+    effect declared in the row's metric: paper_claims)."""
     if v.power.get("mde") is None:
         if v.delta is None:
             return "no estimate"

@@ -340,11 +340,17 @@ def test_preempted_jobs_resume_from_their_last_checkpoint_with_identical_losses(
         assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", (fields, job_log(log))
         text = log.read_text()
         assert "DUE TO JOB REQUEUE" in text and "Received SIGTERM" in text  # Lightning saw the preemption
-        assert f"(resuming from {run / 'checkpoints' / 'last.ckpt'})" in text  # fit's own line on its start
+        # fit's own line on its restart names what it resumed from: the checkpoint fit writes on the SIGTERM
+        # (on_exception.ckpt, after the last step trained) or, had the job been killed before writing it, last.ckpt
+        resumed_from = re.search(rf"\(resuming from {re.escape(str(run / 'checkpoints'))}/(on_exception|last)\.ckpt\)",
+                                 text)
+        assert resumed_from, text
         first, second = metric_files(run)  # one CSV version per start of the job
         interrupted, resumed = trained_steps(first), trained_steps(second)
         assert interrupted[0] == 0 and 5 <= interrupted[-1] < 11
-        assert resumed[0] == 6 and resumed[-1] == 11  # from the step-6 checkpoint, not from scratch
+        # not from scratch: right after the last step trained, or from last.ckpt's step 6
+        assert resumed[0] == (interrupted[-1] + 1 if resumed_from[1] == "on_exception" else 6), (resumed_from[1], interrupted)
+        assert resumed[-1] == 11
         requeued = read_metrics(run)
         assert requeued["train/loss"] == undisturbed["train/loss"]  # step for step, bit for bit
         assert requeued["val/loss"] == undisturbed["val/loss"]

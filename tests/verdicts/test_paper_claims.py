@@ -252,6 +252,22 @@ def test_no_comparison_declared_after_its_data_decides_a_claim(committed):
     assert not any(e.counted for e in fig9.evidence if e.row.grid == "fig9-repro")  # superseded by the evidence tier
 
 
+@pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
+def test_every_committed_inconclusive_row_says_what_it_rules_out_or_why_it_cannot(committed):
+    """Every inconclusive row on the board is bounded, underpowered or unresolved against an effect of interest,
+    or has no MDE to read one against (no estimate, one seed, a saving's non-t interval): none is left at "no effect
+    size declared"; and every smallest effect a claim declares classifies at least one row in its metric."""
+    claims = pc.paper_claims(committed[0])
+    rows = [(c.id, e.row) for c in claims for e in c.evidence]
+    undeclared = [(cid, v.grid, v.claim.metric) for cid, v in rows if v.verdict == "inconclusive"
+                  and v.power.get("classification") is None and v.power.get("mde") is not None]
+    assert undeclared == []
+    for entry in pc.load_registry()["claims"]:
+        if declared_size := entry.get("smallest_effect"):
+            assert any(cid == entry["id"] and v.claim.metric == declared_size["metric"]
+                       and v.power.get("effect") == declared_size["value"] for cid, v in rows), entry["id"]
+
+
 def test_a_comparison_declared_after_its_data_counts_only_as_its_earlier_form(tmp_path):
     """Exploratory (changed after its data): shown, not counted; a margin added after the data is judged under the
     form before it where the interval decides that form (inconclusive: the interval holds its bound)."""
@@ -353,6 +369,52 @@ def test_a_declared_smallest_effect_classifies_an_inconclusive_row_and_decides_n
     broken.write_text(yaml.safe_dump({"claims": [], "smallest_effect": {"nats": -0.03, "basis": "b"}}))
     with pytest.raises(ValueError, match="smallest_effect must be {nats: <a positive number>, basis"):
         pc.load_registry(broken)
+
+
+def test_a_claim_declares_its_own_smallest_effect_in_its_metric_and_classifies_only_rows_in_it(tmp_path):
+    """A claim in another unit than nats (an analysis measure, a slope) declares its own smallest effect with its
+    metric: its rows in that metric are classified against it, its loss rows against the registry's nats, a row in a
+    third metric stays unclassified; an exploratory row judged in its earlier form drops the present form's margin
+    and is classified against the declared size; a malformed declaration is refused, naming the claim."""
+    declared = {"metric": "analysis/entropy", "value": 0.2, "basis": "the evidence tier's MDE"}
+    registry = {"claims": [{"id": "c", "statement": "s", "where": "Fig. 1", "comparisons": ["e", "l", "o"],
+                            "smallest_effect": declared}],
+                "preconditions": {}, "smallest_effect": {"nats": 0.03, "basis": "Table 5's gain"}}
+
+    def inconclusive(text: str, metric: str) -> Verdict:
+        v = replace(row("fig1-evidence", "inconclusive", text), delta=0.0, low=-0.05, high=0.05, design="paired",
+                    df=4.0, power={"level": 0.05, "effect": None})
+        return replace(v, claim=replace(v.claim, metric=metric))
+
+    (claim,) = pc.paper_claims([inconclusive("e", "analysis/entropy"), inconclusive("l", "val_loss"),
+                                inconclusive("o", "analysis/sink")], registry, {})
+    shown = {e.row.claim.claim: e.row.power for e in claim.evidence}
+    assert (shown["e"]["effect"], shown["e"]["classification"]) == (0.2, "bounded")  # ±0.05 inside ±0.2
+    assert "the evidence tier's MDE" in shown["e"]["effect_basis"]
+    assert (shown["l"]["effect"], shown["l"]["classification"]) == (0.03, "underpowered")  # MDE above 0.03
+    assert shown["o"] == {"level": 0.05, "effect": None}
+
+    # the earlier form of a comparison whose 0.5 margin came after its data: classified against 0.03, not 0.5
+    late = replace(inconclusive("l", "val_loss"), verdict="reproduced", claim=Claim("l", "a", "b", "val_loss",
+                                                                                    "higher", margin=0.5),
+                   power={"level": 0.05, "effect": 0.5, "classification": None, "tost_p": 1e-9})
+    record = {"grid": "fig1-evidence", "claim": "l", "status": "exploratory", "change": "margin: None -> 0.5",
+              "first_data": {"date": "2026-11-26T00:00:00", "commit": "a" * 40},
+              "declared": {"date": "2026-11-27T00:00:00", "commit": "b" * 40},
+              "earlier": {"direction": "higher", "margin": None}, "fields": {"direction": "higher", "margin": 0.5}}
+    (claim,) = pc.paper_claims([late], {**registry, "claims": [{**registry["claims"][0], "comparisons": ["l"]}]},
+                               {("fig1-evidence", "l"): record})
+    (evidence,) = claim.evidence
+    assert evidence.row.verdict == "inconclusive" and "judged as declared before it" in evidence.status
+    assert (evidence.row.power["effect"], evidence.row.power["classification"]) == (0.03, "underpowered")
+
+    for broken in ({"metric": "analysis/entropy", "value": 0.2}, {**declared, "value": -1.0},
+                   {**declared, "metric": ""}, {**declared, "nats": 0.2}):
+        path = tmp_path / "claims.yaml"
+        path.write_text(yaml.safe_dump({"claims": [{**registry["claims"][0], "quote": "“q” (review l. 1)",
+                                                    "basis": "verbatim", "smallest_effect": broken}]}))
+        with pytest.raises(ValueError, match=r"claim 'c': smallest_effect must be \{value: .*metric: .*basis: "):
+            pc.load_registry(path)
 
 
 @pytest.mark.integration
