@@ -17,8 +17,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from lit_resformer.config.options import OptionParser
 from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG
+from lit_resformer.options import OptionParser
 from lit_resformer.training.runtime import retain_freed_memory
 
 # Every command checks its arguments before it imports what does the work (torch, Lightning, pandas, matplotlib: 2 to

@@ -22,7 +22,7 @@ PERIPHERY = ("lit_resformer.grids", "lit_resformer.execution", "lit_resformer.st
 # The rooms, bottom up: a module imports only from its own layer or the layers below it.
 LAYERS = (
     ("lit_resformer.config", "lit_resformer.model", "lit_resformer.corpora", "lit_resformer.writing",
-     "lit_resformer.provenance"),
+     "lit_resformer.provenance", "lit_resformer.options"),
     ("lit_resformer.data",),
     # a run's own files, in the runs room but below training, which writes them (lit_resformer/runs/run_dir.py says why)
     ("lit_resformer.runs.run_dir", "lit_resformer.runs.checkpoint_reading"),
@@ -151,7 +151,7 @@ def test_the_core_imports_the_periphery_only_from_its_command_line(graph):
 def test_the_command_line_imports_the_periphery_only_when_a_command_runs(graph):
     modules = module_files()
     on_import = imported_modules(COMMAND_LINE, modules[COMMAND_LINE], modules, on_import_only=True)
-    assert {"lit_resformer.config.options", "lit_resformer.training.runtime"} <= on_import  # what it does import up front
+    assert {"lit_resformer.options", "lit_resformer.training.runtime"} <= on_import  # what it does import up front
     assert {m for m in graph[COMMAND_LINE] if within(m, PERIPHERY)} >= {"lit_resformer.eval.run", "lit_resformer.export"}
     assert sorted(m for m in on_import if within(m, PERIPHERY)) == []
 

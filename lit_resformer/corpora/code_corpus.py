@@ -28,8 +28,8 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from lit_resformer.config.options import OptionParser
 from lit_resformer.corpora.data_cache import atomic_directory
+from lit_resformer.options import OptionParser
 
 CORPUS_FILE = "python.jsonl"
 MANIFEST_FILE = "manifest.json"

@@ -30,8 +30,8 @@ from lightning.pytorch.trainer.states import RunningStage, TrainerFn, TrainerSta
 from lightning.pytorch.utilities.combined_loader import CombinedLoader
 
 from lit_resformer.config.files import load_experiment
-from lit_resformer.config.options import OptionParser
 from lit_resformer.data import LMDataModule
+from lit_resformer.options import OptionParser
 from lit_resformer.runs.checkpoint_reading import read_checkpoint
 from lit_resformer.runs.run_dir import RunDir
 from lit_resformer.stacking.engine import GraphedStep, RunStack

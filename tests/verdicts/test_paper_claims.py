@@ -17,6 +17,7 @@ from lit_resformer.grids.rederivation import runs_without_provenance, unrecorded
 from lit_resformer.measures.stats import ALPHA, benjamini_yekutieli, fragile
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import grid_dirs, grid_index
+from lit_resformer.verdicts import claim_registry
 from lit_resformer.verdicts import paper_claims as pc
 from lit_resformer.verdicts.judgements import Judgements
 from lit_resformer.verdicts.rendering import table, verdict_text
@@ -121,9 +122,9 @@ def test_every_claim_of_the_paper_quotes_its_words_with_their_location_and_says_
     its basis says whether the text states it (verbatim), only a caption does, or it is a reading of a figure; and
     beyond verbatim a reading says how. Whether the words are verbatim is checked against the paper's text while
     writing them (../shared/paper/verify_quotes.py): the project does not ship the paper."""
-    claims = pc.load_registry()["claims"]
+    claims = claim_registry.load_registry()["claims"]
     paper = [c for c in claims if not c.get("beyond_paper")]
-    assert paper and all(c["basis"] in pc.BASES and not pc.quote_problem(c["quote"]) for c in paper)
+    assert paper and all(c["basis"] in claim_registry.BASES and not claim_registry.quote_problem(c["quote"]) for c in paper)
     assert all(c.get("reading") for c in paper if c["basis"] != "verbatim")
     assert not any("basis" in c for c in claims if c.get("beyond_paper"))
     # no sentence of the paper says that sharing both keys and values (CLA) hurts, or ranks it: out of its tally
@@ -144,7 +145,7 @@ def test_every_claim_of_the_paper_quotes_its_words_with_their_location_and_says_
     (None, "needs the paper's words"),
 ])
 def test_a_quote_is_the_papers_words_each_with_its_location(quote, problem):
-    assert pc.quote_problem(quote).startswith(problem) and bool(pc.quote_problem(quote)) == bool(problem)
+    assert claim_registry.quote_problem(quote).startswith(problem) and bool(claim_registry.quote_problem(quote)) == bool(problem)
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -159,10 +160,10 @@ def test_a_registry_claim_without_its_quote_basis_or_reading_is_refused_in_one_l
              "quote": "“sharing values has less negative impact compared with sharing keys” (review l. 287–288)"}
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump({"claims": [claim]}, allow_unicode=True))
-    assert pc.load_registry(path)["claims"] == [claim]
+    assert claim_registry.load_registry(path)["claims"] == [claim]
     path.write_text(yaml.safe_dump({"claims": [{**claim, **change}]}, allow_unicode=True))
     with pytest.raises(ValueError, match=re.escape(f"claim 'c': {message}")):
-        pc.load_registry(path)
+        claim_registry.load_registry(path)
 
 
 def test_every_comparison_a_grid_file_quotes_from_the_paper_quotes_its_words_with_their_location():
@@ -173,7 +174,7 @@ def test_every_comparison_a_grid_file_quotes_from_the_paper_quotes_its_words_wit
         raw = yaml.safe_load(path.read_text())
         comparisons = raw.get("claims") if isinstance(raw, dict) and path.name != "claims.yaml" else None
         for c in comparisons if isinstance(comparisons, list) else []:
-            if "quote" in c and not c.get("beyond_paper") and pc.quote_problem(c["quote"]):
+            if "quote" in c and not c.get("beyond_paper") and claim_registry.quote_problem(c["quote"]):
                 unlocated.add(path.relative_to(REPO).as_posix())
     assert unlocated == set()
 
@@ -262,7 +263,7 @@ def test_every_committed_inconclusive_row_says_what_it_rules_out_or_why_it_canno
     undeclared = [(cid, v.grid, v.claim.metric) for cid, v in rows if v.verdict == "inconclusive"
                   and v.power.get("classification") is None and v.power.get("mde") is not None]
     assert undeclared == []
-    for entry in pc.load_registry()["claims"]:
+    for entry in claim_registry.load_registry()["claims"]:
         if declared_size := entry.get("smallest_effect"):
             assert any(cid == entry["id"] and v.claim.metric == declared_size["metric"]
                        and v.power.get("effect") == declared_size["value"] for cid, v in rows), entry["id"]
@@ -364,11 +365,11 @@ def test_a_declared_smallest_effect_classifies_an_inconclusive_row_and_decides_n
     assert verdict_text(shown["y"]).startswith("**inconclusive** (underpowered: ")
     assert shown["z"].power == own.power and shown["w"].power == level
     assert [v.verdict for v in shown.values()] == ["inconclusive", "inconclusive", "inconclusive", "reproduced"]
-    assert pc.load_registry()["smallest_effect"]["nats"] > 0  # the committed one reads
+    assert claim_registry.load_registry()["smallest_effect"]["nats"] > 0  # the committed one reads
     broken = tmp_path / "claims.yaml"
     broken.write_text(yaml.safe_dump({"claims": [], "smallest_effect": {"nats": -0.03, "basis": "b"}}))
     with pytest.raises(ValueError, match="smallest_effect must be {nats: <a positive number>, basis"):
-        pc.load_registry(broken)
+        claim_registry.load_registry(broken)
 
 
 def test_a_claim_declares_its_own_smallest_effect_in_its_metric_and_classifies_only_rows_in_it(tmp_path):
@@ -414,7 +415,7 @@ def test_a_claim_declares_its_own_smallest_effect_in_its_metric_and_classifies_o
         path.write_text(yaml.safe_dump({"claims": [{**registry["claims"][0], "quote": "“q” (review l. 1)",
                                                     "basis": "verbatim", "smallest_effect": broken}]}))
         with pytest.raises(ValueError, match=r"claim 'c': smallest_effect must be \{value: .*metric: .*basis: "):
-            pc.load_registry(path)
+            claim_registry.load_registry(path)
 
 
 @pytest.mark.integration

@@ -13,7 +13,7 @@ from lit_resformer.measures import time_to_target as ttt
 from lit_resformer.runs import claim_spec
 from lit_resformer.runs.claim_spec import Claim, parse_claims
 from lit_resformer.runs.results import load_results
-from lit_resformer.verdicts import paper_claims as pc
+from lit_resformer.verdicts import claim_registry
 from lit_resformer.verdicts.judgements import evaluate_grid
 from lit_resformer.verdicts.rendering import table
 
@@ -75,7 +75,7 @@ def test_fig7_evidence_resformer_reaches_vanillas_final_loss_with_less_data():
     header, rows = table([v])
     assert rows[0][header.index("Δ (a − b)")] == "+28.0%" and "a needs less data" in rows[0][header.index("metric")]
     # evidence for the headline's "less data" in the registry
-    (headline,) = [c for c in pc.load_registry()["claims"] if c["id"] == "headline-less-data"]
+    (headline,) = [c for c in claim_registry.load_registry()["claims"] if c["id"] == "headline-less-data"]
     assert CLAIM in headline["comparisons"]
 
 

@@ -3,7 +3,7 @@ close to, every mistake one line."""
 
 import pytest
 
-from lit_resformer.config.options import OptionParser, closest_options
+from lit_resformer.options import OptionParser, closest_options
 
 
 def parser() -> OptionParser:
