@@ -269,6 +269,18 @@ def test_every_committed_inconclusive_row_says_what_it_rules_out_or_why_it_canno
                        and v.power.get("effect") == declared_size["value"] for cid, v in rows), entry["id"]
 
 
+@pytest.mark.integration  # the scoreboard over docs/results (about 40 s)
+def test_no_decisive_counted_comparison_rests_on_a_run_without_provenance(committed):
+    """The runs that recorded no provenance block (docs/rederivation/pending.md) are behind counted comparisons
+    only where those decide nothing (not tested or inconclusive, each saying "provenance unknown"): a reproduced or
+    contradicted claim stands on runs that say what they ran on, so none of them needs re-deriving first."""
+    claims = pc.paper_claims(committed[0])
+    shown = [e.row for c in claims for e in c.evidence if "provenance unknown" in e.row.note]
+    assert bool(shown) == bool(runs_without_provenance(RESULTS))  # the phrase read here is the one the rows carry
+    assert [(c.id, e.row.grid, e.row.verdict) for c in claims for e in c.evidence if e.counted
+            and e.row.verdict in ("reproduced", "contradicted") and "provenance unknown" in e.row.note] == []
+
+
 def test_a_comparison_declared_after_its_data_counts_only_as_its_earlier_form(tmp_path):
     """Exploratory (changed after its data): shown, not counted; a margin added after the data is judged under the
     form before it where the interval decides that form (inconclusive: the interval holds its bound)."""
