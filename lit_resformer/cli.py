@@ -15,6 +15,9 @@ import os
 import shutil
 import sys
 import textwrap
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from lit_resformer.config.options import OptionParser
@@ -41,6 +44,30 @@ def grid_run_directory(path: Path) -> None:
         below = sorted(p.parent.name for p in path.glob(f"*/{MANIFEST}"))
         raise ValueError(f"{path} is not a grid run directory (no {MANIFEST})"
                          + (f"; grids under it: {', '.join(below)}" if below else ""))
+
+
+@contextmanager
+def stderr_progress(what: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    """A `progress(done, total)` for long work, shown on stderr (stdout keeps only the command's output): tqdm's bar
+    on a terminal; elsewhere (a pipe, a log file) a plain line at the start, at each tenth of the work and at its
+    end, where a bar would be redrawn with carriage returns."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        with tqdm(desc=what, unit=unit, file=sys.stderr, dynamic_ncols=True) as bar:
+            def draw(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            yield draw
+        return
+    start = time.monotonic()
+
+    def line(done: int, total: int) -> None:
+        if done == total or done % max(1, math.ceil(total / 10)) == 0:
+            print(f"{what}: {done}/{total} {unit}s, {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+
+    yield line
 
 
 def eval_command(argv: list[str]) -> None:
@@ -404,7 +431,8 @@ def claims_command(argv: list[str]) -> None:
     if stale:
         raise ValueError(f"{stale[0]}" + (f" (and {len(stale) - 1} more grids)" if len(stale) > 1 else "")
                          + "; store them with `lit-resformer report <grid folder>` before judging")
-    rows = scoreboard(args.runs_dirs)
+    with stderr_progress("judging grids", "grid") as progress:
+        rows = scoreboard(args.runs_dirs, progress=progress)
     claims = pc.paper_claims(rows)
     counts = pc.claim_counts(claims)
     if mode == "html":
