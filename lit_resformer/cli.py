@@ -490,19 +490,30 @@ def plan_command(argv: list[str]) -> None:
         description="The seeds each comparison of a finished (pilot) grid needs: its design, n and spread (from its "
                     "95% interval), its minimum detectable effect now (80% power, two-sided, at its Holm level "
                     "0.05 / m) and the seeds at which that reaches X nats, and the paper's effect where the claim "
-                    "gives one (lit_resformer/measures/power.py).")
+                    "gives one (lit_resformer/measures/power.py). First the short answer, the seeds each comparison "
+                    "has and needs; every number with --table.")
     parser.add_argument("grid", type=Path, metavar="GRID", help="a finished grid's run directory, e.g. "
                                                                  "docs/results/fig7-evidence")
     parser.add_argument("--effect", type=float, required=True, metavar="X", help="the effect to plan for, in nats (> 0)")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--table", action="store_true",
+                       help="every number of every comparison as a markdown table: design, spread, level, MDE, how "
+                            "an inconclusive one reads, notes (without it: the seeds each comparison in nats has and "
+                            "needs, sized to the terminal)")
+    shown.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
     if not (args.effect > 0 and math.isfinite(args.effect)):
         raise ValueError(f"--effect must be a positive number of nats, got {args.effect:g}")
     grid_run_directory(args.grid)
-    from lit_resformer.verdicts.power_plan import plan, plan_text
+    from lit_resformer.verdicts.power_plan import plan, plan_summary, plan_text
 
     rows = plan(args.grid, args.effect)
-    print(json.dumps(rows, indent=2) + "\n" if args.json else plan_text(rows, args.effect, args.grid.name), end="")
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif args.table:
+        print(plan_text(rows, args.effect, args.grid.name), end="")
+    else:
+        print(plan_summary(rows, args.effect, args.grid.name, shutil.get_terminal_size().columns), end="")
 
 
 def tensorboard_command(argv: list[str]) -> None:
