@@ -98,7 +98,7 @@ def plan_summary(rows: list[dict], effect: float, grid: str, width: int) -> str:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("comparison", overflow="fold")
     table.add_column("verdict", no_wrap=True)
-    for header in ("has", f"for {effect:g} nats", "for paper's effect"):
+    for header in ("has", f"{effect:g} nats", "paper's"):
         table.add_column(header, justify="right", no_wrap=True)
     for r in in_nats:
         metric = "" if r["metric"] == "val_loss" else f" ({r['metric']})"
@@ -115,9 +115,9 @@ def plan_summary(rows: list[dict], effect: float, grid: str, width: int) -> str:
     notes.append("every number (spread, level, MDE, power, notes): --table; as data: --json")
     console = Console(width=width, color_system=None, file=io.StringIO())
     console.print(Group(
-        Text(f"{grid}: the seeds each comparison has and needs for {100 * POWER:.0f}% power to detect {effect:g} "
-             "nats and the paper's effect, two-sided at its Holm level ALPHA / m; seeds count pairs (paired), "
-             "estimates (per-seed) or each arm's seeds (unpaired)."),
+        Text(f"{grid}: the seeds each comparison has, and those it needs for {100 * POWER:.0f}% power to detect "
+             f"{effect:g} nats and the paper's effect (in brackets), two-sided at its Holm level ALPHA / m; seeds "
+             "count pairs (paired), estimates (per-seed) or each arm's seeds (unpaired)."),
         *([Text(), table] if in_nats else []), Text(), *map(Text, notes)))
     return console.file.getvalue()
 

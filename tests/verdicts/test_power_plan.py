@@ -110,7 +110,8 @@ def test_the_command_prints_the_short_answer_the_table_on_request_and_the_json(t
         monkeypatch.setenv("COLUMNS", str(columns))
         main(["plan", str(grid_dir), "--effect", "0.1"])
         text = capsys.readouterr().out
-        assert text.startswith("pilot: the seeds each comparison has and needs for 80% power to detect 0.1 nats")
+        assert " ".join(text.split()).startswith("pilot: the seeds each comparison has, and those it needs for 80% "
+                                                  "power to detect 0.1 nats and the paper's effect (in brackets)")
         assert max(map(len, text.splitlines())) <= columns
         assert "every number (spread, level, MDE, power, notes): --table; as data: --json" in text
     # at 120 columns each comparison is one line: its sides, metric, verdict, seeds it has, needs, needs for the paper
