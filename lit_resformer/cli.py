@@ -15,6 +15,9 @@ import os
 import shutil
 import sys
 import textwrap
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from lit_resformer.config.trust import ALLOW_ANY_CLASS_FLAG
@@ -41,6 +44,30 @@ def grid_run_directory(path: Path) -> None:
         below = sorted(p.parent.name for p in path.glob(f"*/{MANIFEST}"))
         raise ValueError(f"{path} is not a grid run directory (no {MANIFEST})"
                          + (f"; grids under it: {', '.join(below)}" if below else ""))
+
+
+@contextmanager
+def stderr_progress(what: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    """A `progress(done, total)` for long work, shown on stderr (stdout keeps only the command's output): tqdm's bar
+    on a terminal; elsewhere (a pipe, a log file) a plain line at the start, at each tenth of the work and at its
+    end, where a bar would be redrawn with carriage returns."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        with tqdm(desc=what, unit=unit, file=sys.stderr, dynamic_ncols=True) as bar:
+            def draw(done: int, total: int) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            yield draw
+        return
+    start = time.monotonic()
+
+    def line(done: int, total: int) -> None:
+        if done == total or done % max(1, math.ceil(total / 10)) == 0:
+            print(f"{what}: {done}/{total} {unit}s, {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+
+    yield line
 
 
 def eval_command(argv: list[str]) -> None:
@@ -404,7 +431,8 @@ def claims_command(argv: list[str]) -> None:
     if stale:
         raise ValueError(f"{stale[0]}" + (f" (and {len(stale) - 1} more grids)" if len(stale) > 1 else "")
                          + "; store them with `lit-resformer report <grid folder>` before judging")
-    rows = scoreboard(args.runs_dirs)
+    with stderr_progress("judging grids", "grid") as progress:
+        rows = scoreboard(args.runs_dirs, progress=progress)
     claims = pc.paper_claims(rows)
     counts = pc.claim_counts(claims)
     if mode == "html":
@@ -462,19 +490,30 @@ def plan_command(argv: list[str]) -> None:
         description="The seeds each comparison of a finished (pilot) grid needs: its design, n and spread (from its "
                     "95% interval), its minimum detectable effect now (80% power, two-sided, at its Holm level "
                     "0.05 / m) and the seeds at which that reaches X nats, and the paper's effect where the claim "
-                    "gives one (lit_resformer/measures/power.py).")
+                    "gives one (lit_resformer/measures/power.py). First the short answer, the seeds each comparison "
+                    "has and needs; every number with --table.")
     parser.add_argument("grid", type=Path, metavar="GRID", help="a finished grid's run directory, e.g. "
                                                                  "docs/results/fig7-evidence")
     parser.add_argument("--effect", type=float, required=True, metavar="X", help="the effect to plan for, in nats (> 0)")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--table", action="store_true",
+                       help="every number of every comparison as a markdown table: design, spread, level, MDE, how "
+                            "an inconclusive one reads, notes (without it: the seeds each comparison in nats has and "
+                            "needs, sized to the terminal)")
+    shown.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
     if not (args.effect > 0 and math.isfinite(args.effect)):
         raise ValueError(f"--effect must be a positive number of nats, got {args.effect:g}")
     grid_run_directory(args.grid)
-    from lit_resformer.verdicts.power_plan import plan, plan_text
+    from lit_resformer.verdicts.power_plan import plan, plan_summary, plan_text
 
     rows = plan(args.grid, args.effect)
-    print(json.dumps(rows, indent=2) + "\n" if args.json else plan_text(rows, args.effect, args.grid.name), end="")
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif args.table:
+        print(plan_text(rows, args.effect, args.grid.name), end="")
+    else:
+        print(plan_summary(rows, args.effect, args.grid.name, shutil.get_terminal_size().columns), end="")
 
 
 def tensorboard_command(argv: list[str]) -> None:

@@ -100,8 +100,9 @@ def _of(claim: PaperClaim) -> str:
 
 def _claims_table(title: str, claims: Sequence[PaperClaim], width: int) -> Group:
     """Each tested claim in two lines: its verdict, id, deciding comparison's Δ with its interval, Holm p, "of" and
-    grid, in aligned columns (the grid, then "of", give way to a narrow terminal); then its words in full, wrapped,
-    never cut, so that claims whose words begin alike still read apart."""
+    grid, in aligned columns (the grid, then "of", give way to a narrow terminal, then the id, which leads the words
+    instead: a cell never wraps onto a line of its own); then its words in full, wrapped, never cut, so that claims
+    whose words begin alike still read apart."""
     rows = [("verdict", "claim", "Δ [95% interval]", "p Holm", "of", "grid")]
     for claim in claims:
         cells = comparison_cells([v])[0] if (v := deciding(claim)) else {}
@@ -113,11 +114,15 @@ def _claims_table(title: str, claims: Sequence[PaperClaim], width: int) -> Group
         header, *lines = aligned_lines([row[:shown] for row in rows], right={3, 4})
         if max(map(len, [header, *lines])) <= width:
             break
+    id_beneath = max(map(len, [header, *lines])) > width
+    if id_beneath:
+        header, *lines = aligned_lines([(row[0], *row[2:4]) for row in rows], right={2})
     chip = max(len(row[0]) for row in rows)
     parts = [Text(title, style="bold"), Text(header, style="bold"), Text("─" * min(len(header), width))]
     for claim, line in zip(claims, lines, strict=True):
+        words = Text(short_claim(claim.statement, len(claim.statement)))
         parts += [Text.assemble((line[:chip], VERDICT_STYLE[claim.verdict][1]), line[chip:]),
-                  Padding(Text(short_claim(claim.statement, len(claim.statement))), (0, 0, 0, chip + 2))]
+                  Padding(Text.assemble((claim.id, "bold"), ": ", words) if id_beneath else words, (0, 0, 0, chip + 2))]
     return Group(*parts)
 
 

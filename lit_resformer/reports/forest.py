@@ -67,8 +67,9 @@ def effect_unit(claim: Claim) -> str:
 
 
 def short_claim(text: str, width: int) -> str:
-    """A claim's words without the closing parenthesis that cites the paper, shortened to `width` characters."""
-    bare = re.sub(r"\s*\([^()]*\)$", "", text) or text
+    """A claim's words without the closing parenthesis that cites the paper (a "(sic)" after a quote stays: it is
+    part of the words), shortened to `width` characters."""
+    bare = re.sub(r"\s*\((?!sic\))[^()]*\)$", "", text) or text
     return textwrap.shorten(bare, width, placeholder="…")
 
 

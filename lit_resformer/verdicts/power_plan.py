@@ -7,13 +7,23 @@ comparison's adjusted level, ALPHA / m for its Holm family of m tests (lit_resfo
 the grid's family, or for a comparison judged in the grid that trained its runs, that grid's). A comparison
 outside its grid's family now (not tested, its runs not evidence) is planned as the family's (m + 1)-th test, the
 one it joins once it is. A metric that is not a loss in nats (a data saving, a slope, an analysis measure) gets
-its MDE in its own unit and no seeds for an effect in nats."""
+its MDE in its own unit and no seeds for an effect in nats.
+
+The command prints the short answer first (`plan_summary`: the seeds each comparison in nats has and needs, sized to
+the terminal); every number on request (`plan_text`, a markdown table) or as data (the rows as JSON)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
 from lit_resformer.measures.power import (
+    MAX_SEEDS,
     POWER,
     effect_of_interest,
     family_level,
@@ -70,10 +80,52 @@ def plan_row(v: Verdict, family_size: int, effect: float) -> dict:
             "note": "; ".join(notes)}
 
 
+def no_comparisons(grid: str) -> str:
+    return f"{grid}: no comparisons to plan (its grid file declares no claims)\n"
+
+
+def plan_summary(rows: list[dict], effect: float, grid: str, width: int) -> str:
+    """The short answer, for a terminal `width` columns wide: per comparison in nats, the seeds it has and those it
+    needs for `effect` nats and for the paper's effect; the comparisons in other units counted; every other number
+    left to `plan_text`."""
+    if not rows:
+        return no_comparisons(grid)
+    in_nats = [r for r in rows if r["unit"] == NATS]
+
+    def needed(row: dict, seeds: int | None) -> str:
+        return "–" if row["sd"] is None else f"> {MAX_SEEDS:,}" if seeds is None else str(seeds)
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("comparison", overflow="fold")
+    table.add_column("verdict", no_wrap=True)
+    for header in ("has", f"{effect:g} nats", "paper's"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for r in in_nats:
+        metric = "" if r["metric"] == "val_loss" else f" ({r['metric']})"
+        paper = "–" if r["paper_effect"] is None else f"{needed(r, r['seeds_for_paper_effect'])} ({r['paper_effect']:g})"
+        table.add_row(f"{r['a']} − {r['b']}{metric}", r["verdict"], str(r["n"]),
+                      needed(r, r["seeds_for_plan_effect"]), paper)
+    notes = []
+    if any(r["sd"] is None for r in in_nats):
+        notes.append("–: no spread to plan from (fewer than 2 seeds, or no t interval)")
+    if len(in_nats) < len(rows):
+        other = len(rows) - len(in_nats)
+        notes.append(f"{other} more comparison{'s are' if other > 1 else ' is'} measured in another unit than nats: "
+                     "no seeds for an effect in nats")
+    notes.append("every number (spread, level, MDE, power, notes): --table; as data: --json")
+    console = Console(width=width, color_system=None, file=io.StringIO())
+    console.print(Group(
+        Text(f"{grid}: the seeds each comparison has, and those it needs for {100 * POWER:.0f}% power to detect "
+             f"{effect:g} nats and the paper's effect (in brackets), two-sided at its Holm level ALPHA / m; seeds "
+             "count pairs (paired), estimates (per-seed) or each arm's seeds (unpaired)."),
+        *([Text(), table] if in_nats else []), Text(), *map(Text, notes)))
+    return console.file.getvalue()
+
+
 def plan_text(rows: list[dict], effect: float, grid: str) -> str:
     """The plan as a markdown table, with a line that says what its numbers mean."""
     if not rows:
-        return f"{grid}: no comparisons to plan (its grid file declares no claims)\n"
+        return no_comparisons(grid)
 
     def number(value: float | None) -> str:
         return "–" if value is None else f"{value:.4g}"

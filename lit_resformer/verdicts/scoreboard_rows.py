@@ -5,7 +5,7 @@ lit_resformer.board.scoreboard."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,18 +15,26 @@ from lit_resformer.verdicts.verdict import Verdict, is_sub_row
 from lit_resformer.verdicts.verdict_cache import VerdictCache
 
 
-def scoreboard(paths: Iterable[str | Path], judged: Judgements | None = None) -> list[Verdict]:
+def scoreboard(paths: Iterable[str | Path], judged: Judgements | None = None,
+               progress: Callable[[int, int], None] = lambda done, total: None) -> list[Verdict]:
     """Every grid's verdicts, each distinct comparison once (one row naming every grid it was seen in), each with
     exactly its grid's verdict and Holm-adjusted p (the suite's one error-control rule: Holm within each grid's family
     of claims; no second adjustment across the board). A comparison an overlay shares shows the verdict of the grid
     that trained its runs (evaluate_grid). Runs of one config trained twice, each in its own grid, are judged in
     each; where those verdicts would differ the row takes the most conservative (largest Holm p) and says so in
     `disagree` (no committed comparison does: tests/verdicts/test_paper_claims.py). The grids it may defer to are
-    exactly those under `paths` (grid_index); `judged` is filled with each grid's verdicts, each judged once."""
+    exactly those under `paths` (grid_index); `judged` is filled with each grid's verdicts, each judged once.
+    `progress(done, total)` is told when judging starts (0 done) and each grid judged (or read from the verdict
+    cache), the slow part: all are judged first, then their verdicts gathered (a grid's verdicts do not depend on
+    the order grids are judged in)."""
     rows: list[Verdict] = []
     seen: dict[tuple, int] = {}
     index = grid_index(grid_dirs(paths))
     judged = Judgements(index, VerdictCache()) if judged is None else judged
+    progress(0, len(index))
+    for done, name in enumerate(index, 1):
+        judged.graded(name)
+        progress(done, len(index))
     for name in index:
         verdicts = judged.shown(name)
         for v in verdicts:

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from lit_resformer.board.scoreboard import terminal_text
+from lit_resformer.board.scoreboard import deciding, ordered, terminal_text
+from lit_resformer.cli import main
 from lit_resformer.reports.forest import short_claim
+from lit_resformer.reports.lead import comparison_cells
 from lit_resformer.reports.page import VERDICT_STYLE
 from lit_resformer.verdicts import paper_claims as pc
+from lit_resformer.verdicts.scoreboard_rows import scoreboard
 from tests.helpers.claims_grids import row
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs/results"
@@ -57,20 +60,60 @@ def test_claims_whose_words_begin_alike_read_apart_with_their_ids():
         assert all(line.endswith(" 0.01 value-path") == (width == 120) for line in firsts)
 
 
-@pytest.mark.integration  # the scoreboard over docs/results (about 40 s without the verdict cache)
-def test_every_row_of_the_committed_board_reads_apart_and_fits_120_columns():
-    from lit_resformer.verdicts.scoreboard_rows import scoreboard
-
-    claims = pc.paper_claims(scoreboard([RESULTS]))
-    text = terminal_text(claims, 120)
-    assert max(map(cell_len, text.splitlines())) <= 120
+def unwrapped_rows(text: str, claims: list) -> list[tuple[str, str]]:
+    """Each tested claim's (id, words) as printed, checking that no cell of its row wrapped onto a line of its own:
+    its first line holds its verdict, Δ with its interval and Holm p, and its id, unless the id leads its words (a
+    terminal too narrow for the id's column)."""
+    tested = [c for group in (False, True) for c in ordered([c for c in claims if c.beyond_paper == group])[0]]
     rows = printed_rows(text)
+    assert len(rows) == len(tested)
+    shown = []
+    for claim, printed in zip(tested, rows, strict=True):
+        cells = comparison_cells([deciding(claim)])[0]
+        first = " ".join(printed[0].split())
+        assert first.startswith(f"{VERDICT_STYLE[claim.verdict][0]} {claim.verdict}"), first
+        assert f" {cells['Δ (a − b)']} {cells['95% CI']} {cells['p Holm']}" in first, first
+        said = words(printed)
+        in_words = claim.id not in printed[0].split() and said.startswith(f"{claim.id}: ")
+        assert claim.id in printed[0].split() or in_words, printed
+        shown.append((claim.id, said.removeprefix(f"{claim.id}: ") if in_words else said))
+    return shown
+
+
+def test_a_terminal_too_narrow_for_the_id_column_puts_each_id_before_its_words():
+    """An id so long that verdict, id, Δ with its interval and Holm p outgrow 80 columns leads the claim's words
+    beneath instead of wrapping the Holm p onto a line of its own; at 120 columns it keeps its column."""
+    long_id = "gated-attention-plus-residual-x"
+    registry = {"preconditions": {}, "claims": [
+        {"id": long_id, "statement": "the value residual helps on top of gated attention", "where": "ours",
+         "comparisons": ["s"]},
+        {"id": "short", "statement": '"ResFormer is lower than ResFormer" (sic)', "where": "ours",
+         "comparisons": ["p"]}]}
+    claims = pc.paper_claims([row("value-path", "reproduced", "s"), row("value-path", "contradicted", "p")], registry)
+    for width in (80, 120):
+        text = terminal_text(claims, width)
+        assert max(map(cell_len, text.splitlines())) <= width
+        assert unwrapped_rows(text, claims) == [(c.id, c.statement) for c in claims]  # "(sic)" kept
+        header = next(line for line in text.splitlines() if line.startswith("verdict"))
+        assert ("claim" in header.split()) == (width == 120)
+
+
+@pytest.mark.integration  # the scoreboard over docs/results (about 40 s without the verdict cache)
+def test_every_row_of_the_committed_board_reads_apart_and_fits_80_and_120_columns(monkeypatch, capsys):
+    """`COLUMNS=80 lit-resformer claims docs/results` (and 120): no line over the width, no cell wrapped onto a line
+    of its own, every tested claim's id and words in full, no two rows alike."""
+    monkeypatch.setenv("COLUMNS", "80")
+    main(["claims", str(RESULTS)])
+    printed = capsys.readouterr().out
+    claims = pc.paper_claims(scoreboard([RESULTS]))  # judged again: each grid read back from the verdict cache
+    assert printed == terminal_text(claims, 80)
     tested = [c for c in claims if c.verdict != "not tested"]
-    assert sorted(r[0].split()[2] for r in rows) == sorted(c.id for c in tested)
-    printed = ["\n".join(r) for r in rows]
-    assert len(set(printed)) == len(printed)
-    assert sorted(map(words, rows)) == sorted(short_claim(c.statement, len(c.statement)) for c in tested)
-    assert len(set(map(words, rows))) == len(rows), "two claims' words read the same"
+    for width in (80, 120):
+        text = terminal_text(claims, width)
+        assert max(map(cell_len, text.splitlines())) <= width
+        shown = unwrapped_rows(text, claims)
+        assert sorted(shown) == sorted((c.id, short_claim(c.statement, len(c.statement))) for c in tested)
+        assert len({said for _, said in shown}) == len(shown), "two claims' words read the same"
 
 
 def test_the_board_page_is_one_file_with_every_claim_filterable_and_a_plot_across_regimes(tmp_path, monkeypatch):
@@ -81,7 +124,6 @@ def test_the_board_page_is_one_file_with_every_claim_filterable_and_a_plot_acros
 
     from lit_resformer.board.scoreboard import html_page
     from lit_resformer.reports import forest
-    from lit_resformer.verdicts.scoreboard_rows import scoreboard
     from tests.helpers.claims_grids import judged_grid
 
     monkeypatch.setenv("LIT_RESFORMER_VERDICT_CACHE", str(tmp_path / "cache"))
@@ -118,7 +160,6 @@ def test_each_grid_links_to_its_page_where_written_else_to_its_report_md_saying_
     import re
 
     from lit_resformer.board.scoreboard import html_page
-    from lit_resformer.verdicts.scoreboard_rows import scoreboard
     from tests.helpers.claims_grids import judged_grid
 
     monkeypatch.setenv("LIT_RESFORMER_VERDICT_CACHE", str(tmp_path / "cache"))

@@ -198,6 +198,8 @@ def test_forest_plot_reads_the_papers_effect_and_keeps_units_apart(tmp_path, mon
     assert forest.paper_effect(claim("val_loss", "1,750 -> 1,530 steps to the target loss")) is None
     assert forest.paper_effect(claim("val_loss", None)) is None
     assert forest.short_claim("ResFormer beats NeuTRENO (Fig. 7, right)", 60) == "ResFormer beats NeuTRENO"
+    sic = '"ResFormer achieves an even lower final loss than ResFormer" (sic)'  # the quote's typo is marked, not cited
+    assert forest.short_claim(sic, len(sic)) == sic
 
     from lit_resformer.verdicts.judgements import evaluate_grid
 

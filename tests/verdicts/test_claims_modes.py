@@ -4,6 +4,7 @@ line before any grid is read, and --preconditions dates the comparisons of every
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 
@@ -66,6 +67,36 @@ def test_without_a_mode_the_board_is_written_where_out_says(runs, tmp_path, caps
     claims = pc.paper_claims(scoreboard([runs]))
     assert out.read_text() == board.terminal_text(claims, width=120)
     assert capsys.readouterr().out == f"{out} written: {pc.counts_line(pc.claim_counts(claims), 'paper')}\n"
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal, as a shell's is."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("flags", [(), ("--json",)], ids=["board", "json"])
+def test_judging_talks_on_stderr_and_stdout_stays_what_it_is_without_a_word_of_progress(runs, capsys, monkeypatch,
+                                                                                        flags):
+    """Judging the grids counts them on stderr: a plain line at the start, each tenth and the end where stderr is no
+    terminal (here every grid of two), tqdm's bar on a terminal; stdout is the board as the renderer makes it from
+    the rows judged without progress, byte for byte."""
+    monkeypatch.setenv("COLUMNS", "100")  # the board (no option) is sized by Rich: COLUMNS where stdout is no terminal
+    rows = scoreboard([runs])
+    claims = pc.paper_claims(rows)
+    board_alone = _claims_json(rows, claims) if flags else board.terminal_text(claims, width=100)
+    main(["claims", str(runs), *flags])
+    printed = capsys.readouterr()
+    assert printed.out == board_alone
+    assert [line.split(",")[0] for line in printed.err.splitlines()] == [
+        f"judging grids: {done}/2 grids" for done in (0, 1, 2)]
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    main(["claims", str(runs), *flags])
+    assert capsys.readouterr().out == board_alone
+    drawn = terminal.getvalue()
+    assert "\r" in drawn and "judging grids: 100%" in drawn and "2/2" in drawn and "\n" not in drawn.rstrip("\n")
 
 
 def _option(mode: str) -> list[str]:

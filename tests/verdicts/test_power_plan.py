@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from lit_resformer.measures.power import Spread, family_level, mde, seeds_needed
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import GridDir
 from lit_resformer.runs.run_dir import RunDir
-from lit_resformer.verdicts.power_plan import plan, plan_row
+from lit_resformer.verdicts.power_plan import plan, plan_row, plan_summary
 from lit_resformer.verdicts.verdict import Verdict
 from tests.helpers.claims_grids import CELLS, EFFECT, VANILLA, grid_dir_from, write_summary
 
@@ -100,14 +101,51 @@ def test_a_metric_not_in_nats_says_so_and_gets_no_seeds_for_an_effect_in_nats():
     json.dumps([saving, slope, loss])
 
 
-def test_the_command_prints_the_plan_and_its_json(tmp_path, capsys):
+def test_the_command_prints_the_short_answer_the_table_on_request_and_the_json(tmp_path, capsys, monkeypatch):
+    """Without an option, per comparison the seeds it has and those it needs (plan's numbers), in lines that fit the
+    terminal; --table every number, --json the rows; the two are one or the other."""
     grid_dir = paper_grid(tmp_path)
-    main(["plan", str(grid_dir), "--effect", "0.1"])
+    rows = plan(grid_dir, 0.1)
+    for columns in (80, 120):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        main(["plan", str(grid_dir), "--effect", "0.1"])
+        text = capsys.readouterr().out
+        assert " ".join(text.split()).startswith("pilot: the seeds each comparison has, and those it needs for 80% "
+                                                  "power to detect 0.1 nats and the paper's effect (in brackets)")
+        assert max(map(len, text.splitlines())) <= columns
+        assert "every number (spread, level, MDE, power, notes): --table; as data: --json" in text
+    # at 120 columns each comparison is one line: its sides, metric, verdict, seeds it has, needs, needs for the paper
+    shown = [line.split() for line in text.splitlines() if " − " in line]
+    assert shown == [[r["a"], "−", r["b"], *([] if r["metric"] == "val_loss" else [f"({r['metric']})"]), r["verdict"],
+                      str(r["n"]), str(r["seeds_for_plan_effect"]),
+                      *(["–"] if r["paper_effect"] is None else [str(r["seeds_for_paper_effect"]), "(0.0272)"])]
+                     for r in rows]
+    main(["plan", str(grid_dir), "--effect", "0.1", "--table"])
     text = capsys.readouterr().out
     assert text.startswith("pilot: seeds for 80% power, two-sided at each comparison's Holm level ALPHA / m")
     assert "| better − vanilla | val_loss | reproduced | paired | 3 |" in text and "underpowered" in text
     main(["plan", str(grid_dir), "--effect", "0.1", "--json"])
-    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(plan(grid_dir, 0.1)))
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(rows))
+    with pytest.raises(SystemExit):
+        main(["plan", str(grid_dir), "--effect", "0.1", "--json", "--table"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_short_answer_counts_what_it_cannot_plan_in_nats():
+    """A comparison in nats without a spread needs "–" seeds; one in another unit is counted under the table, not
+    shown in it (its MDE is in --table)."""
+    one_seed = plan_row(replace(verdict_of("val_loss", None, TABLE5), n=1, low=None, high=None), 4, 0.027)
+    saving = plan_row(verdict_of("time_to_target", None, "20.3% less data (v5)"), 4, 0.027)
+    loss = plan_row(verdict_of("val_loss/code", 4.0), 4, 0.027)
+    text = plan_summary([one_seed, saving, loss], 0.027, "g", 80)
+    shown = [line.split() for line in text.splitlines() if " − " in line]
+    assert shown == [["a", "−", "b", "inconclusive", "1", "–", "–", "(0.0272)"],
+                     ["a", "−", "b", "(val_loss/code)", "inconclusive", "5", str(loss["seeds_for_plan_effect"]), "–"]]
+    assert max(map(len, text.splitlines())) <= 80
+    words = " ".join(text.split())
+    assert "–: no spread to plan from (fewer than 2 seeds, or no t interval)" in words
+    assert "1 more comparison is measured in another unit than nats: no seeds for an effect in nats" in words
+    assert plan_summary([], 0.027, "g", 80) == "g: no comparisons to plan (its grid file declares no claims)\n"
 
 
 @pytest.mark.parametrize("argv, message", [
