@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from lit_resformer.config.diff import config_differences
-from lit_resformer.runs.run_dir import FINISHED, RunConflict, RunDir
+from lit_resformer.runs.run_dir import FINISHED, RunConflict, RunDir, read_yaml
 from lit_resformer.writing import atomic_write
 
 MANIFEST = "grid.yaml"
@@ -127,7 +127,7 @@ class GridDir:
             grids = sorted(p.parent.name for p in self.path.glob(f"*/{MANIFEST}"))
             hint = f"; grids under it: {grids}" if grids else ""
             raise FileNotFoundError(f"{self.path} is not a grid run directory (no {MANIFEST}){hint}")
-        return migrate_manifest(yaml.safe_load(self.manifest_file.read_text()), self.manifest_file)
+        return migrate_manifest(read_yaml(self.manifest_file), self.manifest_file)
 
     def write_manifest(self, manifest: dict, provenance: dict) -> None:
         """The grid's manifest in the current version, with the provenance of the process that runs it."""
@@ -136,7 +136,7 @@ class GridDir:
 
     def write_claims(self, claims: list[dict]) -> None:
         """Replace the claims the manifest stores, leaving the rest of it as written (any version)."""
-        manifest = yaml.safe_load(self.manifest_file.read_text())
+        manifest = read_yaml(self.manifest_file)
         atomic_write(self.manifest_file, yaml.safe_dump({**manifest, "claims": claims}, sort_keys=False))
 
     # ------------------------------------------------------------------ runs

@@ -111,6 +111,12 @@ class RunResult:
         """The experiment config the grid asked for."""
         return self.run.read_experiment()
 
+    @cached_property
+    def resolved_config(self) -> dict | None:
+        """The config as Lightning resolved it (config.yaml), else the experiment config the grid asked for."""
+        resolved = self.run.read_config()
+        return self.config if resolved is None else resolved
+
     def train_curve(self, window: int) -> pd.Series:
         return M.train_curve(self.metrics, window)
 

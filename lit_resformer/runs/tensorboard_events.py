@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from lit_resformer.runs.directory import GridDir, grid_dirs
 from lit_resformer.runs.run_dir import RunDir, tokens_seen_by
@@ -81,7 +80,7 @@ def hparam_value(value: Any) -> bool | int | float | str:
 def run_hparams(grid: str, cell: str, run: RunDir) -> dict[str, bool | int | float | str]:
     """The hyperparameters shown for one run: its grid, cell and seed, its resolved config's model.* and RUN_FIELDS,
     and the tokens and parameters its summary records."""
-    config = flatten(yaml.safe_load(run.config_file.read_text()) or {}) if run.config_file.is_file() else {}
+    config = flatten(run.read_config() or {})
     summary = run.read_summary() or {}
     chosen = {key: value for key, value in config.items() if key.startswith("model.") or key in RUN_FIELDS}
     chosen |= {"grid": grid, "cell": cell, "seed": summary.get("seed"), "tokens": summary.get("tokens_seen"),

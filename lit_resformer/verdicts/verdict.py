@@ -36,8 +36,6 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-import yaml
-
 from lit_resformer.measures.stats import (
     RunLosses,
     compare_seeds,
@@ -260,17 +258,11 @@ def _identity(claim: Claim, sides: Sequence[dict[int, RunResult]]) -> tuple | No
     config (then it is only itself)."""
     configs = []
     for side in sides:
-        resolved = [_resolved_config(run) for run in side.values()]
+        resolved = [run.resolved_config for run in side.values()]
         if any(config is None for config in resolved):
             return None
         configs.append(tuple(sorted(json.dumps(identity.run_identity(config), sort_keys=True) for config in resolved)))
     return (claim.metric, claim.direction, claim.over, claim.at, claim.target, claim.margin, claim.requires, *configs)
-
-
-def _resolved_config(run: RunResult) -> dict | None:
-    """The run's config as Lightning resolved it (config.yaml; the grid's experiment config when there is none)."""
-    config_file = run.run.config_file
-    return yaml.safe_load(config_file.read_text()) if config_file.is_file() else run.config
 
 
 def is_sub_row(v: Verdict) -> bool:

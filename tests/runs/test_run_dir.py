@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from lit_resformer.runs.checkpoint_reading import checkpoint_problem
-from lit_resformer.runs.run_dir import ResumePoint, RunDir
+from lit_resformer.runs.run_dir import ResumePoint, RunDir, read_yaml
 
 
 def save_training_checkpoint(path: Path, step: int, mtime: float) -> Path:
@@ -125,3 +126,16 @@ def test_divergence_record_and_its_fallback(tmp_path):
     assert run.diverged_step() == 1  # a trainer that logged the non-finite loss before stopping
     run.record_divergence(7, float("inf"))
     assert run.diverged_step() == 7
+
+
+def test_a_run_file_reads_as_pyyamls_safe_loader_reads_it(tmp_path):
+    """read_yaml (libyaml's parser where PyYAML has it) gives what yaml.safe_load gives, on one committed run
+    config of every grid (what the board reads) and on the scalars a safe schema resolves."""
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
+    configs = [next(grid.glob("*/seed*/config.yaml"), None) for grid in sorted(results.iterdir()) if grid.is_dir()]
+    configs = [c for c in configs if c is not None]
+    assert len(configs) > 20
+    tricky = tmp_path / "tricky.yaml"
+    tricky.write_text("a: 1e-3\nb: 2.0e-3\nc: .inf\nd: null\ne: ~\nf: yes\ng: '007'\nh: 0x1f\ni: [1, {j: k}]\n")
+    for path in [*configs, tricky]:
+        assert read_yaml(path) == yaml.safe_load(path.read_text()), path
