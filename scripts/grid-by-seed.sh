@@ -71,7 +71,12 @@ unfinished() {
 
 mkdir -p "$RUNS" "$KEPT"
 if [[ -d $KEPT/$NAME ]]; then
-    cp -rn "$KEPT/$NAME" "$RUNS/"  # never over a run of this folder
+    # never over a run of this folder: one already here (trained here, or a link to a shared grid's run) stays as is
+    mkdir -p "$RUNS/$NAME" && cp -n "$KEPT/$NAME"/*.* "$RUNS/$NAME/"  # grid.yaml, provenance.json
+    for kept_run in "$KEPT/$NAME"/*/seed*/; do
+        run=$RUNS/$NAME/${kept_run#"$KEPT/$NAME/"} && run=${run%/}
+        [[ -e $run || -L $run || ! -d $kept_run ]] || { mkdir -p "${run%/*}" && cp -r "$kept_run" "$run"; }
+    done
     log "seeded $RUNS/$NAME with the kept runs of $KEPT/$NAME"
 fi
 
