@@ -74,7 +74,7 @@ def test_the_runner_the_scoreboard_and_this_check_judge_by_one_run_identity(tmp_
     claim = Claim("resformer ends below vanilla", "resformer", "vanilla", "val_loss", "lower")
 
     def scoreboard_identity(run):
-        result = SimpleNamespace(run=SimpleNamespace(config_file=tmp_path / "no-config.yaml"), config=run.resolved)
+        result = SimpleNamespace(resolved_config=run.resolved)  # a RunResult's config as the run resolved it
         return verdict._identity(claim, [{run.seed: result}])
 
     def judged():
