@@ -37,9 +37,10 @@ def learning_rate_section(results: GridResults, plotter: Plotter, doc: Document)
     fig, axes = plotter.plt.subplots(1, len(per_values), figsize=(9.5 if not per else 3.2 * len(per_values), 4.6),
                                      sharey=bool(per), squeeze=False)
     rows, chosen, unchosen = [], {}, {}
+    styles = _arm_styles(results, selection, per_values[0], plotter)
     for ax, per_value in zip(axes[0], per_values, strict=True):
         best, missing = chosen_points(results, per_value)[1:]
-        rows += _panel(ax, results, selection, finals, per_value, best, plotter)
+        rows += _panel(ax, results, selection, finals, per_value, best, styles)
         chosen.update({(arm, per_value): value for arm, value in best.items()})
         unchosen.update({(arm, per_value): why for arm, why in missing.items()})
     axes[0][0].set_ylabel("final validation loss")
@@ -60,7 +61,17 @@ def learning_rate_section(results: GridResults, plotter: Plotter, doc: Document)
         _at_best_table(results, doc, finals, selection)
 
 
-def _panel(ax, results: GridResults, selection, finals, per_value, best: dict, plotter: Plotter) -> list[list[str]]:
+def _arm_styles(results: GridResults, selection, per_value, plotter: Plotter) -> dict[str, dict]:
+    """Each arm in the style of its cell at the first swept point of the first panel, in every panel: the cells of
+    another budget are other cells, in other styles, and the legend (drawn from one panel) must hold for all."""
+    styles = {}
+    for arm in selection.arms:
+        cells = pilot_cells(results, selection, arm, per_value)
+        styles[arm] = plotter.styles.get(cells[min(cells)], {}) if cells else {}
+    return styles
+
+
+def _panel(ax, results: GridResults, selection, finals, per_value, best: dict, styles: dict) -> list[list[str]]:
     """One panel of the plot (the arms' pilot losses against the swept key, at `per_value`) and its table rows."""
     rows = []
     for arm in selection.arms:
@@ -71,7 +82,7 @@ def _panel(ax, results: GridResults, selection, finals, per_value, best: dict, p
         shown = [(v, losses) for v, losses in shown if losses]
         if not shown:
             continue
-        style = plotter.styles.get(cells[shown[0][0]], {})  # an arm in the style of its first cell
+        style = styles[arm]
         color = style.get("color")
         xs = [v for v, _ in shown]
         ax.plot(xs, [np.mean(losses) for _, losses in shown], label=arm, **style)

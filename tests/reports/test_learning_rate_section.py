@@ -3,6 +3,7 @@ the confirmation seeds at the chosen points; only in a grid that claims somethin
 
 import pytest
 
+from lit_resformer.reports.document import Plotter
 from lit_resformer.reports.grid_report import write_report
 from tests.helpers.claims_grids import claims_grid
 from tests.helpers.select_grids import (
@@ -49,3 +50,24 @@ def test_a_block_that_chooses_at_each_budget_shows_a_panel_and_rows_for_each(tmp
     assert "| 1000 | vanilla | 0.004 ★ |" in section and "| 4000 | vanilla | 0.004 ★ |" in section
     assert "| 2000 | vanilla | 0.002 ★ |" in section and "| 2000 | vanilla | 0.004 |" in section
     assert "vanilla 0.004 at 1000" in section and f"resformer 0.002 at {SURFACE_BUDGETS[-1]}" in section
+
+
+def test_each_arm_keeps_one_style_in_every_budgets_panel(tmp_path, monkeypatch):
+    """Each budget's cells are other cells, each in its own style: drawn so, an arm changed colour from panel to
+    panel and the legend, taken from the last panel, named the wrong curves in the others."""
+    figures = {}
+    save = Plotter.save
+
+    def kept(self, fig, stem):
+        figures[stem] = fig
+        return save(self, fig, stem)
+
+    monkeypatch.setattr(Plotter, "save", kept)
+    results = surface(tmp_path, surface_manifest(tmp_path / "m"), surface_loss)
+    write_report(results.grid_dir.path)
+    panels = [{line.get_label(): (line.get_color(), line.get_marker(), line.get_linestyle())
+               for line in ax.lines if not line.get_label().startswith("_")}
+              for ax in figures["loss_by_learning_rate"].axes]
+    assert len(panels) == len(SURFACE_BUDGETS) and set(panels[0]) == {"vanilla", "resformer"}
+    assert all(panel == panels[0] for panel in panels)
+    assert panels[0]["vanilla"] != panels[0]["resformer"]
