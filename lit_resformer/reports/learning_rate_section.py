@@ -34,8 +34,9 @@ def learning_rate_section(results: GridResults, plotter: Plotter, doc: Document)
         + (f", at each {per} on its own" if per else "") + f"; the confirmation seeds {list(selection.seeds)} then "
         "train at the points the select block names, and the claims compare arms on those seeds only."
     )
+    # each panel its own y range: the loss falls by a whole nat across the budgets, the rates differ by hundredths
     fig, axes = plotter.plt.subplots(1, len(per_values), figsize=(9.5 if not per else 3.2 * len(per_values), 4.6),
-                                     sharey=bool(per), squeeze=False)
+                                     squeeze=False)
     rows, chosen, unchosen = [], {}, {}
     styles = _arm_styles(results, selection, per_values[0], plotter)
     for ax, per_value in zip(axes[0], per_values, strict=True):
