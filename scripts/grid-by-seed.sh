@@ -72,7 +72,10 @@ unfinished() {
 mkdir -p "$RUNS" "$KEPT"
 if [[ -d $KEPT/$NAME ]]; then
     # never over a run of this folder: one already here (trained here, or a link to a shared grid's run) stays as is
-    mkdir -p "$RUNS/$NAME" && cp -n "$KEPT/$NAME"/*.* "$RUNS/$NAME/"  # grid.yaml, provenance.json
+    mkdir -p "$RUNS/$NAME"
+    for kept_file in "$KEPT/$NAME"/*; do  # grid.yaml, provenance.json (cell folders' names may hold dots: 0.002)
+        [[ -f $kept_file ]] && cp -n "$kept_file" "$RUNS/$NAME/"
+    done
     for kept_run in "$KEPT/$NAME"/*/seed*/; do
         run=$RUNS/$NAME/${kept_run#"$KEPT/$NAME/"} && run=${run%/}
         [[ -e $run || -L $run || ! -d $kept_run ]] || { mkdir -p "${run%/*}" && cp -r "$kept_run" "$run"; }

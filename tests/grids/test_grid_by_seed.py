@@ -89,15 +89,16 @@ def test_a_seed_whose_rungs_cannot_start_here_is_said_and_not_kept(tmp_path, fak
 @pytest.mark.integration
 def test_seeding_leaves_a_run_already_here_as_it_is_and_complains_of_nothing(tmp_path, fake):
     """A run of the runs folder that links to a shared grid's run (the kept folder holds a copy of it) is seeded
-    around: the link stays a link, the other kept runs are copied in, and no `cp` complaint reaches the log."""
-    grid = write_grid(tmp_path, LADDER)
+    around: the link stays a link, the other kept runs are copied in (cells named with a dot, as a swept rate names
+    them, among them), and no `cp` complaint reaches the log."""
+    grid = write_grid(tmp_path, {**LADDER, "matrix": {"model.lr": [2.0e-3]}})
     assert by_seed(tmp_path, grid, fake, "machine1", SEEDS="0").returncode == 0
-    link = tmp_path / "machine2/ladder/vanilla,trunk/seed0"
+    link = tmp_path / "machine2/ladder/vanilla,lr=0.002,trunk/seed0"
     link.parent.mkdir(parents=True)
-    link.symlink_to(tmp_path / "machine1/ladder/vanilla,trunk/seed0")
+    link.symlink_to(tmp_path / "machine1/ladder/vanilla,lr=0.002,trunk/seed0")
     seeded = by_seed(tmp_path, grid, fake, "machine2", SEEDS="0")
     assert seeded.returncode == 0, seeded.stdout + seeded.stderr
-    assert "cannot overwrite" not in seeded.stdout + seeded.stderr and link.is_symlink()
+    assert "cp:" not in seeded.stdout + seeded.stderr and link.is_symlink()
     assert len(finished(tmp_path / "machine2/ladder")) == RUNS_A_SEED and "ladder seed(s) 0: training" not in seeded.stdout
 
 
