@@ -488,8 +488,11 @@ def _assign_baselines(cells: list[Cell], baseline: Any, where: str) -> list[Cell
         return [dataclasses.replace(c, baseline=baseline) for c in cells]
     families = {c.family for c in cells if c.family}
     if baseline in families and any(c.coords for c in cells):
-        by_point = {(c.family, tuple(c.coords.items())): c.name for c in cells}
-        return [dataclasses.replace(c, baseline=by_point[(baseline, tuple(c.coords.items()))]) for c in cells]
+        by_point = {(c.family, tuple(c.coords.items())): c for c in cells if c.coords}
+        at_point = {c.name: by_point[(baseline, tuple(c.coords.items()))] for c in cells if c.coords}
+        # a ladder's trunk has no coordinates to match by: its baseline is the trunk its rungs' baselines branch from
+        trunks = {c.trunk: at_point[c.name].trunk for c in cells if c.trunk}
+        return [dataclasses.replace(c, baseline=at_point[c.name].name if c.coords else trunks[c.name]) for c in cells]
     raise GridError(f"{where}: baseline '{baseline}' is not a cell of this grid; cells: {sorted(names)}")
 
 

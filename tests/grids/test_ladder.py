@@ -55,6 +55,13 @@ def test_a_ladder_with_a_matrix_has_a_trunk_per_cell_and_point(tmp_path):
     assert grid.configs[rung.name]["model"]["lr"] == 2e-3 and grid.configs[rung.name]["model"]["decay_start"] == 16
     assert grid.branch_point(rung.name).trunk == "resformer,lr=0.002,trunk"
     assert next(c for c in grid.cells if c.name == "resformer,lr=0.002,trunk").coords == {}
+    # each cell compared with the baseline's at its own rate: a trunk with the baseline's trunk its rungs' baselines
+    # branch from (a trunk has no coordinates to match by)
+    baselines = {c.name: c.baseline for c in grid.cells}
+    assert baselines["resformer,lr=0.001,trunk"] == "vanilla,lr=0.001,trunk"
+    assert baselines["resformer,lr=0.002,trunk"] == "vanilla,lr=0.002,trunk"
+    assert baselines["resformer,lr=0.002,max_steps=20"] == "vanilla,lr=0.002,max_steps=20"
+    assert baselines["vanilla,lr=0.001,trunk"] == "vanilla,lr=0.001,trunk"
 
 
 def test_a_rungs_identity_differs_by_budget_and_equals_a_straight_run_in_another_grid(tmp_path):
