@@ -150,49 +150,123 @@ class Document:
 Band = tuple[pd.Series, pd.Series]  # (low, high) over the same steps as a curve: its spread across seeds
 BAR_HATCHES = ("", "//", "..", "xx", "\\\\", "oo")  # bars of neighbouring cells told apart without their colour
 MARKS_PER_CURVE = 8  # markers drawn along a curve of many points: enough to tell the series apart, few enough to read
+BRANCH_LEGEND = "decay to a budget (marker: its end)"
+
+
+@dataclass(frozen=True)
+class LadderLayout:
+    """How a ladder grid's curves are drawn (lit_resformer.grids.spec.Ladder). A rung is its trunk up to the step it
+    branches at, so it is drawn from there only: its own decay, in its trunk's style, its trunk's marker at its end, one
+    legend entry for them all. A ladder crossed with a matrix (the learning-rate surface: a trunk per arm and rate)
+    draws one panel per family, each trunk in the style of its point, the same in every panel, labelled by the point."""
+
+    branches: dict[str, tuple[str, int]]  # rung -> (its trunk, the step it branches at)
+    families: dict[str, str]  # trunk -> its family (the grid's `cells` entry)
+    points: dict[str, str]  # trunk -> its matrix point as its name gives it ("lr=0.002"); "" without a matrix
+
+    @classmethod
+    def of(cls, branches: dict[str, tuple[str, int]], families: dict[str, str]) -> LadderLayout:
+        """From each rung's branch and each trunk's family: a trunk's point is its name less the family and ",trunk"
+        (lit_resformer.grids.spec.trunk_cell)."""
+        trunks = dict.fromkeys(trunk for trunk, _ in branches.values())
+        points = {t: t.removesuffix(",trunk").removeprefix(families[t]).removeprefix(",") for t in trunks}
+        return cls(branches, {t: families[t] for t in trunks}, points)
+
+    @property
+    def panelled(self) -> bool:
+        return any(self.points.values())
+
+    def trunk(self, cell: str) -> str | None:
+        """The trunk a cell is drawn as part of (itself for a trunk), None for a cell outside the ladder."""
+        return self.branches[cell][0] if cell in self.branches else cell if cell in self.families else None
 
 
 class Plotter:
     """The plots of a grid's cells, each cell in its own style (lit_resformer.writing.series_styles) on every plot.
     `tokens_per_step` ({cell: training tokens a step}) puts curves against training tokens, where every cell drawn
-    has a rate; else they are drawn against the step."""
+    has a rate; else they are drawn against the step. A ladder grid's curves follow its `ladder` layout."""
 
-    def __init__(self, directory: Path, cells: Sequence[str], tokens_per_step: dict[str, float | None] | None = None):
+    def __init__(self, directory: Path, cells: Sequence[str], tokens_per_step: dict[str, float | None] | None = None,
+                 ladder: LadderLayout | None = None):
         self.plt = pyplot()
         self.directory = directory
         self.styles = series_styles(cells)
         self.tokens_per_step = tokens_per_step or {}
+        self.ladder = ladder
 
     def save(self, fig, name: str) -> Path:
         return save_figure(fig, self.directory / f"{name}.png")
+
+    def _curve_panels(self, cells: Sequence[str]) -> dict[str, list[str]]:
+        """{panel title ("" for the only one): its cells}: one per family of a ladder crossed with a matrix."""
+        if self.ladder is None or not self.ladder.panelled:
+            return {"": list(cells)}
+        panels: dict[str, list[str]] = {}
+        for cell in cells:
+            trunk = self.ladder.trunk(cell)
+            panels.setdefault("" if trunk is None else self.ladder.families[trunk], []).append(cell)
+        return panels
+
+    def _curve_style(self, cell: str) -> tuple[str | None, dict]:
+        """A curve's legend label (None: the branch entry stands for it) and style."""
+        trunk = None if self.ladder is None else self.ladder.trunk(cell)
+        if trunk is None:
+            return cell, self.styles.get(cell, {})
+        if self.ladder.panelled:  # a point in the same style in every family's panel
+            points = list(dict.fromkeys(self.ladder.points.values()))
+            style = series_styles(points)[self.ladder.points[trunk]]
+            label = self.ladder.points[trunk]
+        else:
+            style, label = self.styles.get(trunk, {}), self.ladder.families[trunk]
+        return (label if cell == trunk else None), style
 
     def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None,
                reference: tuple[str, float] | None = None, bands: dict[str, Band] | None = None) -> Path:
         """One line per cell against training tokens (else steps), with its band (min to max over seeds) where
         `bands` has one; `zero_line` labels a dashed line at 0, `reference` = (label, y) a dotted one."""
-        fig, ax = self.plt.subplots(figsize=(9, 4.5))
-        if zero_line:
-            ax.axhline(0.0, color="black", lw=1, ls="--", label=zero_line)
-        if reference:
-            ax.axhline(reference[1], color="grey", lw=1.2, ls=":", label=reference[0])
+        panels = self._curve_panels(list(curves))
+        fig, axes = self.plt.subplots(1, len(panels), figsize=(9 if len(panels) == 1 else 5.5 * len(panels), 4.5),
+                                      sharey=True, squeeze=False)
         by_tokens = all(self.tokens_per_step.get(cell) for cell in curves)
-        for cell, curve in curves.items():
-            scale = self.tokens_per_step[cell] if by_tokens else 1
-            ax.plot(curve.index * scale, curve.values, label=cell, lw=1.4, markersize=5,
-                    markevery=max(1, len(curve) // MARKS_PER_CURVE), **self.styles.get(cell, {}))
-            if bands and cell in bands:
-                low, high = bands[cell]
-                ax.fill_between(low.index * scale, low.values, high.values, color=self.styles.get(cell, {}).get("color"), alpha=0.15,
-                                lw=0)
-        if by_tokens:
-            token_axis(ax)
-        else:
-            ax.set_xlabel("step")
-            integer_ticks(ax.xaxis)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        outside_legend(ax)
+        branched = False
+        for ax, (panel, cells) in zip(axes[0], panels.items(), strict=True):
+            if zero_line:
+                ax.axhline(0.0, color="black", lw=1, ls="--", label=zero_line)
+            if reference:
+                ax.axhline(reference[1], color="grey", lw=1.2, ls=":", label=reference[0])
+            for cell in cells:
+                label, style = self._curve_style(cell)
+                curve, band = curves[cell], (bands or {}).get(cell)
+                scale = self.tokens_per_step[cell] if by_tokens else 1
+                if branch := self.ladder and self.ladder.branches.get(cell):
+                    # before its branch the rung is its trunk, drawn already: from the last point logged there on
+                    start = curve.index[curve.index <= branch[1]].max() if (curve.index <= branch[1]).any() else branch[1]
+                    curve = curve[curve.index >= start]
+                    band = band and tuple(side[side.index >= start] for side in band)
+                    if curve.empty:
+                        continue
+                    branched = True
+                ax.plot(curve.index * scale, curve.values, label=label or "_branch", lw=1.4 if label else 1.0,
+                        markersize=5, markevery=(max(1, len(curve) // MARKS_PER_CURVE) if label else [len(curve) - 1]),
+                        **style)
+                if band is not None:
+                    low, high = band
+                    ax.fill_between(low.index * scale, low.values, high.values, color=style.get("color"), alpha=0.15,
+                                    lw=0)
+            if by_tokens:
+                token_axis(ax)
+            else:
+                ax.set_xlabel("step")
+                integer_ticks(ax.xaxis)
+            ax.set_title(panel if len(panels) > 1 else f"{title}: {panel}" if panel else title)
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(ylabel)
+        if len(panels) > 1:
+            fig.suptitle(title)
+        last = axes[0][-1]
+        if branched:
+            last.plot([], [], color="grey", lw=1.0, marker="o", label=BRANCH_LEGEND)
+        outside_legend(last)  # the panels share their styles: one point, one style
         return self.save(fig, name)
 
     def grouped_bars(self, name: str, table: pd.DataFrame, title: str, ylabel: str,

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from lit_resformer.grids.changes import common_changes, show_value
-from lit_resformer.grids.spec import grid_description, refresh_claims
+from lit_resformer.grids.spec import LADDER_OVER, grid_description, refresh_claims
 from lit_resformer.measures.scaling import sweep_analysis
 from lit_resformer.measures.stats import (
     PLATEAU_MARGIN,
@@ -50,7 +50,7 @@ from lit_resformer.reports.budget import (
     machines_note,
     same_machine_ratio,
 )
-from lit_resformer.reports.document import Document, Plotter
+from lit_resformer.reports.document import Document, LadderLayout, Plotter
 from lit_resformer.reports.forest import forest_plot
 from lit_resformer.reports.kv_frontier import kv_frontier_section
 from lit_resformer.reports.ladder_section import ladder_section
@@ -154,7 +154,8 @@ def write_report(grid_dir: str | Path) -> Path:
     plots_dir.mkdir(exist_ok=True)
     for old in plots_dir.glob("*.png"):
         old.unlink()
-    plotter = Plotter(plots_dir, cells, tokens_per_step={cell: _tokens_per_step(done[cell]) for cell in cells})
+    plotter = Plotter(plots_dir, cells, tokens_per_step={cell: _tokens_per_step(done[cell]) for cell in cells},
+                      ladder=_ladder_layout(cells_info))
     doc = Document(grid_dir)
     name = manifest["name"]
 
@@ -217,6 +218,15 @@ def write_report(grid_dir: str | Path) -> Path:
     if verdicts:  # the answer where the report was asked for (`report`, the end of `grid`), sized to the terminal
         print(terminal_verdicts(verdicts, shutil.get_terminal_size().columns), end="")
     return index
+
+
+def _ladder_layout(cells_info: dict[str, dict]) -> LadderLayout | None:
+    """A ladder grid's rungs, each with its trunk and the step it branches at (its decay's start); None without one."""
+    rungs = {cell: info for cell, info in cells_info.items() if info.get("trunk")}
+    if not rungs:
+        return None
+    return LadderLayout.of({cell: (info["trunk"], info["overrides"]["model.decay_start"]) for cell, info in rungs.items()},
+                           {info["trunk"]: cells_info[info["trunk"]]["family"] for info in rungs.values()})
 
 
 def _written_from(results: GridResults) -> str:
@@ -350,6 +360,11 @@ def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
     doc.table(["cell", *frame.columns], [[cell, *(_fmt(v) for v in frame.loc[cell])] for cell in frame.index])
     compared = [cell for cell in frame.index if cell != cells_info[cell]["baseline"]
                 and cells_info[cell]["baseline"] in frame.index]
+    bars_of = ""
+    if plotter.ladder is not None:  # a rung's run ends with its decay: the largest budget's rungs lead the ladder
+        largest = max(cells_info[cell]["coords"][LADDER_OVER] for cell in plotter.ladder.branches)
+        compared = [cell for cell in compared if cells_info[cell]["coords"].get(LADDER_OVER) == largest]
+        bars_of = f" Only the rungs at the largest budget ({LADDER_OVER}={largest:g}): the table has every cell."
     if compared:
         # the error bar: the spread of the per-seed differences over the seeds both cells finished
         spread = {cell: (per_seed[cell] - per_seed[cells_info[cell]["baseline"]]).dropna(how="all").std(ddof=1)
@@ -360,7 +375,7 @@ def _validation_section(doc, plotter, cells, cells_info, done, unigram) -> None:
             "validation loss relative to the baseline, by domain", "loss − baseline loss (nats)",
             errors=pd.DataFrame(spread).T)
         doc.image(path, "Final validation loss minus the baseline's, per domain (mean over seeds; error bars: ± one "
-                        "standard deviation of the per-seed differences).")
+                        f"standard deviation of the per-seed differences).{bars_of}")
     spread = {c: _across_seeds({r.seed: r.val_curve() for r in done[c]}) for c in cells if done[c]}
     spread = {c: curve for c, curve in spread.items() if len(curve[0])}
     if spread:

@@ -25,3 +25,5 @@ def test_the_section_shows_gap_and_saving_by_budget_with_their_trends(tmp_path, 
     assert re.search(r"Trend of the saving per doubling of the budget: [+-]0\.0% \[[+-]0\.0%, [+-]0\.0%\] \(percentage "
                      r"points\), 95% CI over 3 seeds", section)
     assert "## Gap against training length" not in report  # a rung is no rescaled schedule
+    # the bars by domain: the rungs that end the ladder's largest decay (a trunk never decays; 5 budgets' bars crowd)
+    assert "Only the rungs at the largest budget (trainer.max_steps=" in report

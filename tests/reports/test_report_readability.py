@@ -325,3 +325,58 @@ def test_the_report_prints_its_verdicts_sized_to_the_terminal(tmp_path, monkeypa
     verdicts = evaluate_grid(judged_grid(tmp_path / "again"))
     assert all(v.claim.claim in joined for v in verdicts)
     assert sum(line.startswith("- ") for line in lines) == len(verdicts)  # each comparison starts a line
+
+
+def _drawn(monkeypatch) -> list:
+    figures = []
+    save_figure = document_module.save_figure
+
+    def record(fig, path):
+        figures.append(fig)
+        return save_figure(fig, path)
+
+    monkeypatch.setattr(document_module, "save_figure", record)
+    return figures
+
+
+def _legend(ax) -> list[str]:
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_a_ladders_rung_is_drawn_from_its_branch_on_in_its_trunks_style(tmp_path, monkeypatch):
+    """A rung is its trunk up to its branch: drawn again there, the trunk's curve is hidden under a bundle of copies
+    in as many styles, one legend entry each (60 of them on the learning-rate surface)."""
+    figures = _drawn(monkeypatch)
+    history = pd.Series([5.0, 4.0, 3.5, 3.2, 3.0, 2.9], index=[0, 10, 20, 30, 40, 50])
+    curves = {"a,trunk": history[:5], "b,trunk": history[:5] + 0.1, "a,max_steps=50": history,
+              "b,max_steps=50": history + 0.05}
+    ladder = document_module.LadderLayout.of({"a,max_steps=50": ("a,trunk", 32), "b,max_steps=50": ("b,trunk", 32)},
+                                             {"a,trunk": "a", "b,trunk": "b"})
+    document_module.Plotter(tmp_path, list(curves), ladder=ladder).curves("loss", curves, "loss", "loss")
+    (ax,) = figures[0].axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    trunk_a, trunk_b = lines["a"], lines["b"]
+    rung_a, rung_b = (line for line in ax.get_lines() if line.get_label() == "_branch")
+    assert list(rung_a.get_xdata()) == [30, 40, 50]  # from the last point logged at its branch (step 32) on
+    assert (rung_a.get_color(), rung_b.get_color()) == (trunk_a.get_color(), trunk_b.get_color())
+    assert trunk_a.get_color() != trunk_b.get_color() and list(trunk_a.get_xdata()) == [0, 10, 20, 30, 40]
+    assert _legend(ax) == ["a", "b", document_module.BRANCH_LEGEND]
+
+
+def test_a_ladder_crossed_with_a_matrix_draws_a_panel_per_family_each_point_in_one_style(tmp_path, monkeypatch):
+    figures = _drawn(monkeypatch)
+    curve = pd.Series([5.0, 4.0, 3.0], index=[0, 10, 20])
+    trunks = [f"{family},lr={lr},trunk" for family in ("a", "b") for lr in (0.1, 0.2)]
+    rungs = {trunk.replace("trunk", "max_steps=20"): (trunk, 16) for trunk in trunks}
+    ladder = document_module.LadderLayout.of(rungs, {trunk: trunk[0] for trunk in trunks})
+    curves = {cell: curve for cell in [*trunks, *rungs]}
+    document_module.Plotter(tmp_path, list(curves), ladder=ladder).curves("loss", curves, "loss", "loss")
+    panel_a, panel_b = figures[0].axes
+    assert (panel_a.get_title(), panel_b.get_title()) == ("a", "b")
+
+    def colours(ax):
+        return {line.get_label(): line.get_color() for line in ax.get_lines() if line.get_label() != "_branch"}
+
+    assert colours(panel_a) == {"lr=0.1": "#0072B2", "lr=0.2": "#E69F00"}
+    assert colours(panel_b) == {**colours(panel_a), document_module.BRANCH_LEGEND: "grey"}
+    assert _legend(panel_b) == ["lr=0.1", "lr=0.2", document_module.BRANCH_LEGEND]
