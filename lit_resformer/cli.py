@@ -495,6 +495,10 @@ def plan_command(argv: list[str]) -> None:
     parser.add_argument("grid", type=Path, metavar="GRID", help="a finished grid's run directory, e.g. "
                                                                  "docs/results/fig7-evidence")
     parser.add_argument("--effect", type=float, required=True, metavar="X", help="the effect to plan for, in nats (> 0)")
+    parser.add_argument("--pilot", action="store_true",
+                        help="a grid with a select block: judge its comparisons on the pilot seeds at the points they "
+                             "chose, to size the confirmation seeds before they run (those verdicts decide nothing: "
+                             "the points won on these very runs)")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--table", action="store_true",
                        help="every number of every comparison as a markdown table: design, spread, level, MDE, how "
@@ -507,7 +511,7 @@ def plan_command(argv: list[str]) -> None:
     grid_run_directory(args.grid)
     from lit_resformer.verdicts.power_plan import plan, plan_summary, plan_text
 
-    rows = plan(args.grid, args.effect)
+    rows = plan(args.grid, args.effect, pilot=args.pilot)
     if args.json:
         print(json.dumps(rows, indent=2))
     elif args.table:

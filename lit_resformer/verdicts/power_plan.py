@@ -15,6 +15,7 @@ the terminal); every number on request (`plan_text`, a markdown table) or as dat
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from pathlib import Path
 
 from rich import box
@@ -34,16 +35,24 @@ from lit_resformer.measures.power import (
 )
 from lit_resformer.runs.claim_spec import NATS, metric_kind
 from lit_resformer.runs.directory import grid_dirs, grid_index
+from lit_resformer.runs.results import load_results
 from lit_resformer.verdicts.judgements import Judgements, evaluate_grid
+from lit_resformer.verdicts.tuning import pilot_as_confirmation
 from lit_resformer.verdicts.verdict import Verdict
 from lit_resformer.writing import markdown_table
 
 
-def plan(grid: str | Path, effect: float) -> list[dict]:
+def plan(grid: str | Path, effect: float, pilot: bool = False) -> list[dict]:
     """One plan row (`plan_row`) per comparison of the grid, for an effect of `effect` nats; the grid judged beside
-    the grids of its folder, as its report is (a comparison another of them trained is planned in that family)."""
+    the grids of its folder, as its report is (a comparison another of them trained is planned in that family).
+    `pilot`: a grid with a select block judged on its pilot seeds at the points they chose
+    (lit_resformer.verdicts.tuning.pilot_as_confirmation), to size its confirmation seeds before they run; each row's
+    verdict then reads PILOT_VERDICT."""
     judged = Judgements(grid_index(grid_dirs([Path(grid).parent])))
-    verdicts = evaluate_grid(grid, judged=judged)
+    results = load_results(grid)
+    verdicts = evaluate_grid(pilot_as_confirmation(results) if pilot else results, judged=judged)
+    if pilot:
+        verdicts = [replace(v, verdict=PILOT_VERDICT) if v.n else v for v in verdicts]
     here = sum(v.adjustable for v in verdicts)
 
     def family_size(v: Verdict) -> int:
@@ -52,6 +61,9 @@ def plan(grid: str | Path, effect: float) -> list[dict]:
         return here if v.adjustable else here + 1
 
     return [plan_row(v, family_size(v), effect) for v in verdicts]
+
+
+PILOT_VERDICT = "pilot: decides nothing"  # a comparison judged on the seeds that chose its points (plan --pilot)
 
 
 def plan_row(v: Verdict, family_size: int, effect: float) -> dict:

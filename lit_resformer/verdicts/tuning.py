@@ -56,6 +56,18 @@ def chosen_points(results: GridResults, per_value: Any = None) -> tuple[Selectio
     return selection, best, missing
 
 
+def pilot_as_confirmation(results: GridResults) -> GridResults:
+    """The grid judged as if its pilot seeds were its confirmation seeds: at the points they chose, on the runs that
+    chose them. What `lit-resformer plan --pilot` reads, to size the confirmation before it runs from the spread of
+    the pilot's paired differences there. Its verdicts decide nothing: each point won on these very runs, so their
+    estimates carry the winner's curse (their spread, which a plan reads, far less)."""
+    raw = results.manifest.get("select")
+    if not raw:
+        raise ValueError(f"{results.name}: no select block, so no pilot seeds apart from the seeds its verdicts read")
+    return GridResults(results.grid_dir, {**results.manifest, "select": {**raw, "seeds": raw["pilot_seeds"]}},
+                       results.runs)
+
+
 def pilot_cells(results: GridResults, selection: Selection, arm: str, per_value: Any = None) -> dict[float, str]:
     """An arm's pilot cells by their value of the selected key (at `per_value` of the block's `per`, if it has one)."""
     return {info["coords"][selection.over]: name for name, info in results.cell_info.items()

@@ -17,9 +17,10 @@ from lit_resformer.measures.power import Spread, family_level, mde, seeds_needed
 from lit_resformer.runs.claim_spec import Claim
 from lit_resformer.runs.directory import GridDir
 from lit_resformer.runs.run_dir import RunDir
-from lit_resformer.verdicts.power_plan import plan, plan_row, plan_summary
+from lit_resformer.verdicts.power_plan import PILOT_VERDICT, plan, plan_row, plan_summary
 from lit_resformer.verdicts.verdict import Verdict
 from tests.helpers.claims_grids import CELLS, EFFECT, VANILLA, grid_dir_from, write_summary
+from tests.helpers.select_grids import SURFACE_BUDGETS, SURFACE_GRID, SURFACE_LRS, surface_loss
 
 TABLE5 = "-0.0272 at 82M (Table 5)"
 
@@ -58,6 +59,29 @@ def test_each_comparison_gets_its_spread_mde_and_seeds_at_its_familys_level(tmp_
     assert same["seeds_needed"] == same["seeds_for_paper_effect"] and same["mde"] > 0.0272
     code = rows["better", "val_loss/code"]
     assert code["paper_effect"] is None and code["seeds_for_paper_effect"] is None and code["classification"] is None
+
+
+def test_a_tuned_grid_is_planned_on_its_pilot_at_the_points_it_chose_before_its_confirmation_runs(tmp_path):
+    """The learning-rate surface's seeds are sized before its confirmation runs: on the pilot seeds, each arm at the
+    rate they chose at each budget, the spread of their paired differences there; their verdicts decide nothing."""
+    grid_dir = grid_dir_from(tmp_path, "surface", SURFACE_GRID)
+    for arm in ("vanilla", "resformer"):
+        for lr in SURFACE_LRS:
+            for budget in SURFACE_BUDGETS:
+                for seed in (0, 1):  # the pilot only: no confirmation seed has run
+                    write_summary(grid_dir, f"{arm},lr={lr:g},max_steps={budget}", seed,
+                                  surface_loss(arm, lr, budget, seed))
+    assert {row["verdict"] for row in plan(grid_dir, 0.027) if row["metric"] == "val_loss_each_at_best"} == \
+        {"not tested"}  # judged on the confirmation seeds, which have not run
+    rows = {row["claim"]: row for row in plan(grid_dir, 0.027, pilot=True)}
+    at_4000 = next(row for claim, row in rows.items() if claim.endswith("[max_steps=4000]"))
+    # vanilla's chosen point there is the pilot's lucky 4e-3: its differences are the ones planned from
+    gaps = [surface_loss("resformer", 2.0e-3, 4000, seed) - surface_loss("vanilla", 4.0e-3, 4000, seed)
+            for seed in (0, 1)]
+    assert (at_4000["verdict"], at_4000["n"]) == (PILOT_VERDICT, 2)
+    assert at_4000["sd"] == pytest.approx(np.std(gaps, ddof=1), rel=1e-9) and at_4000["seeds_for_plan_effect"]
+    with pytest.raises(ValueError, match="no select block"):
+        plan(paper_grid(tmp_path / "plain"), 0.027, pilot=True)
 
 
 def test_a_comparison_judged_where_its_runs_trained_is_planned_in_that_family(tmp_path):
