@@ -32,19 +32,21 @@ class Finding:
 
 LADDER = "AdamW, WSD, pinned, `tiny`"
 LADDER_SCALE = "1.4-8.2 tokens a parameter, 0.07-0.41× Chinchilla"
+LARGEST_RUNG = "18.4M tokens (8.2 a parameter, 0.41× Chinchilla)"  # every ladder row says where it sits in scale
 OLD_RATES = "rates tuned at 4.1M tokens under cosine, not re-tuned"
 FINDINGS = (  # a finding whose grid has not landed is left out: the surface's rows lead once they are there
     Finding("ResFormer − vanilla at the end of decay, each at its own best rate for the budget, largest budget",
-            f"{LADDER}, 18.4M tokens (8.2 a parameter, 0.41× Chinchilla)", "transfer-lr-budget-surface",
+            f"{LADDER}, {LARGEST_RUNG}", "transfer-lr-budget-surface",
             "ResFormer ends its decay with a lower validation loss than vanilla, each arm at its own best",
             "[max_steps=9000]"),
-    Finding("the tuned gap's trend against the budget (a finding beyond the paper)", f"{LADDER}, 3.1M-18.4M tokens",
+    Finding("the tuned gap's trend against the budget (a finding beyond the paper)",
+            f"{LADDER}, 3.1M-18.4M tokens ({LADDER_SCALE})",
             "transfer-lr-budget-surface", "ResFormer's gain over vanilla, each at its own best learning rate"),
     Finding("ResFormer − vanilla at the end of decay, both at 2e-3 (the paper's protocol), largest budget",
-            f"{LADDER}, 18.4M tokens", "transfer-budget-ladder-shared-rate",
+            f"{LADDER}, {LARGEST_RUNG}", "transfer-budget-ladder-shared-rate",
             "ResFormer ends its decay with a lower validation loss than vanilla, both at the shared",
             "[max_steps=9000]"),
-    Finding("the gap under cosine − the gap under WSD, both at 2e-3", "AdamW, 18.4M tokens, pinned corpus",
+    Finding("the gap under cosine − the gap under WSD, both at 2e-3", f"AdamW, {LARGEST_RUNG}, pinned corpus",
             "transfer-schedule-control", "ResFormer's gap to vanilla at 18.4M tokens (both at 2e-3) is the same"),
     Finding("ResFormer − vanilla, final validation loss", "AdamW, `tiny`, 2M tokens, embedded corpus (evidence tier)",
             "fig7-evidence", "ResFormer ends with a lower validation loss than vanilla"),
@@ -54,7 +56,7 @@ FINDINGS = (  # a finding whose grid has not landed is left out: the surface's r
             "ResFormer ends with a lower validation loss than vanilla", "[optimizer=muon]"),
     Finding("ResFormer − vanilla, each at its own best learning rate", "AdamW, 4.1M tokens, pinned corpus",
             "transfer-lr-sweep", "ResFormer beats vanilla with each at its own best learning rate"),
-    Finding("ResFormer − vanilla at the end of its own decay, largest budget", f"{LADDER}, 18.4M tokens; {OLD_RATES}",
+    Finding("ResFormer − vanilla at the end of its own decay, largest budget", f"{LADDER}, {LARGEST_RUNG}; {OLD_RATES}",
             "transfer-budget-ladder", "ResFormer's gain at the end of decay is non-zero at 18.4M tokens"),
     Finding("ResFormer's data saving, its trend against the budget",
             f"{LADDER}, 3.1M-18.4M tokens ({LADDER_SCALE}); {OLD_RATES}",
