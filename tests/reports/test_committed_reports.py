@@ -61,6 +61,35 @@ def test_reading_the_readme_example_grid_leaves_the_repository_as_committed(comm
     assert changed_by_report(committed, EXAMPLE) == []
 
 
+@pytest.fixture(scope="module")
+def results_index():
+    from lit_resformer.runs.directory import grid_dirs, grid_index
+
+    return grid_index(grid_dirs([REPO / RESULTS]))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("grid", committed_grids())
+def test_every_committed_reports_claims_read_as_the_code_judges_them_now(results_index, grid):
+    """The cheap half of the slow test below, for every committed grid: its report's Claims section (verdicts, notes,
+    footnotes), judged again as `report` judges it, is in its committed report.md line for line. A change to how
+    verdicts read (a new note, say) then fails here until the committed reports are written again; the slow tier alone
+    let 15 of them go stale (their provenance notes)."""
+    from lit_resformer.measures.scaling import sweep_analysis
+    from lit_resformer.reports.document import Document
+    from lit_resformer.reports.grid_report import _claims_section
+    from lit_resformer.runs.results import load_results
+    from lit_resformer.verdicts.judgements import evaluate_grid
+    from lit_resformer.verdicts.regime import grid_regime
+
+    results = load_results(REPO / RESULTS / grid)
+    doc = Document(results.grid_dir.path)
+    _claims_section(doc, evaluate_grid(results, sweep_analysis(results), index=results_index), grid_regime(results),
+                    forest=None)
+    committed = set((REPO / RESULTS / grid / "report.md").read_text().splitlines())
+    assert [line for line in doc.markdown().splitlines() if line.strip() and line not in committed] == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("grid", [g for g in committed_grids() if g != EXAMPLE])
 def test_reading_any_committed_grid_leaves_the_repository_as_committed(committed, grid):
