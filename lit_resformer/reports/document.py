@@ -161,24 +161,23 @@ class LadderLayout:
     draws one panel per family, each trunk in the style of its point, the same in every panel, labelled by the point."""
 
     branches: dict[str, tuple[str, int]]  # rung -> (its trunk, the step it branches at)
-    families: dict[str, str]  # trunk -> its family (the grid's `cells` entry)
-    points: dict[str, str]  # trunk -> its matrix point as its name gives it ("lr=0.002"); "" without a matrix
+    trunks: dict[str, tuple[str, str]]  # trunk -> (its panel: its family if crossed with a matrix, else ""; its label)
 
     @classmethod
-    def of(cls, branches: dict[str, tuple[str, int]], families: dict[str, str]) -> LadderLayout:
-        """From each rung's branch and each trunk's family: a trunk's point is its name less the family and ",trunk"
-        (lit_resformer.grids.spec.trunk_cell)."""
-        trunks = dict.fromkeys(trunk for trunk, _ in branches.values())
-        points = {t: t.removesuffix(",trunk").removeprefix(families[t]).removeprefix(",") for t in trunks}
-        return cls(branches, {t: families[t] for t in trunks}, points)
-
-    @property
-    def panelled(self) -> bool:
-        return any(self.points.values())
+    def of(cls, cells_info: dict[str, dict]) -> LadderLayout | None:
+        """From a grid's manifest entries (cell -> entry); None without a ladder. A trunk's point is its name less its
+        family and ",trunk" (lit_resformer.grids.spec.trunk_cell)."""
+        branches = {cell: (info["trunk"], info["overrides"]["model.decay_start"]) for cell, info in cells_info.items()
+                    if info.get("trunk")}
+        families = {trunk: cells_info[trunk]["family"] for trunk, _ in branches.values()}
+        points = {t: t.removesuffix(",trunk").removeprefix(family).removeprefix(",") for t, family in families.items()}
+        crossed = any(points.values())
+        trunks = {t: (family, points[t]) if crossed else ("", family) for t, family in families.items()}
+        return cls(branches, trunks) if branches else None
 
     def trunk(self, cell: str) -> str | None:
         """The trunk a cell is drawn as part of (itself for a trunk), None for a cell outside the ladder."""
-        return self.branches[cell][0] if cell in self.branches else cell if cell in self.families else None
+        return self.branches[cell][0] if cell in self.branches else cell if cell in self.trunks else None
 
 
 class Plotter:
@@ -197,45 +196,33 @@ class Plotter:
     def save(self, fig, name: str) -> Path:
         return save_figure(fig, self.directory / f"{name}.png")
 
-    def _curve_panels(self, cells: Sequence[str]) -> dict[str, list[str]]:
-        """{panel title ("" for the only one): its cells}: one per family of a ladder crossed with a matrix."""
-        if self.ladder is None or not self.ladder.panelled:
-            return {"": list(cells)}
-        panels: dict[str, list[str]] = {}
-        for cell in cells:
-            trunk = self.ladder.trunk(cell)
-            panels.setdefault("" if trunk is None else self.ladder.families[trunk], []).append(cell)
-        return panels
-
-    def _curve_style(self, cell: str) -> tuple[str | None, dict]:
-        """A curve's legend label (None: the branch entry stands for it) and style."""
-        trunk = None if self.ladder is None else self.ladder.trunk(cell)
-        if trunk is None:
-            return cell, self.styles.get(cell, {})
-        if self.ladder.panelled:  # a point in the same style in every family's panel
-            points = list(dict.fromkeys(self.ladder.points.values()))
-            style = series_styles(points)[self.ladder.points[trunk]]
-            label = self.ladder.points[trunk]
-        else:
-            style, label = self.styles.get(trunk, {}), self.ladder.families[trunk]
-        return (label if cell == trunk else None), style
+    def _curve_style(self, cell: str) -> tuple[str, str | None, dict]:
+        """A curve's panel, legend label (None: the branches' one entry stands for it) and style."""
+        trunk = self.ladder and self.ladder.trunk(cell)
+        if not trunk:
+            return "", cell, self.styles.get(cell, {})
+        panel, label = self.ladder.trunks[trunk]
+        points = list(dict.fromkeys(label for _, label in self.ladder.trunks.values()))
+        style = series_styles(points)[label] if panel else self.styles.get(trunk, {})  # a point alike in every panel
+        return panel, (label if cell == trunk else None), style
 
     def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None,
                reference: tuple[str, float] | None = None, bands: dict[str, Band] | None = None) -> Path:
         """One line per cell against training tokens (else steps), with its band (min to max over seeds) where
         `bands` has one; `zero_line` labels a dashed line at 0, `reference` = (label, y) a dotted one."""
-        panels = self._curve_panels(list(curves))
+        drawn = {cell: self._curve_style(cell) for cell in curves}
+        panels = list(dict.fromkeys(panel for panel, _, _ in drawn.values()))
         fig, axes = self.plt.subplots(1, len(panels), figsize=(9 if len(panels) == 1 else 5.5 * len(panels), 4.5),
                                       sharey=True, squeeze=False)
         by_tokens = all(self.tokens_per_step.get(cell) for cell in curves)
         branched = False
-        for ax, (panel, cells) in zip(axes[0], panels.items(), strict=True):
+        for ax, panel in zip(axes[0], panels, strict=True):
             if zero_line:
                 ax.axhline(0.0, color="black", lw=1, ls="--", label=zero_line)
             if reference:
                 ax.axhline(reference[1], color="grey", lw=1.2, ls=":", label=reference[0])
-            for cell in cells:
-                label, style = self._curve_style(cell)
+            for cell in (cell for cell in curves if drawn[cell][0] == panel):
+                _, label, style = drawn[cell]
                 curve, band = curves[cell], (bands or {}).get(cell)
                 scale = self.tokens_per_step[cell] if by_tokens else 1
                 if branch := self.ladder and self.ladder.branches.get(cell):

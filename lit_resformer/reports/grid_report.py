@@ -155,7 +155,7 @@ def write_report(grid_dir: str | Path) -> Path:
     for old in plots_dir.glob("*.png"):
         old.unlink()
     plotter = Plotter(plots_dir, cells, tokens_per_step={cell: _tokens_per_step(done[cell]) for cell in cells},
-                      ladder=_ladder_layout(cells_info))
+                      ladder=LadderLayout.of(cells_info))
     doc = Document(grid_dir)
     name = manifest["name"]
 
@@ -218,15 +218,6 @@ def write_report(grid_dir: str | Path) -> Path:
     if verdicts:  # the answer where the report was asked for (`report`, the end of `grid`), sized to the terminal
         print(terminal_verdicts(verdicts, shutil.get_terminal_size().columns), end="")
     return index
-
-
-def _ladder_layout(cells_info: dict[str, dict]) -> LadderLayout | None:
-    """A ladder grid's rungs, each with its trunk and the step it branches at (its decay's start); None without one."""
-    rungs = {cell: info for cell, info in cells_info.items() if info.get("trunk")}
-    if not rungs:
-        return None
-    return LadderLayout.of({cell: (info["trunk"], info["overrides"]["model.decay_start"]) for cell, info in rungs.items()},
-                           {info["trunk"]: cells_info[info["trunk"]]["family"] for info in rungs.values()})
 
 
 def _written_from(results: GridResults) -> str:

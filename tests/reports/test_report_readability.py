@@ -350,8 +350,9 @@ def test_a_ladders_rung_is_drawn_from_its_branch_on_in_its_trunks_style(tmp_path
     history = pd.Series([5.0, 4.0, 3.5, 3.2, 3.0, 2.9], index=[0, 10, 20, 30, 40, 50])
     curves = {"a,trunk": history[:5], "b,trunk": history[:5] + 0.1, "a,max_steps=50": history,
               "b,max_steps=50": history + 0.05}
-    ladder = document_module.LadderLayout.of({"a,max_steps=50": ("a,trunk", 32), "b,max_steps=50": ("b,trunk", 32)},
-                                             {"a,trunk": "a", "b,trunk": "b"})
+    ladder = document_module.LadderLayout.of(
+        {"a,trunk": {"family": "a"}, "b,trunk": {"family": "b"},
+         **{f"{f},max_steps=50": {"trunk": f"{f},trunk", "overrides": {"model.decay_start": 32}} for f in "ab"}})
     document_module.Plotter(tmp_path, list(curves), ladder=ladder).curves("loss", curves, "loss", "loss")
     (ax,) = figures[0].axes
     lines = {line.get_label(): line for line in ax.get_lines()}
@@ -367,8 +368,10 @@ def test_a_ladder_crossed_with_a_matrix_draws_a_panel_per_family_each_point_in_o
     figures = _drawn(monkeypatch)
     curve = pd.Series([5.0, 4.0, 3.0], index=[0, 10, 20])
     trunks = [f"{family},lr={lr},trunk" for family in ("a", "b") for lr in (0.1, 0.2)]
-    rungs = {trunk.replace("trunk", "max_steps=20"): (trunk, 16) for trunk in trunks}
-    ladder = document_module.LadderLayout.of(rungs, {trunk: trunk[0] for trunk in trunks})
+    rungs = {trunk.replace("trunk", "max_steps=20"): {"trunk": trunk, "overrides": {"model.decay_start": 16}}
+             for trunk in trunks}
+    ladder = document_module.LadderLayout.of({**{trunk: {"family": trunk[0]} for trunk in trunks}, **rungs})
+    assert document_module.LadderLayout.of({trunk: {"family": trunk[0]} for trunk in trunks}) is None  # no rungs
     curves = {cell: curve for cell in [*trunks, *rungs]}
     document_module.Plotter(tmp_path, list(curves), ladder=ladder).curves("loss", curves, "loss", "loss")
     panel_a, panel_b = figures[0].axes
