@@ -192,6 +192,8 @@ class Plotter:
         self.styles = series_styles(cells)
         self.tokens_per_step = tokens_per_step or {}
         self.ladder = ladder
+        # a ladder crossed with a matrix draws each point in one style in every family's panel
+        self.point_styles = series_styles(list(dict.fromkeys(label for _, label in ladder.trunks.values()))) if ladder else {}
 
     def save(self, fig, name: str) -> Path:
         return save_figure(fig, self.directory / f"{name}.png")
@@ -202,8 +204,7 @@ class Plotter:
         if not trunk:
             return "", cell, self.styles.get(cell, {})
         panel, label = self.ladder.trunks[trunk]
-        points = list(dict.fromkeys(label for _, label in self.ladder.trunks.values()))
-        style = series_styles(points)[label] if panel else self.styles.get(trunk, {})  # a point alike in every panel
+        style = self.point_styles[label] if panel else self.styles.get(trunk, {})
         return panel, (label if cell == trunk else None), style
 
     def curves(self, name: str, curves: dict[str, pd.Series], title: str, ylabel: str, zero_line: str | None = None,
@@ -227,7 +228,8 @@ class Plotter:
                 scale = self.tokens_per_step[cell] if by_tokens else 1
                 if branch := self.ladder and self.ladder.branches.get(cell):
                     # before its branch the rung is its trunk, drawn already: from the last point logged there on
-                    start = curve.index[curve.index <= branch[1]].max() if (curve.index <= branch[1]).any() else branch[1]
+                    before = curve.index[curve.index <= branch[1]]
+                    start = before.max() if len(before) else branch[1]
                     curve = curve[curve.index >= start]
                     band = band and tuple(side[side.index >= start] for side in band)
                     if curve.empty:
