@@ -117,7 +117,9 @@ def merge_export(archive: str | Path, results_dir: str | Path) -> dict:
         atomic_write(target_grid.manifest_file, source_grid.manifest_file.read_text())
         for run, into in added:
             destination = into.path
-            if destination.exists():
+            if destination.is_symlink():  # shared from a grid that has since left this folder: its files come here
+                destination.unlink()
+            elif destination.exists():
                 shutil.rmtree(destination)  # an unfinished attempt from an earlier merge: the finished one wins
             for file in run.result_files():
                 (destination / file.relative_to(run.path)).parent.mkdir(parents=True, exist_ok=True)

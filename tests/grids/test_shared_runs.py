@@ -120,6 +120,16 @@ def test_an_export_holds_shared_runs_as_files_and_a_deleted_run_trains_again(tmp
     assert [{k: x for k, x in v.items() if k not in ("note", "judged_in")} for v in after] == \
         [{k: x for k, x in v.items() if k not in ("note", "judged_in")} for v in shared]
 
+    # "first" leaves this folder (a kept grid landing in docs/results): the links into it dangle, and the next merge
+    # of "second" stores the runs' files where they were (merge-results failed there with "File exists")
+    shutil.rmtree(tmp_path / "results/first")
+    assert (tmp_path / "results/second/vanilla/seed0").is_symlink()
+    merged = merge_export(tmp_path / "second.tar.gz", tmp_path / "results")
+    assert "vanilla/seed0" in merged["added"] and "residual-q/seed0" in merged["already_there"]
+    for cell in ("vanilla", "resformer", "vanilla-again"):
+        stored = tmp_path / f"results/second/{cell}/seed0"
+        assert not stored.is_symlink() and (stored / "summary.json").is_file(), stored
+
     shutil.rmtree(runs / "first")  # the runs the links point to are gone
     assert listing(second, runs, fake)[0]["second/vanilla/seed0"] == "run"
     assert run_grid(load_grid(second), GridOptions(runs_dir=runs, train_command=fake), progress=False).failed == []
