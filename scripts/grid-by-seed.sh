@@ -14,7 +14,7 @@
 #    before the machine can go;
 # 4. after the last seed (the grid's whole seed list), exports the grid into $RESULTS/<grid>/ and writes its report:
 #    commit it with its RESULTS section and remove $KEPT/<grid>/ (the board reads $RESULTS only, so a grid's claims
-#    are judged once, on all its seeds).
+#    are judged once, on all its seeds). A grid whose seeds are all in $RESULTS already is left alone.
 # Exit code: 0 every seed done, else the runner's (1 runs failed, 2 the grid could not run, 130 interrupted), or 1
 # when runs of a seed are left unfinished (a rung whose trunk has no checkpoint here: train that seed again).
 set -u -o pipefail
@@ -69,6 +69,16 @@ unfinished() {
     echo "$left"
 }
 
+read -r -a SEED_LIST <<<"$SEEDS"
+# A grid (or slice) already whole in $RESULTS has landed: its kept folder was removed then, and keeping its seeds
+# again would bring that folder back (and the links of the grids that share its runs would point into it).
+landed=1
+for seed in "${SEED_LIST[@]}"; do (($(unfinished "$seed" "$RESULTS/$NAME") == 0)) || landed=0; done
+if ((landed)); then
+    log "$NAME: seeds ${SEED_LIST[*]}${SLICE:+ of the cells $SLICE} already in $RESULTS/$NAME; nothing to train or keep"
+    exit 0
+fi
+
 mkdir -p "$RUNS" "$KEPT"
 if [[ -d $KEPT/$NAME ]]; then
     # never over a run of this folder: one already here (trained here, or a link to a shared grid's run) stays as is
@@ -91,7 +101,6 @@ export_into() {  # export the runs folder's finished runs of the grid and merge 
 SLICE_SIZE=0
 for cell in "${CELL_LIST[@]}"; do in_slice "$cell" && ((SLICE_SIZE += 1)); done
 done_seeds=()
-read -r -a SEED_LIST <<<"$SEEDS"
 for ((first = 0; first < ${#SEED_LIST[@]}; first += TOGETHER)); do
     batch=("${SEED_LIST[@]:first:TOGETHER}")
     done_seeds+=("${batch[@]}")
