@@ -262,7 +262,7 @@ _OTHER_UNIT = re.compile(r"\s*(?:%|x\b|×|bpb\b|bits?\b|steps?\b|tokens?\b|pp\b)
 def paper_effect_nats(text: str | None) -> float | None:
     """The paper's effect in nats, as a magnitude, from a claim's `paper:` text where that text gives it as a loss
     difference: the first signed number, when no other unit follows it and the text speaks of no percentage.
-    "-0.0272 at 82M, -0.0323 at 180M, ..." -> 0.0272; "20.3% less data", "-0.109 (12.2% more parameters: ...)",
+    "-0.0272 at 82M, -0.0323 at 180M, ..." -> 0.0272; "20.3% less data", "-0.122 (12.2% more parameters: ...)",
     "... -0.015 bpb with AdamW ...", "< 10x the others'", "not reported" -> None."""
     if not text or "%" in text:
         return None

@@ -423,16 +423,17 @@ def _full_ladder_seeds(points: list[LadderPoint]) -> list[int]:
 
 
 def _seed_interval(values: np.ndarray, level: float, no_interval: str | None) -> dict:
-    """The mean of per-seed savings, its two-sided t interval and its p-values against no saving (two-sided, and
-    one-sided in the claimed direction: a saving); without an interval when `no_interval` says why, or one seed."""
+    """The mean of per-seed savings, its two-sided t interval (with its degrees of freedom, n - 1: what the verdict's
+    MDE reads) and its p-values against no saving (two-sided, and one-sided in the claimed direction: a saving);
+    without an interval when `no_interval` says why, or one seed."""
     n = len(values)
     if no_interval is None and n < 2:
         no_interval = "one seed: no spread over seeds to judge it by"
-    out = {"saving": float(values.mean()), "n": n, "ci_low": None, "ci_high": None, "p_two_sided": None,
+    out = {"saving": float(values.mean()), "n": n, "ci_low": None, "ci_high": None, "df": None, "p_two_sided": None,
            "p_raw": None, "no_interval": no_interval}
     if no_interval is None:
         two_sided, one_sided = _per_seed_t(values, "two-sided", level), _per_seed_t(values, "greater", level)
-        out.update(ci_low=two_sided.low, ci_high=two_sided.high, p_two_sided=two_sided.p, p_raw=one_sided.p)
+        out.update(ci_low=two_sided.low, ci_high=two_sided.high, df=n - 1, p_two_sided=two_sided.p, p_raw=one_sided.p)
     return out
 
 
@@ -467,7 +468,7 @@ def _savings(baseline: list[LadderPoint], variant: list[LadderPoint], convention
                 except OutsideRange as err:
                     raise OutsideRange(f"{err} (seed {seed})" if len(seeds) > 1 else str(err)) from None
         except OutsideRange as err:
-            row.update(saving=None, n=len(seeds), ci_low=None, ci_high=None, p_two_sided=None, p_raw=None,
+            row.update(saving=None, n=len(seeds), ci_low=None, ci_high=None, df=None, p_two_sided=None, p_raw=None,
                        no_interval=None, outside=str(err), per_seed={})
         else:
             row.update(_seed_interval(per_seed[:, i], level, no_interval),
@@ -477,8 +478,8 @@ def _savings(baseline: list[LadderPoint], variant: list[LadderPoint], convention
     if inside:
         mean = _seed_interval(per_seed[:, inside].mean(axis=1), level, no_interval)
     else:
-        mean = {"saving": None, "n": len(seeds), "ci_low": None, "ci_high": None, "p_two_sided": None, "p_raw": None,
-                "no_interval": f"every ladder point is outside the measured range {range_text(variant_xs)}"}
+        mean = {"saving": None, "n": len(seeds), "ci_low": None, "ci_high": None, "df": None, "p_two_sided": None,
+                "p_raw": None, "no_interval": f"every ladder point is outside the measured range {range_text(variant_xs)}"}
     mean["points"] = [rows[i]["label"] for i in inside]
     return {"seeds": seeds, "range": [min(variant_xs), max(variant_xs)], "per_point": rows, "mean": mean}
 
@@ -614,7 +615,7 @@ def _claims(sweep: Sweep, result: dict) -> list[dict]:
     return [{
         "claim": text, "grid": sweep.grid, "verdict": decided, "note": "; ".join(notes),
         "delta": mean["saving"], "ci_low": mean["ci_low"], "ci_high": mean["ci_high"], "n": mean["n"],
-        "design": "per-seed", "seed_design": result["design"][variant], "p_raw": mean["p_raw"],
+        "df": mean["df"], "design": "per-seed", "seed_design": result["design"][variant], "p_raw": mean["p_raw"],
         "p_two_sided": mean["p_two_sided"], "convention": convention, "paper": PAPER_SAVING[sweep.axis],
         "metric": f"{SAVING_WORDS[sweep.axis]} of {variant} against {sweep.baseline} over {CONVENTION_WORDS[convention]}, "
                   f"mean over the {inside} ladder point(s) inside the measured range of the per-seed fits' savings "

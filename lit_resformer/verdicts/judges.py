@@ -299,18 +299,18 @@ def _missing_crossing(results: GridResults, claim: Claim, seeds: Sequence[int]) 
 
 def scaling_verdicts(results: GridResults, sweep: SweepAnalysis) -> list[Verdict]:
     """A size or token sweep's claims (fewer parameters / less data for the same loss), judged on the CI of the
-    fitted equivalence saving by the same rule; a sweep that cannot be fitted yet says why."""
+    fitted equivalence saving by the same rule; a sweep that cannot be fitted is not tested, saying why."""
     variant, text = PAPER_CLAIMS[results.report_settings["scaling"]]
     baseline = results.manifest["baseline"]
-    if sweep.problem is not None:
+    if sweep.problem is not None:  # nothing measured: not tested, as the grid's own saving claims are (_declared_saving)
         claim = Claim(text, variant, baseline, EQUIVALENCE_SAVING, "higher")
-        return [Verdict(results.name, claim, "inconclusive", None, None, None, 0, f"no fit: {sweep.problem}",
-                        unadjusted="inconclusive")]
+        return [Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: no fit: {sweep.problem}",
+                        unadjusted="not tested")]
     # the fit's claims carry the per-seed t test's p-values, so they enter the grid's and the scoreboard's
     # adjustment for multiple comparisons like every other claim
     return [Verdict(r["grid"], Claim(r["claim"], variant, baseline, EQUIVALENCE_SAVING, "higher"),
                     r["verdict"], r["delta"], r["ci_low"], r["ci_high"], r["n"], r["note"], unadjusted=r["verdict"],
-                    design=r.get("design", ""), p_raw=r.get("p_raw"), p_two_sided=r.get("p_two_sided"))
+                    design=r.get("design", ""), p_raw=r.get("p_raw"), p_two_sided=r.get("p_two_sided"), df=r["df"])
             for r in sweep.fit["claims"]]
 
 
@@ -340,11 +340,11 @@ def _declared_saving(claim: Claim, results: GridResults, sweep: SweepAnalysis | 
     decided = verdict(mean["ci_low"], mean["ci_high"], mean["n"], claim.direction, evidence=not gate.stuck)
     p_two = mean.get("p_two_sided")
     notes = [f"per-seed fitted saving of {claim.a} over {CONVENTION_NOTE}; > 0 = fewer parameters than "
-             f"{claim.b}, the paper's 12.2% more parameters is -0.109"]
+             f"{claim.b}, the paper's 12.2% more parameters is -0.122"]
     if mean.get("no_interval"):
         notes.append(str(mean["no_interval"]))
     return Verdict(results.name, claim, decided, mean["saving"], mean["ci_low"], mean["ci_high"], mean["n"],
-                   "; ".join(notes), design="per-seed", p_raw=None, p_two_sided=p_two, unadjusted=decided)
+                   "; ".join(notes), design="per-seed", p_raw=None, p_two_sided=p_two, unadjusted=decided, df=mean["df"])
 
 
 CONVENTION_NOTE = "the sweep's ladder (lit_resformer.measures.scaling, the paper's parameter count)"

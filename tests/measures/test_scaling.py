@@ -552,6 +552,7 @@ def test_scaling_claims_for_the_scoreboard(tmp_path):
     (claim,) = scaling_claims(make_sweep_dir(tmp_path))
     assert claim["grid"] == "sweep" and claim["verdict"] == "reproduced" and claim["convention"] == "total"
     assert claim["ci_low"] - 1e-9 <= claim["delta"] <= claim["ci_high"] + 1e-9 and claim["ci_low"] > 0
+    assert claim["df"] == claim["n"] - 1  # a t interval over the per-seed savings: what its MDE reads
 
 
 @pytest.mark.integration
@@ -561,10 +562,13 @@ def test_the_claims_scoreboard_judges_a_sweep_on_its_fitted_saving(tmp_path):
     (verdict,) = scoreboard([make_sweep_dir(tmp_path)])
     assert verdict.claim.claim == "ResFormer needs fewer parameters for the same loss"
     assert verdict.verdict == "reproduced" and 0 < verdict.delta < SAVING["resformer"]
+    assert verdict.df == verdict.n - 1 and verdict.power["mde"] > 0  # its design can say what it detects
     (tmp_path / "flat").mkdir()
     flat = make_sweep_dir(tmp_path / "flat", loss=lambda variant, config: 3.0)  # no law to fit
     (verdict,) = scoreboard([flat])
-    assert verdict.verdict == "inconclusive" and verdict.note.startswith("no fit:")
+    # nothing was measured: not tested (as a grid's own saving claim on the same sweep is), never an inconclusive
+    # verdict that no number backs
+    assert verdict.verdict == "not tested" and verdict.note.startswith("not tested: no fit:")
 
 
 def test_epoch_tokens_come_from_lightnings_epoch_column(tmp_path):
