@@ -302,16 +302,25 @@ def scaling_verdicts(results: GridResults, sweep: SweepAnalysis) -> list[Verdict
     fitted equivalence saving by the same rule; a sweep that cannot be fitted is not tested, saying why."""
     variant, text = PAPER_CLAIMS[results.report_settings["scaling"]]
     baseline = results.manifest["baseline"]
+    provenance = provenance_note(_family_runs(results, {variant, baseline}))
     if sweep.problem is not None:  # nothing measured: not tested, as the grid's own saving claims are (_declared_saving)
         claim = Claim(text, variant, baseline, EQUIVALENCE_SAVING, "higher")
-        return [Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: no fit: {sweep.problem}",
-                        unadjusted="not tested")]
+        return [Verdict(results.name, claim, "not tested", None, None, None, 0,
+                        "; ".join([f"not tested: no fit: {sweep.problem}", *provenance]), unadjusted="not tested")]
     # the fit's claims carry the per-seed t test's p-values, so they enter the grid's and the scoreboard's
     # adjustment for multiple comparisons like every other claim
     return [Verdict(r["grid"], Claim(r["claim"], variant, baseline, EQUIVALENCE_SAVING, "higher"),
-                    r["verdict"], r["delta"], r["ci_low"], r["ci_high"], r["n"], r["note"], unadjusted=r["verdict"],
+                    r["verdict"], r["delta"], r["ci_low"], r["ci_high"], r["n"],
+                    "; ".join(filter(None, [r["note"], *provenance])), unadjusted=r["verdict"],
                     design=r.get("design", ""), p_raw=r.get("p_raw"), p_two_sided=r.get("p_two_sided"), df=r["df"])
             for r in sweep.fit["claims"]]
+
+
+def _family_runs(results: GridResults, families: set[str]) -> list[RunResult]:
+    """The finished runs of a sweep's variants `families` (every ladder point and seed of each): what a fitted saving
+    rests on."""
+    return [r for cell, by_seed in results.done.items() if results.cell_info[cell].get("family") in families
+            for r in by_seed.values()]
 
 
 def _declared_saving(claim: Claim, results: GridResults, sweep: SweepAnalysis | None) -> Verdict:
@@ -329,9 +338,7 @@ def _declared_saving(claim: Claim, results: GridResults, sweep: SweepAnalysis | 
                   + (f" ({sweep.problem})" if sweep is not None and sweep.problem is not None else ""))
         return Verdict(results.name, claim, "not tested", None, None, None, 0, f"not tested: {reason}",
                        unadjusted="not tested")
-    families = {claim.a, claim.b}
-    runs = [r for cell, by_seed in results.done.items() if results.cell_info[cell].get("family") in families
-            for r in by_seed.values()]
+    runs = _family_runs(results, {claim.a, claim.b})
     gate = evidence_gate([RunLosses(r.name, r.final("val_loss"), r.unigram_loss, r.bigram_loss) for r in runs])
     if gate.not_tested:
         return Verdict(results.name, claim, "not tested", mean["saving"], mean["ci_low"], mean["ci_high"], mean["n"],
@@ -343,6 +350,7 @@ def _declared_saving(claim: Claim, results: GridResults, sweep: SweepAnalysis | 
              f"{claim.b}, the paper's 12.2% more parameters is -0.122"]
     if mean.get("no_interval"):
         notes.append(str(mean["no_interval"]))
+    notes += provenance_note(runs)
     return Verdict(results.name, claim, decided, mean["saving"], mean["ci_low"], mean["ci_high"], mean["n"],
                    "; ".join(notes), design="per-seed", p_raw=None, p_two_sided=p_two, unadjusted=decided, df=mean["df"])
 

@@ -563,6 +563,8 @@ def test_the_claims_scoreboard_judges_a_sweep_on_its_fitted_saving(tmp_path):
     assert verdict.claim.claim == "ResFormer needs fewer parameters for the same loss"
     assert verdict.verdict == "reproduced" and 0 < verdict.delta < SAVING["resformer"]
     assert verdict.df == verdict.n - 1 and verdict.power["mde"] > 0  # its design can say what it detects
+    # the fitted runs recorded no provenance block (as the sweeps trained before runs did): the row says so
+    assert "provenance unknown: 16 run(s)" in verdict.note, verdict.note  # two variants x 4 sizes x 2 seeds
     (tmp_path / "flat").mkdir()
     flat = make_sweep_dir(tmp_path / "flat", loss=lambda variant, config: 3.0)  # no law to fit
     (verdict,) = scoreboard([flat])
