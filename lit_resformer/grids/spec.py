@@ -117,8 +117,10 @@ def load_grid(path: str | Path, seeds: Sequence[int] | None = None, forced: dict
     except ValueError as e:
         raise GridError(f"{where}: {e}") from e
     try:
-        selection = parse_selection(spec.get("select"), list(families), [c.coords for c in cells], seeds, claims,
-                                    where)
+        # the pilot is the file's seeds, never a call's `--seeds`: a call that trains seed 0 alone must not choose
+        # the rates on seed 0 alone (and launch the confirmation seeds at that choice)
+        selection = parse_selection(spec.get("select"), list(families), [c.coords for c in cells],
+                                    _seeds(spec, None, where), claims, where)
     except SelectionError as e:
         raise GridError(str(e)) from None
     run_keys = [(c.name, seed) for c in cells for seed in seeds]
@@ -252,7 +254,8 @@ def _ladder_cells(families: dict[str, dict[str, Any]], matrix: Any, ladder: Ladd
 
 
 def _seeds(spec: dict, seeds: Sequence[int] | None, where: str) -> list[int]:
-    """The pilot seeds: the CLI's `--seeds` if given, else the file's (default [0])."""
+    """The seeds a call trains: the CLI's `--seeds` if given, else the file's (default [0]); a `select:` block's pilot
+    seeds are always the file's."""
     seeds = list(seeds) if seeds is not None else spec.get("seeds", [0])
     if (
         not isinstance(seeds, list)

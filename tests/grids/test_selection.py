@@ -165,6 +165,20 @@ def test_a_grid_with_a_select_block_loads_its_pilot_and_checks_its_claims(tmp_pa
         load_grid(write_grid(tmp_path, no_confirm))
 
 
+def test_a_call_that_trains_some_pilot_seeds_chooses_on_all_of_them(tmp_path):
+    """`--seeds 0` (scripts/grid-by-seed.sh's one seed a call) trains seed 0's pilot runs only, but the rates are
+    chosen on the file's pilot seeds: seed 0 finished everywhere chooses nothing and launches no confirmation run."""
+    grid = load_grid(write_grid(tmp_path, GRID), seeds=[0])
+    assert len(grid.runs()) == 15 and grid.selection.pilot_seeds == (0, 1)
+    grid_dir = tmp_path / "runs" / "sweep"
+    for arm in ("vanilla", "resformer", "svformer"):
+        for lr, cell in grid.pilot_cells(arm).items():
+            finished(grid_dir, cell, 0, 4.0 + lr)
+    chosen, best, waiting = chosen_runs(grid, grid_dir)
+    # only the fixed 2e-3 confirmation points, which wait for no choice
+    assert not best and waiting and {run.cell for run in chosen} == {"vanilla,lr=0.002", "resformer,lr=0.002"}
+
+
 def chosen_runs(grid, grid_dir):
     """What the runner's round adds: the select block's choice from the folder's finished pilot runs, as runs."""
     try:
